@@ -1,0 +1,477 @@
+//! The command line: `serve`, the operator commands (same operations as
+//! the admin API, applied to the database directly), `audit` and `policy`.
+//! Flags are a stable contract.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use crate::config::{Config, LogFormat};
+use crate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use crate::store::{Store, StoreError, decisions, tenants};
+
+/// cedargate: a policy-first MCP gateway for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "cedargate", version, about)]
+pub struct Cli {
+    /// Config file (TOML). Default: `cedargate.toml` when present.
+    #[arg(long, global = true, env = "CEDARGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Manage orgs.
+    #[command(subcommand)]
+    Org(OrgCmd),
+    /// Manage projects.
+    #[command(subcommand)]
+    Project(ProjectCmd),
+    /// Manage agents.
+    #[command(subcommand)]
+    Agent(AgentCmd),
+    /// Manage daemon keys.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// Manage sessions.
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// Read and verify the decision trail.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+    /// Work with the policy set.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+}
+
+/// `serve` flags.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (overrides the config).
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// `org …`
+#[derive(Debug, Subcommand)]
+pub enum OrgCmd {
+    /// Create an org.
+    Create {
+        /// Org id.
+        #[arg(long)]
+        id: String,
+        /// Display name.
+        #[arg(long)]
+        name: String,
+        /// Plan name.
+        #[arg(long)]
+        plan: Option<String>,
+        /// Entitlement (repeatable), e.g. `kg_enabled`.
+        #[arg(long = "entitlement")]
+        entitlements: Vec<String>,
+    },
+    /// List orgs.
+    List,
+    /// Delete an org and everything in it (the decision trail is kept).
+    Delete {
+        /// Org id.
+        id: String,
+    },
+}
+
+/// `project …`
+#[derive(Debug, Subcommand)]
+pub enum ProjectCmd {
+    /// Create a project.
+    Create {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Project id.
+        #[arg(long)]
+        id: String,
+        /// Memory tools on.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        memory_enabled: bool,
+        /// Graph tools on.
+        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+        graph_enabled: bool,
+    },
+    /// List projects of an org.
+    List {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+    },
+    /// Delete a project.
+    Delete {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Project id.
+        id: String,
+    },
+}
+
+/// `agent …`
+#[derive(Debug, Subcommand)]
+pub enum AgentCmd {
+    /// Create an agent.
+    Create {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Agent id.
+        #[arg(long)]
+        id: String,
+        /// Display name.
+        #[arg(long)]
+        name: String,
+        /// Role (repeatable).
+        #[arg(long = "role")]
+        roles: Vec<String>,
+    },
+    /// List agents of an org.
+    List {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+    },
+    /// Delete an agent.
+    Delete {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Agent id.
+        id: String,
+    },
+}
+
+/// `key …`
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// Mint a daemon key (printed once).
+    Create {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Label.
+        #[arg(long)]
+        label: String,
+    },
+    /// List keys of an org (no secrets).
+    List {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+    },
+    /// Revoke a key.
+    Delete {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Key id.
+        id: String,
+    },
+}
+
+/// `session …`
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// Open a session (operator action; daemons use `POST /api/sessions`).
+    Create {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Project id.
+        #[arg(long)]
+        project: String,
+        /// Agent id.
+        #[arg(long)]
+        agent: String,
+    },
+    /// List sessions of an org.
+    List {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+    },
+}
+
+/// `audit …`
+#[derive(Debug, Subcommand)]
+pub enum AuditCmd {
+    /// Print the most recent decisions.
+    Tail {
+        /// How many.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify the hash chain; exits 1 on any problem.
+    Verify,
+}
+
+/// `policy …`
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Strictly validate the policies against the schema.
+    Validate,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(config.log_format);
+    match cli.command {
+        Command::Serve(args) => {
+            if let Some(listen) = args.listen {
+                config.listen = listen;
+            }
+            serve(config)
+        }
+        Command::Policy(PolicyCmd::Validate) => {
+            match crate::policy::load_bundle(&config.schema_file, &config.policies_dir) {
+                Ok(b) => {
+                    for w in &b.warnings {
+                        eprintln!("warning: {w}");
+                    }
+                    println!(
+                        "policy set valid: {} policies, hash {}",
+                        b.policy_ids.len(),
+                        b.hash
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{}", e.render());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        other => match operate(&config, other) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CEDARGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Human => builder.try_init(),
+    };
+}
+
+fn serve(config: Config) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listen = config.listen;
+        let demo = config.demo_tenant;
+        let gw = match crate::server::prepare(config).await {
+            Ok(gw) => gw,
+            Err(e) => {
+                eprintln!("error: refusing to start\n{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if demo {
+            match crate::demo::ensure(&gw).await {
+                Ok(Some(creds)) => println!("{}", crate::demo::banner(&gw.config.base_url(), &creds)),
+                Ok(None) => println!(
+                    "demo tenant exists; its credentials file `{}` is gone (mint a key with `cedargate key create --org demo --label me`)",
+                    gw.config.data_dir.join("demo-tenant.json").display()
+                ),
+                Err(e) => tracing::warn!(error = %e, "cannot create the demo tenant"),
+            }
+        }
+        tracing::info!(%listen, "cedargate listening");
+        match crate::server::run(listener, gw, crate::server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn print(v: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
+    let store = Store::open(
+        &config.database_path(),
+        config.limits.write_queue,
+        config.limits.group_commit_max,
+    )?;
+    match command {
+        Command::Org(OrgCmd::Create {
+            id,
+            name,
+            plan,
+            entitlements,
+        }) => {
+            let entitlements = Some(entitlements);
+            print(&store.read_blocking(|c| {
+                operator::create_org(
+                    c,
+                    CreateOrg {
+                        id,
+                        name,
+                        plan,
+                        entitlements,
+                    },
+                )
+            })?);
+        }
+        Command::Org(OrgCmd::List) => print(&store.read_blocking(|c| tenants::list_orgs(c))?),
+        Command::Org(OrgCmd::Delete { id }) => {
+            store.read_blocking(|c| tenants::delete_org(c, &id))?
+        }
+        Command::Project(ProjectCmd::Create {
+            org,
+            id,
+            memory_enabled,
+            graph_enabled,
+        }) => print(&store.read_blocking(|c| {
+            operator::create_project(
+                c,
+                &org,
+                CreateProject {
+                    id,
+                    memory_enabled,
+                    graph_enabled,
+                },
+            )
+        })?),
+        Command::Project(ProjectCmd::List { org }) => {
+            print(&store.read_blocking(|c| tenants::list_projects(c, &org))?)
+        }
+        Command::Project(ProjectCmd::Delete { org, id }) => {
+            store.read_blocking(|c| tenants::delete_project(c, &org, &id))?
+        }
+        Command::Agent(AgentCmd::Create {
+            org,
+            id,
+            name,
+            roles,
+        }) => {
+            print(&store.read_blocking(|c| {
+                operator::create_agent(c, &org, CreateAgent { id, name, roles })
+            })?)
+        }
+        Command::Agent(AgentCmd::List { org }) => {
+            print(&store.read_blocking(|c| tenants::list_agents(c, &org))?)
+        }
+        Command::Agent(AgentCmd::Delete { org, id }) => {
+            store.read_blocking(|c| tenants::delete_agent(c, &org, &id))?
+        }
+        Command::Key(KeyCmd::Create { org, label }) => {
+            let (key, secret) =
+                store.read_blocking(|c| operator::create_key(c, &org, CreateKey { label }))?;
+            print(&json!({ "id": key.id, "orgId": key.org_id, "label": key.label, "key": secret }));
+        }
+        Command::Key(KeyCmd::List { org }) => {
+            print(&store.read_blocking(|c| tenants::list_keys(c, &org))?)
+        }
+        Command::Key(KeyCmd::Delete { org, id }) => {
+            store.read_blocking(|c| tenants::delete_key(c, &org, &id))?
+        }
+        Command::Session(SessionCmd::Create {
+            org,
+            project,
+            agent,
+        }) => {
+            let s = store.read_blocking(|c| {
+                operator::open_session(
+                    c,
+                    &org,
+                    OpenSession {
+                        project_id: project,
+                        agent_id: agent,
+                    },
+                    None,
+                )
+            })?;
+            print(
+                &json!({ "sessionId": s.id, "mcpUrl": operator::mcp_url(&config.base_url(), &s.id) }),
+            );
+        }
+        Command::Session(SessionCmd::List { org }) => {
+            print(&store.read_blocking(|c| tenants::list_sessions(c, &org))?)
+        }
+        Command::Audit(AuditCmd::Tail { lines, json }) => {
+            for d in store.read_blocking(|c| decisions::tail(c, lines))? {
+                if json {
+                    println!("{}", serde_json::to_string(&d).unwrap_or_default());
+                } else {
+                    println!("{}", crate::audit::format_line(&d));
+                }
+            }
+        }
+        Command::Audit(AuditCmd::Verify) => {
+            let report = store.read_blocking(|c| decisions::verify(c))?;
+            if report.problems.is_empty() {
+                println!(
+                    "decision trail intact: {} records verified (last seq {})",
+                    report.checked, report.last_seq
+                );
+            } else {
+                for p in &report.problems {
+                    eprintln!("tampered: {p}");
+                }
+                eprintln!(
+                    "decision trail verification FAILED: {} problem(s) in {} records",
+                    report.problems.len(),
+                    report.checked
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Serve(_) | Command::Policy(_) => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,198 @@
+//! Gateway configuration: a TOML file (optional) with `CEDARGATE_*`
+//! environment overrides on top. Every default is usable as is, so
+//! `cedargate serve` with no file runs the embedded default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration. Environment variables override the file:
+/// `CEDARGATE_LISTEN`, `CEDARGATE_DATA_DIR`, `CEDARGATE_ADMIN_TOKEN`,
+/// `CEDARGATE_LIMITS__MAX_BODY_BYTES` (nested keys joined by `__`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server binds.
+    pub listen: SocketAddr,
+    /// Base URL clients use to reach the gateway, for the `mcpUrl` of new
+    /// sessions; defaults to `http://{listen}`.
+    pub public_url: Option<String>,
+    /// Directory holding the SQLite database and the demo credentials.
+    pub data_dir: PathBuf,
+    /// Directory of `.cedar` policy files (read recursively is not done:
+    /// only `*.cedar` directly inside).
+    pub policies_dir: PathBuf,
+    /// The Cedar schema policies are validated against.
+    pub schema_file: PathBuf,
+    /// `human` (default) or `json` log lines.
+    pub log_format: LogFormat,
+    /// Bearer token for `/admin/*`. Without one the admin API is not served.
+    pub admin_token: Option<String>,
+    /// Create (once) and print a demo tenant at start-up.
+    pub demo_tenant: bool,
+    /// Request limits.
+    pub limits: Limits,
+    /// DNS-rebinding protection.
+    pub http: HttpSecurity,
+    /// Seconds a cached key, session or entity slice may be served after a
+    /// change made outside this process (admin API changes invalidate at once).
+    pub cache_ttl_secs: u64,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Readable lines for a terminal.
+    Human,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Bounds on what one HTTP request may carry (DESIGN invariant 4).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body, in bytes (larger: HTTP 413).
+    pub max_body_bytes: usize,
+    /// Most requests in one JSON-RPC batch.
+    pub max_batch_len: usize,
+    /// Deepest JSON nesting accepted in a body.
+    pub max_json_depth: usize,
+    /// Capacity of the durable write queue; callers wait when it is full.
+    pub write_queue: usize,
+    /// Most writes committed in one SQLite transaction (group commit).
+    pub group_commit_max: usize,
+}
+
+/// Which `Origin` and `Host` headers the MCP endpoint accepts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSecurity {
+    /// Allowed `Origin` values (scheme://host, any port). A request without
+    /// `Origin` (a non-browser client) is accepted. `*` allows any.
+    pub allowed_origins: Vec<String>,
+    /// Allowed `Host` header names (any port). `*` allows any.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            data_dir: PathBuf::from("data"),
+            policies_dir: PathBuf::from("policies"),
+            schema_file: PathBuf::from("schemas/gateway.cedarschema"),
+            log_format: LogFormat::Human,
+            admin_token: None,
+            demo_tenant: true,
+            limits: Limits::default(),
+            http: HttpSecurity::default(),
+            cache_ttl_secs: 30,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            max_batch_len: 64,
+            max_json_depth: 64,
+            write_queue: 16 * 1024,
+            group_commit_max: 1024,
+        }
+    }
+}
+
+impl Default for HttpSecurity {
+    fn default() -> Self {
+        Self {
+            allowed_origins: vec![
+                "http://localhost".into(),
+                "http://127.0.0.1".into(),
+                "http://[::1]".into(),
+                "https://localhost".into(),
+            ],
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `file` (if given, it must exist; if not given,
+    /// `cedargate.toml` is read when present), then `CEDARGATE_*` variables.
+    pub fn load(file: Option<&Path>) -> Result<Self, Box<figment::Error>> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(Box::new(figment::Error::from(format!(
+                        "config file `{}` does not exist",
+                        path.display()
+                    ))));
+                }
+                fig = fig.merge(Toml::file(path));
+            }
+            None => fig = fig.merge(Toml::file("cedargate.toml")),
+        }
+        fig = fig.merge(Env::prefixed("CEDARGATE_").split("__"));
+        fig.extract().map_err(Box::new)
+    }
+
+    /// Path of the SQLite database inside the data directory.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("cedargate.db")
+    }
+
+    /// Base URL for `mcpUrl`s, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!("http://{}", self.listen),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_usable() {
+        let c = Config::default();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.base_url(), "http://127.0.0.1:8080");
+        assert!(c.admin_token.is_none());
+    }
+
+    #[test]
+    fn file_then_env_override() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "gw.toml",
+                "listen = \"127.0.0.1:9000\"\n[limits]\nmax_batch_len = 8\n",
+            )?;
+            jail.set_env("CEDARGATE_LIMITS__MAX_BATCH_LEN", "5");
+            jail.set_env("CEDARGATE_ADMIN_TOKEN", "s3cret");
+            let c = Config::load(Some(Path::new("gw.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.listen.port(), 9000);
+            assert_eq!(c.limits.max_batch_len, 5);
+            assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("gw.toml", "lisen = \"127.0.0.1:9000\"\n")?;
+            assert!(Config::load(Some(Path::new("gw.toml"))).is_err());
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,179 @@
+//! The shared state every request handler works with: configuration, the
+//! store, the PEP, the tool catalog, and the caches that keep the hot path
+//! off the database (keys, and per-session "views": tenant rows, tool list
+//! and the parsed entity slice).
+//!
+//! Caches are invalidated as a whole on any admin change made through this
+//! process; changes made by another process (the CLI) show within
+//! `cache_ttl_secs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::sync::Cache;
+
+use crate::auth::{self, PresentedKey};
+use crate::config::Config;
+use crate::policy::entities::{self, EntitySlice};
+use crate::policy::{Pep, PolicyBundle};
+use crate::store::tenants::{self, ApiKey, SessionTenant};
+use crate::store::{Store, StoreError, WriteOp};
+use crate::tools::{Catalog, ToolSpec};
+
+/// Most cached keys and session views.
+const CACHE_CAPACITY: u64 = 100_000;
+
+/// Everything decisions inside one session need, built once and cached.
+#[derive(Debug)]
+pub struct SessionView {
+    /// Session, org, project, agent.
+    pub tenant: SessionTenant,
+    /// The key this view was built for (the `access_session` principal).
+    pub key: ApiKey,
+    /// Tools the org and project enable (before Cedar `view_tool`).
+    pub tools: Vec<Arc<ToolSpec>>,
+    /// The parsed entity slice.
+    pub slice: EntitySlice,
+}
+
+impl SessionView {
+    /// A tool of this session by canonical name.
+    pub fn tool(&self, name: &str) -> Option<&Arc<ToolSpec>> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// Why a request could not be tied to a session.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// No or malformed credential (401).
+    #[error("{0}")]
+    Credential(#[from] auth::CredentialError),
+    /// Unknown or revoked key (401).
+    #[error("unknown or revoked key")]
+    UnknownKey,
+    /// No such session (404).
+    #[error("session `{0}` not found")]
+    NoSession(String),
+    /// The key's org is not the session's org (403).
+    #[error("this key's organization does not own session `{0}`")]
+    CrossOrg(String),
+    /// The store failed (503/500).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The entity slice could not be built (fail closed: 403).
+    #[error("cannot build policy entities: {0}")]
+    Entities(String),
+}
+
+/// Shared gateway state.
+#[derive(Debug)]
+pub struct Gateway {
+    /// Effective configuration.
+    pub config: Config,
+    /// Durable state.
+    pub store: Store,
+    /// Active policies.
+    pub pep: Pep,
+    /// Built-in tools.
+    pub catalog: Catalog,
+    keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
+    views: Cache<(String, String), Arc<SessionView>>,
+}
+
+impl Gateway {
+    /// Assembles the state and records the active policy set in the store.
+    pub fn new(config: Config, store: Store, bundle: PolicyBundle, catalog: Catalog) -> Self {
+        let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
+        Gateway {
+            keys: Cache::builder()
+                .max_capacity(CACHE_CAPACITY)
+                .time_to_live(ttl)
+                .build(),
+            views: Cache::builder()
+                .max_capacity(CACHE_CAPACITY)
+                .time_to_live(ttl)
+                .build(),
+            config,
+            store,
+            pep: Pep::new(bundle),
+            catalog,
+        }
+    }
+
+    /// The write op that records a bundle, so replay can find it by hash.
+    pub fn policy_set_op(bundle: &PolicyBundle) -> WriteOp {
+        WriteOp::PolicySet {
+            hash: bundle.hash.clone(),
+            schema_path: bundle.schema_path.clone(),
+            schema_text: bundle.schema_text.clone(),
+            files: serde_json::to_string(&bundle.files).unwrap_or_else(|_| "[]".into()),
+            loaded_at: bundle.loaded_at.clone(),
+        }
+    }
+
+    /// Drops every cached key and session view (after an admin change).
+    pub fn invalidate_caches(&self) {
+        self.keys.invalidate_all();
+        self.views.invalidate_all();
+    }
+
+    /// Finds and checks a presented key (constant-time secret comparison).
+    pub async fn authenticate(&self, presented: &PresentedKey) -> Result<ApiKey, ResolveError> {
+        let cached = self.keys.get(&presented.id);
+        let entry = match cached {
+            Some(e) => e,
+            None => {
+                let id = presented.id.clone();
+                let found = self.store.read(move |c| tenants::find_key(c, &id)).await?;
+                let Some(found) = found else {
+                    return Err(ResolveError::UnknownKey);
+                };
+                let entry = Arc::new(found);
+                self.keys.insert(presented.id.clone(), Arc::clone(&entry));
+                entry
+            }
+        };
+        if auth::secret_matches(&presented.secret, &entry.1) {
+            Ok(entry.0.clone())
+        } else {
+            Err(ResolveError::UnknownKey)
+        }
+    }
+
+    /// The cached view of `session_id` for `key`, checking tenant isolation.
+    pub async fn session_view(
+        &self,
+        session_id: &str,
+        key: &ApiKey,
+        bundle: &PolicyBundle,
+    ) -> Result<Arc<SessionView>, ResolveError> {
+        let cache_key = (session_id.to_string(), key.id.clone());
+        if let Some(view) = self.views.get(&cache_key)
+            && view.slice.schema_hash == bundle.schema_hash
+        {
+            return Ok(view);
+        }
+        let sid = session_id.to_string();
+        let tenant = self
+            .store
+            .read(move |c| tenants::load_session_tenant(c, &sid))
+            .await?
+            .ok_or_else(|| ResolveError::NoSession(session_id.to_string()))?;
+        if tenant.session.org_id != key.org_id {
+            return Err(ResolveError::CrossOrg(session_id.to_string()));
+        }
+        let tools = self.catalog.for_session(&tenant);
+        let tool_entities: Vec<_> = tools.iter().map(|t| t.entity()).collect();
+        let slice = entities::session_slice(bundle, &tenant, key, &tool_entities)
+            .map_err(ResolveError::Entities)?;
+        let view = Arc::new(SessionView {
+            tenant,
+            key: key.clone(),
+            tools,
+            slice,
+        });
+        self.views.insert(cache_key, Arc::clone(&view));
+        Ok(view)
+    }
+}

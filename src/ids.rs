@@ -1,0 +1,80 @@
+//! Identifier rules and small helpers shared by the store, the admin API and
+//! the PEP: ids become Cedar entity ids, so they are kept printable and short.
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Longest id accepted for orgs, projects, agents and roles.
+pub const MAX_ID_LEN: usize = 64;
+
+/// Checks an operator-chosen id: 1..=64 chars of `[A-Za-z0-9_.-]`.
+pub fn validate_id(kind: &str, id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(format!(
+            "{kind} id must be 1 to {MAX_ID_LEN} characters, got {}",
+            id.len()
+        ));
+    }
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(format!(
+            "{kind} id `{id}` may only contain letters, digits, `_`, `-` and `.`"
+        ));
+    }
+    Ok(())
+}
+
+/// Current UTC time as RFC 3339 with millisecond precision (the form Cedar's
+/// `datetime` accepts and the audit trail stores).
+pub fn now_rfc3339() -> String {
+    rfc3339(OffsetDateTime::now_utc())
+}
+
+/// Formats a time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+/// Parses an RFC 3339 timestamp (used by CLI filters).
+pub fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::parse(s, &Rfc3339).map_err(|e| format!("`{s}` is not an RFC 3339 time: {e}"))
+}
+
+/// `n` random bytes, hex-encoded, from the operating system's CSPRNG.
+pub fn random_hex(n: usize) -> Result<String, getrandom::Error> {
+    let mut buf = vec![0u8; n];
+    getrandom::fill(&mut buf)?;
+    Ok(hex::encode(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(validate_id("org", "acme-1.prod_x").is_ok());
+        assert!(validate_id("org", "").is_err());
+        assert!(validate_id("org", "a b").is_err());
+        assert!(validate_id("org", "a\"b").is_err());
+        assert!(validate_id("org", &"x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn rfc3339_has_millis_and_z() {
+        let t = time::macros::datetime!(2026-11-22 02:04:05.123 UTC);
+        assert_eq!(rfc3339(t), "2026-11-22T02:04:05.123Z");
+    }
+}

@@ -1,0 +1,23 @@
+//! cedargate: a policy-first gateway for AI agents.
+//!
+//! Agents speak MCP (JSON-RPC 2.0 over Streamable HTTP) to a per-session
+//! endpoint; every request passes a Cedar policy enforcement point, and every
+//! Cedar decision lands in a hash-chained decision trail. See `ARCHITECTURE.md`
+//! for the code map and the invariants each module keeps.
+
+pub mod admin;
+pub mod audit;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod demo;
+pub mod error;
+pub mod gateway;
+pub mod ids;
+pub mod mcp;
+pub mod operator;
+pub mod policy;
+pub mod server;
+pub mod store;
+pub mod tools;

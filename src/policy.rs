@@ -1,0 +1,361 @@
+//! The Cedar policy enforcement point (PEP).
+//!
+//! A [`PolicyBundle`] is one immutable, strictly validated policy set with
+//! its schema and content hash; the [`Pep`] holds the active bundle behind an
+//! atomic pointer so a request decides against the bundle it started with.
+//! Every decision fails closed: no permit, an error on a `forbid`, a context or
+//! request that cannot be built, all deny.
+
+pub mod entities;
+pub mod load;
+
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock};
+
+use arc_swap::ArcSwap;
+use cedar_policy::{
+    Authorizer, Context, Decision, Effect, Entities, EntityId, EntityTypeName, EntityUid, PolicyId,
+    PolicySet, Request, Schema,
+};
+use serde::Serialize;
+
+pub use load::{PolicyLoadError, SourceDiagnostic, load_bundle};
+
+/// Cedar namespace of the gateway vocabulary.
+pub const NAMESPACE: &str = "Gateway";
+
+/// The actions of the public vocabulary (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// A daemon key uses a session (every MCP request).
+    AccessSession,
+    /// A daemon key opens a session for an agent in a project.
+    CreateSession,
+    /// A tool appears in `tools/list`.
+    ViewTool,
+    /// A built-in tool is called.
+    CallTool,
+    /// A remote A2A peer is invoked.
+    A2aInvoke,
+    /// A knowledge-graph node is returned.
+    ReadNode,
+    /// The knowledge graph of a project is written.
+    WriteNode,
+}
+
+impl Action {
+    /// Every action, in vocabulary order.
+    pub const ALL: [Action; 7] = [
+        Action::AccessSession,
+        Action::CreateSession,
+        Action::ViewTool,
+        Action::CallTool,
+        Action::A2aInvoke,
+        Action::ReadNode,
+        Action::WriteNode,
+    ];
+
+    /// The action's Cedar id.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::AccessSession => "access_session",
+            Action::CreateSession => "create_session",
+            Action::ViewTool => "view_tool",
+            Action::CallTool => "call_tool",
+            Action::A2aInvoke => "a2a_invoke",
+            Action::ReadNode => "read_node",
+            Action::WriteNode => "write_node",
+        }
+    }
+
+    /// The action's Cedar uid, e.g. `Gateway::Action::"call_tool"`.
+    pub fn uid(self) -> EntityUid {
+        static UIDS: LazyLock<Vec<EntityUid>> = LazyLock::new(|| {
+            Action::ALL
+                .iter()
+                .map(|a| {
+                    EntityUid::from_type_name_and_id(
+                        type_names().action.clone(),
+                        EntityId::new(a.name()),
+                    )
+                })
+                .collect()
+        });
+        match UIDS.get(self as usize) {
+            Some(uid) => uid.clone(),
+            None => EntityUid::from_type_name_and_id(
+                type_names().action.clone(),
+                EntityId::new(self.name()),
+            ),
+        }
+    }
+
+    /// Parses an action name as stored in the decision trail.
+    pub fn from_name(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+/// The entity types of the public vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `Gateway::Org`
+    Org,
+    /// `Gateway::Project`
+    Project,
+    /// `Gateway::Role`
+    Role,
+    /// `Gateway::Agent`
+    Agent,
+    /// `Gateway::ApiKey`
+    ApiKey,
+    /// `Gateway::Session`
+    Session,
+    /// `Gateway::ToolGroup`
+    ToolGroup,
+    /// `Gateway::PeerAgent`
+    PeerAgent,
+    /// `Gateway::Tool`
+    Tool,
+    /// `Gateway::GraphNode`
+    GraphNode,
+}
+
+impl Kind {
+    /// The unqualified type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Org => "Org",
+            Kind::Project => "Project",
+            Kind::Role => "Role",
+            Kind::Agent => "Agent",
+            Kind::ApiKey => "ApiKey",
+            Kind::Session => "Session",
+            Kind::ToolGroup => "ToolGroup",
+            Kind::PeerAgent => "PeerAgent",
+            Kind::Tool => "Tool",
+            Kind::GraphNode => "GraphNode",
+        }
+    }
+
+    /// The namespaced type name, e.g. `Gateway::Org`.
+    pub fn qualified(self) -> String {
+        format!("{NAMESPACE}::{}", self.name())
+    }
+
+    /// A uid of this type.
+    pub fn uid(self, id: &str) -> EntityUid {
+        let names = type_names();
+        let ty = match self {
+            Kind::Org => &names.org,
+            Kind::Project => &names.project,
+            Kind::Role => &names.role,
+            Kind::Agent => &names.agent,
+            Kind::ApiKey => &names.api_key,
+            Kind::Session => &names.session,
+            Kind::ToolGroup => &names.tool_group,
+            Kind::PeerAgent => &names.peer_agent,
+            Kind::Tool => &names.tool,
+            Kind::GraphNode => &names.graph_node,
+        };
+        EntityUid::from_type_name_and_id(ty.clone(), EntityId::new(id))
+    }
+}
+
+/// The parsed type names of the vocabulary, built once.
+struct TypeNames {
+    org: EntityTypeName,
+    project: EntityTypeName,
+    role: EntityTypeName,
+    agent: EntityTypeName,
+    api_key: EntityTypeName,
+    session: EntityTypeName,
+    tool_group: EntityTypeName,
+    peer_agent: EntityTypeName,
+    tool: EntityTypeName,
+    graph_node: EntityTypeName,
+    action: EntityTypeName,
+}
+
+fn type_names() -> &'static TypeNames {
+    static NAMES: LazyLock<TypeNames> = LazyLock::new(|| {
+        #[expect(
+            clippy::expect_used,
+            reason = "constant identifiers, parsed in a unit test; no request input reaches this"
+        )]
+        let t = |name: &str| {
+            EntityTypeName::from_str(&format!("{NAMESPACE}::{name}"))
+                .expect("valid cedar type name")
+        };
+        TypeNames {
+            org: t("Org"),
+            project: t("Project"),
+            role: t("Role"),
+            agent: t("Agent"),
+            api_key: t("ApiKey"),
+            session: t("Session"),
+            tool_group: t("ToolGroup"),
+            peer_agent: t("PeerAgent"),
+            tool: t("Tool"),
+            graph_node: t("GraphNode"),
+            action: t("Action"),
+        }
+    });
+    &NAMES
+}
+
+/// One policy file as loaded (kept for the audit trail and replay).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct PolicyFile {
+    /// Path as given (relative to the working directory).
+    pub path: String,
+    /// The file's text.
+    pub text: String,
+}
+
+/// One immutable, validated policy set: what a decision is made against.
+#[derive(Debug)]
+pub struct PolicyBundle {
+    /// The Cedar schema policies were validated against.
+    pub schema: Schema,
+    /// The policies, keyed by their `@id`.
+    pub policies: PolicySet,
+    /// SHA-256 over the schema and every policy file (name and text): the
+    /// policy version recorded in every decision.
+    pub hash: String,
+    /// SHA-256 of the schema text alone; entity slices are built per schema.
+    pub schema_hash: String,
+    /// The schema source.
+    pub schema_text: String,
+    /// The schema file path.
+    pub schema_path: String,
+    /// The policy sources, sorted by path.
+    pub files: Vec<PolicyFile>,
+    /// Policy ids, sorted.
+    pub policy_ids: Vec<String>,
+    /// When the bundle was loaded (RFC 3339).
+    pub loaded_at: String,
+    /// Non-fatal validation warnings, rendered.
+    pub warnings: Vec<String>,
+}
+
+/// The outcome of one authorization, before it is recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// True only for a Cedar `Allow` with no error on any `forbid`.
+    pub allowed: bool,
+    /// Ids of the determining policies.
+    pub reasons: Vec<String>,
+    /// Evaluation or request-building errors (any of them on a forbid denies).
+    pub errors: Vec<String>,
+    /// `@advice` annotations of the determining policies.
+    pub advice: Vec<String>,
+}
+
+impl Verdict {
+    fn denied_with(error: String) -> Self {
+        Verdict {
+            allowed: false,
+            reasons: Vec::new(),
+            errors: vec![error],
+            advice: Vec::new(),
+        }
+    }
+}
+
+impl PolicyBundle {
+    /// Decides one request. `context` is Cedar JSON for the action's context
+    /// type; it is checked against the schema, and a context or request that
+    /// does not conform is a deny carrying the reason.
+    pub fn decide(
+        &self,
+        principal: &EntityUid,
+        action: Action,
+        resource: &EntityUid,
+        context: &serde_json::Value,
+        entities: &Entities,
+    ) -> Verdict {
+        let action_uid = action.uid();
+        let ctx = match Context::from_json_value(context.clone(), Some((&self.schema, &action_uid)))
+        {
+            Ok(c) => c,
+            Err(e) => return Verdict::denied_with(format!("cannot build context: {e}")),
+        };
+        let request = match Request::new(
+            principal.clone(),
+            action_uid,
+            resource.clone(),
+            ctx,
+            Some(&self.schema),
+        ) {
+            Ok(r) => r,
+            Err(e) => return Verdict::denied_with(format!("cannot build request: {e}")),
+        };
+        self.decide_request(&request, entities)
+    }
+
+    /// Decides an already-built request (used by replay, which rebuilds the
+    /// recorded request itself).
+    pub fn decide_request(&self, request: &Request, entities: &Entities) -> Verdict {
+        let response = Authorizer::new().is_authorized(request, &self.policies, entities);
+        let diagnostics = response.diagnostics();
+        let mut errors = Vec::new();
+        let mut forbid_errored = false;
+        for e in diagnostics.errors() {
+            let cedar_policy::AuthorizationError::PolicyEvaluationError(inner) = e;
+            let id = inner.policy_id();
+            let is_forbid = self
+                .policies
+                .policy(id)
+                .map(|p| p.effect() == Effect::Forbid)
+                // An error on a policy we cannot find is treated as a forbid.
+                .unwrap_or(true);
+            forbid_errored |= is_forbid;
+            errors.push(format!("policy `{id}`: {e}"));
+        }
+        let reasons: Vec<String> = diagnostics.reason().map(ToString::to_string).collect();
+        let advice = diagnostics
+            .reason()
+            .filter_map(|id: &PolicyId| self.policies.annotation(id, "advice"))
+            .map(str::to_string)
+            .collect();
+        Verdict {
+            allowed: response.decision() == Decision::Allow && !forbid_errored,
+            reasons,
+            errors,
+            advice,
+        }
+    }
+
+    /// Parses entity JSON (an array of Cedar entities) against this schema.
+    pub fn parse_entities(&self, json: &serde_json::Value) -> Result<Entities, String> {
+        Entities::from_json_value(json.clone(), Some(&self.schema)).map_err(|e| e.to_string())
+    }
+}
+
+/// The policy enforcement point: the active [`PolicyBundle`], swapped
+/// atomically on reload so requests in flight keep the bundle they loaded.
+#[derive(Debug)]
+pub struct Pep {
+    active: ArcSwap<PolicyBundle>,
+}
+
+impl Pep {
+    /// A PEP starting with `bundle`.
+    pub fn new(bundle: PolicyBundle) -> Self {
+        Pep {
+            active: ArcSwap::from_pointee(bundle),
+        }
+    }
+
+    /// The bundle to decide a whole request with.
+    pub fn current(&self) -> Arc<PolicyBundle> {
+        self.active.load_full()
+    }
+
+    /// Makes `bundle` the active set.
+    pub fn swap(&self, bundle: PolicyBundle) {
+        self.active.store(Arc::new(bundle));
+    }
+}

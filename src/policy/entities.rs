@@ -1,0 +1,189 @@
+//! Entity slices: the few Cedar entities one decision needs, built
+//! server-side from the store (never from caller input), parsed against the
+//! schema, and hashed so the decision trail can store each distinct slice
+//! once and replay any decision against exactly the data it used.
+
+use std::sync::Arc;
+
+use cedar_policy::Entities;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{Kind, PolicyBundle};
+use crate::store::tenants::{Agent, ApiKey, Org, Project, SessionTenant};
+
+/// Parsed entities plus the exact JSON they came from.
+#[derive(Debug, Clone)]
+pub struct EntitySlice {
+    /// What Cedar evaluates against.
+    pub entities: Entities,
+    /// The JSON array the entities were parsed from (recorded once per hash).
+    pub json: Arc<str>,
+    /// SHA-256 of `json`.
+    pub hash: String,
+    /// Hash of the schema the slice was checked against.
+    pub schema_hash: String,
+}
+
+/// A tool as the PEP sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolEntity {
+    /// Canonical tool name (the Cedar id).
+    pub name: String,
+    /// Tool group: `memory`, `graph` or `a2a`.
+    pub group: String,
+    /// `kind` attribute.
+    pub kind: String,
+    /// `readOnly` attribute.
+    pub read_only: bool,
+    /// Slug of the peer agent for A2A tools.
+    pub peer: Option<String>,
+}
+
+/// `{"__entity": {...}}`, the explicit entity-reference form (kept
+/// explicit so replay does not depend on schema-directed parsing).
+pub fn entity_ref(kind: Kind, id: &str) -> Value {
+    json!({ "__entity": { "type": kind.qualified(), "id": id } })
+}
+
+fn parent(kind: Kind, id: &str) -> Value {
+    json!({ "type": kind.qualified(), "id": id })
+}
+
+fn entity(kind: Kind, id: &str, attrs: Value, parents: Vec<Value>) -> Value {
+    json!({ "uid": parent(kind, id), "attrs": attrs, "parents": parents })
+}
+
+fn org_entity(org: &Org) -> Value {
+    entity(
+        Kind::Org,
+        &org.id,
+        json!({ "plan": org.plan, "entitlements": org.entitlements }),
+        vec![],
+    )
+}
+
+fn project_entity(p: &Project) -> Value {
+    entity(
+        Kind::Project,
+        &p.id,
+        json!({ "memoryEnabled": p.memory_enabled, "graphEnabled": p.graph_enabled }),
+        vec![parent(Kind::Org, &p.org_id)],
+    )
+}
+
+fn agent_entities(a: &Agent, out: &mut Vec<Value>) {
+    let mut parents = vec![parent(Kind::Org, &a.org_id)];
+    for role in &a.roles {
+        parents.push(parent(Kind::Role, role));
+        out.push(entity(
+            Kind::Role,
+            role,
+            json!({}),
+            vec![parent(Kind::Org, &a.org_id)],
+        ));
+    }
+    out.push(entity(
+        Kind::Agent,
+        &a.id,
+        json!({ "name": a.name }),
+        parents,
+    ));
+}
+
+fn key_entity(k: &ApiKey) -> Value {
+    entity(
+        Kind::ApiKey,
+        &k.id,
+        json!({ "org": entity_ref(Kind::Org, &k.org_id), "label": k.label }),
+        vec![parent(Kind::Org, &k.org_id)],
+    )
+}
+
+fn tool_entities(tools: &[ToolEntity], org_id: &str, out: &mut Vec<Value>) {
+    let mut groups: Vec<&str> = tools.iter().map(|t| t.group.as_str()).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for g in groups {
+        out.push(entity(Kind::ToolGroup, g, json!({}), vec![]));
+    }
+    for t in tools {
+        let parents = match &t.peer {
+            Some(peer) => vec![parent(Kind::PeerAgent, peer)],
+            None => vec![parent(Kind::ToolGroup, &t.group)],
+        };
+        out.push(entity(
+            Kind::Tool,
+            &t.name,
+            json!({ "kind": t.kind, "readOnly": t.read_only }),
+            parents,
+        ));
+    }
+    let _ = org_id;
+}
+
+/// Parses and hashes a slice.
+pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, String> {
+    let value = Value::Array(values);
+    let text = value.to_string();
+    let entities = bundle
+        .parse_entities(&value)
+        .map_err(|e| format!("cannot build entities: {e}"))?;
+    Ok(EntitySlice {
+        entities,
+        hash: hex::encode(Sha256::digest(text.as_bytes())),
+        json: Arc::from(text),
+        schema_hash: bundle.schema_hash.clone(),
+    })
+}
+
+/// Everything decisions inside a session need: org, project, agent and its
+/// roles, the calling key, the session, and the session's tools.
+pub fn session_slice(
+    bundle: &PolicyBundle,
+    tenant: &SessionTenant,
+    key: &ApiKey,
+    tools: &[ToolEntity],
+) -> Result<EntitySlice, String> {
+    let s = &tenant.session;
+    let mut values = vec![org_entity(&tenant.org), project_entity(&tenant.project)];
+    agent_entities(&tenant.agent, &mut values);
+    values.push(key_entity(key));
+    values.push(entity(
+        Kind::Session,
+        &s.id,
+        json!({
+            "org": entity_ref(Kind::Org, &s.org_id),
+            "project": entity_ref(Kind::Project, &s.project_id),
+            "agent": entity_ref(Kind::Agent, &s.agent_id),
+        }),
+        vec![parent(Kind::Project, &s.project_id)],
+    ));
+    tool_entities(tools, &s.org_id, &mut values);
+    finish(bundle, values)
+}
+
+/// What a `create_session` decision needs: the key, the project and the
+/// agent, with their org.
+pub fn create_session_slice(
+    bundle: &PolicyBundle,
+    org: &Org,
+    project: &Project,
+    agent: &Agent,
+    key: &ApiKey,
+) -> Result<EntitySlice, String> {
+    let mut values = vec![org_entity(org), project_entity(project)];
+    agent_entities(agent, &mut values);
+    values.push(key_entity(key));
+    finish(bundle, values)
+}
+
+/// Cedar JSON for a `datetime` value.
+pub fn datetime_value(rfc3339: &str) -> Value {
+    json!({ "__extn": { "fn": "datetime", "arg": rfc3339 } })
+}
+
+/// The context every in-session decision carries.
+pub fn session_context(session_id: &str, time: &str) -> Value {
+    json!({ "session": entity_ref(Kind::Session, session_id), "time": datetime_value(time) })
+}

@@ -1,0 +1,432 @@
+//! Loading a policy bundle from disk: read the schema and every `*.cedar`
+//! file, parse each file on its own (so errors keep their file name), re-key
+//! policies by `@id`, validate strictly, and hash what was loaded.
+//!
+//! Errors render like a compiler's: `file:line:col: message` plus a
+//! source excerpt. Cedar's own errors carry their source text but not the
+//! file name, so [`InFile`] wraps them with a [`miette::NamedSource`].
+
+use std::fmt;
+use std::path::Path;
+
+use cedar_policy::{PolicyId, PolicySet, Schema, ValidationMode, Validator};
+use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, NamedSource};
+use sha2::{Digest, Sha256};
+
+use super::{PolicyBundle, PolicyFile};
+
+/// One problem found while loading, located in a file.
+#[derive(Debug, Clone)]
+pub struct SourceDiagnostic {
+    /// The file the problem is in.
+    pub file: String,
+    /// 1-based line (0 when unknown).
+    pub line: usize,
+    /// 1-based column (0 when unknown).
+    pub column: usize,
+    /// One-line message.
+    pub message: String,
+    /// The compiler-style rendering with a source excerpt.
+    pub rendered: String,
+}
+
+impl fmt::Display for SourceDiagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )
+    }
+}
+
+/// A policy set that could not be loaded; it never becomes active.
+#[derive(Debug, thiserror::Error)]
+#[error("policy set rejected: {}", summary(.diagnostics))]
+pub struct PolicyLoadError {
+    /// Every problem found, in file order.
+    pub diagnostics: Vec<SourceDiagnostic>,
+}
+
+fn summary(d: &[SourceDiagnostic]) -> String {
+    d.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl PolicyLoadError {
+    fn single(file: &str, message: String) -> Self {
+        PolicyLoadError {
+            diagnostics: vec![SourceDiagnostic {
+                file: file.to_string(),
+                line: 0,
+                column: 0,
+                rendered: format!("error: {file}: {message}"),
+                message,
+            }],
+        }
+    }
+
+    /// All diagnostics rendered for a terminal.
+    pub fn render(&self) -> String {
+        self.diagnostics
+            .iter()
+            .map(|d| d.rendered.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// A Cedar diagnostic shown against a named file.
+#[derive(Debug)]
+struct InFile<'a> {
+    src: NamedSource<String>,
+    inner: &'a dyn Diagnostic,
+}
+
+impl fmt::Display for InFile<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.inner, f)
+    }
+}
+
+impl std::error::Error for InFile<'_> {}
+
+impl Diagnostic for InFile<'_> {
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        Some(&self.src)
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
+        self.inner.labels()
+    }
+    fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        self.inner.help()
+    }
+    fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        self.inner.code()
+    }
+}
+
+/// Locates and renders one Cedar diagnostic within `text` of `file`.
+fn diagnose(file: &str, text: &str, err: &dyn Diagnostic) -> SourceDiagnostic {
+    let offset = err.labels().and_then(|mut l| l.next()).map(|l| l.offset());
+    let (line, column) = match offset {
+        Some(off) => line_col(text, off),
+        None => (0, 0),
+    };
+    let wrapped = InFile {
+        src: NamedSource::new(file, text.to_string()),
+        inner: err,
+    };
+    let mut rendered = String::new();
+    let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor());
+    if handler.render_report(&mut rendered, &wrapped).is_err() {
+        rendered = err.to_string();
+    }
+    let mut message = err.to_string();
+    if let Some(help) = err.help() {
+        message = format!("{message} (help: {help})");
+    }
+    SourceDiagnostic {
+        file: file.to_string(),
+        line,
+        column,
+        rendered: format!("error: {file}:{line}:{column}: {err}\n{rendered}"),
+        message,
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset.min(text.len())).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, column)
+}
+
+/// Loads, parses and strictly validates the schema and the `*.cedar` files
+/// directly inside `policies_dir`.
+pub fn load_bundle(
+    schema_path: &Path,
+    policies_dir: &Path,
+) -> Result<PolicyBundle, PolicyLoadError> {
+    let schema_file = schema_path.display().to_string();
+    let schema_text = std::fs::read_to_string(schema_path)
+        .map_err(|e| PolicyLoadError::single(&schema_file, format!("cannot read schema: {e}")))?;
+    let mut files = read_policy_files(policies_dir)?;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    bundle_from_sources(&schema_file, &schema_text, files)
+}
+
+fn read_policy_files(dir: &Path) -> Result<Vec<PolicyFile>, PolicyLoadError> {
+    let dir_name = dir.display().to_string();
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        PolicyLoadError::single(&dir_name, format!("cannot read policy directory: {e}"))
+    })?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| PolicyLoadError::single(&dir_name, e.to_string()))?;
+        let path = entry.path();
+        if path.is_file() && path.extension().is_some_and(|x| x == "cedar") {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                PolicyLoadError::single(&name, format!("cannot read policy file: {e}"))
+            })?;
+            files.push(PolicyFile { path: name, text });
+        }
+    }
+    if files.is_empty() {
+        return Err(PolicyLoadError::single(
+            &dir_name,
+            "no `*.cedar` files: an empty policy set would deny everything".into(),
+        ));
+    }
+    Ok(files)
+}
+
+/// Builds a bundle from sources already in memory (files sorted by path).
+pub fn bundle_from_sources(
+    schema_file: &str,
+    schema_text: &str,
+    files: Vec<PolicyFile>,
+) -> Result<PolicyBundle, PolicyLoadError> {
+    let (schema, schema_warnings) =
+        Schema::from_cedarschema_str(schema_text).map_err(|e| PolicyLoadError {
+            diagnostics: vec![diagnose(schema_file, schema_text, &e)],
+        })?;
+    let mut warnings: Vec<String> = schema_warnings
+        .map(|w| format!("{schema_file}: {w}"))
+        .collect();
+
+    let mut diagnostics = Vec::new();
+    let mut pset = PolicySet::new();
+    // policy id -> index of the file that defines it, for locating errors.
+    let mut origin: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (index, file) in files.iter().enumerate() {
+        let parsed: PolicySet = match file.text.parse() {
+            Ok(p) => p,
+            Err(e) => {
+                let e: cedar_policy::ParseErrors = e;
+                for one in e.iter() {
+                    diagnostics.push(diagnose(&file.path, &file.text, one));
+                }
+                continue;
+            }
+        };
+        if parsed.templates().next().is_some() {
+            diagnostics.push(
+                PolicyLoadError::single(
+                    &file.path,
+                    "templates are not supported in policy files".into(),
+                )
+                .diagnostics
+                .remove(0),
+            );
+        }
+        for policy in parsed.policies() {
+            let Some(id) = policy.annotation("id") else {
+                // Display keeps the policy's original text: find it to locate it.
+                let (line, column) = file
+                    .text
+                    .find(policy.to_string().trim())
+                    .map(|off| line_col(&file.text, off))
+                    .unwrap_or((0, 0));
+                let message = "policy has no `@id(\"…\")` annotation; every policy needs a stable id so decisions can name it".to_string();
+                diagnostics.push(SourceDiagnostic {
+                    file: file.path.clone(),
+                    line,
+                    column,
+                    rendered: format!("error: {}:{line}:{column}: {message}", file.path),
+                    message,
+                });
+                continue;
+            };
+            if let Some(first) = origin.get(id) {
+                let message = format!(
+                    "duplicate policy id `{id}` (first defined in `{}`)",
+                    files.get(*first).map(|f| f.path.as_str()).unwrap_or("?")
+                );
+                diagnostics.push(SourceDiagnostic {
+                    file: file.path.clone(),
+                    line: 0,
+                    column: 0,
+                    rendered: format!("error: {}: {message}", file.path),
+                    message,
+                });
+                continue;
+            }
+            origin.insert(id.to_string(), index);
+            if let Err(e) = pset.add(policy.new_id(PolicyId::new(id))) {
+                diagnostics.push(
+                    PolicyLoadError::single(&file.path, e.to_string())
+                        .diagnostics
+                        .remove(0),
+                );
+            }
+        }
+    }
+    if !diagnostics.is_empty() {
+        return Err(PolicyLoadError { diagnostics });
+    }
+
+    let result = Validator::new(schema.clone()).validate(&pset, ValidationMode::Strict);
+    for e in result.validation_errors() {
+        let file = origin
+            .get(AsRef::<str>::as_ref(e.policy_id()))
+            .and_then(|i| files.get(*i));
+        match file {
+            Some(f) => diagnostics.push(diagnose(&f.path, &f.text, e)),
+            None => diagnostics.push(
+                PolicyLoadError::single("<policies>", e.to_string())
+                    .diagnostics
+                    .remove(0),
+            ),
+        }
+    }
+    if !diagnostics.is_empty() {
+        return Err(PolicyLoadError { diagnostics });
+    }
+    for w in result.validation_warnings() {
+        let file = origin
+            .get(AsRef::<str>::as_ref(w.policy_id()))
+            .and_then(|i| files.get(*i));
+        match file {
+            Some(f) => warnings.push(diagnose(&f.path, &f.text, w).to_string()),
+            None => warnings.push(w.to_string()),
+        }
+    }
+
+    let schema_hash = hex::encode(Sha256::digest(schema_text.as_bytes()));
+    let mut hasher = Sha256::new();
+    hasher.update(b"cedargate-policy-bundle-v1\0");
+    hasher.update(schema_text.as_bytes());
+    for f in &files {
+        hasher.update(b"\0");
+        hasher.update(f.path.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(f.text.as_bytes());
+    }
+    let hash = hex::encode(hasher.finalize());
+    let mut policy_ids: Vec<String> = origin.into_keys().collect();
+    policy_ids.sort();
+
+    Ok(PolicyBundle {
+        schema,
+        policies: pset,
+        hash,
+        schema_hash,
+        schema_text: schema_text.to_string(),
+        schema_path: schema_file.to_string(),
+        files,
+        policy_ids,
+        loaded_at: crate::ids::now_rfc3339(),
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMA: &str = include_str!("../../schemas/gateway.cedarschema");
+
+    fn file(path: &str, text: &str) -> Vec<PolicyFile> {
+        vec![PolicyFile {
+            path: path.into(),
+            text: text.into(),
+        }]
+    }
+
+    #[test]
+    fn shipped_policies_validate() {
+        let bundle = load_bundle(
+            Path::new("schemas/gateway.cedarschema"),
+            Path::new("policies"),
+        );
+        let bundle = match bundle {
+            Ok(b) => b,
+            Err(e) => panic!("{}", e.render()),
+        };
+        assert!(
+            bundle
+                .policy_ids
+                .contains(&"only-the-session-agent-acts".to_string())
+        );
+        assert_eq!(bundle.hash.len(), 64);
+    }
+
+    #[test]
+    fn syntax_error_names_file_line_and_column() {
+        let err = bundle_from_sources(
+            "schemas/gateway.cedarschema",
+            SCHEMA,
+            file(
+                "policies/broken.cedar",
+                "@id(\"x\")\npermit(principal, action, resource)\nwhen { principal.nope == };\n",
+            ),
+        )
+        .map(|_| ())
+        .expect_err("must fail");
+        let d = &err.diagnostics[0];
+        assert_eq!(d.file, "policies/broken.cedar");
+        assert_eq!(d.line, 3);
+        assert!(
+            d.rendered.contains("policies/broken.cedar:3:"),
+            "{}",
+            d.rendered
+        );
+    }
+
+    #[test]
+    fn schema_violation_names_file_line_and_column() {
+        let err = bundle_from_sources(
+            "schemas/gateway.cedarschema",
+            SCHEMA,
+            file(
+                "policies/typo.cedar",
+                "@id(\"typo\")\npermit(principal, action == Gateway::Action::\"call_tool\", resource)\n  when { resource.rsik };\n",
+            ),
+        )
+        .map(|_| ())
+        .expect_err("must fail");
+        let d = &err.diagnostics[0];
+        assert_eq!((d.file.as_str(), d.line), ("policies/typo.cedar", 3));
+        assert!(d.message.contains("rsik"), "{}", d.message);
+    }
+
+    #[test]
+    fn missing_and_duplicate_ids_are_rejected() {
+        let err = bundle_from_sources(
+            "s",
+            SCHEMA,
+            file("p.cedar", "permit(principal, action, resource);\n"),
+        )
+        .map(|_| ())
+        .expect_err("no id");
+        assert!(err.diagnostics[0].message.contains("@id"));
+        let err = bundle_from_sources(
+            "s",
+            SCHEMA,
+            file("p.cedar", "@id(\"a\") permit(principal, action, resource);\n@id(\"a\") forbid(principal, action, resource);\n"),
+        )
+        .map(|_| ())
+        .expect_err("dup");
+        assert!(
+            err.diagnostics[0]
+                .message
+                .contains("duplicate policy id `a`")
+        );
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}

@@ -1,0 +1,163 @@
+//! Assembly and lifecycle: load and validate policies (refusing to start on
+//! an invalid set), open the store, build the router, serve until shutdown,
+//! then drain in-flight requests and flush the decision trail.
+//!
+//! [`run`] takes a bound listener and a shutdown future, so tests bind
+//! `127.0.0.1:0` and drive the real server.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::policy::{PolicyLoadError, load_bundle};
+use crate::store::{Store, StoreError};
+use crate::tools::Catalog;
+
+/// Why the gateway refused to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The policy set or schema is invalid.
+    #[error("{}", .0.render())]
+    Policies(#[from] PolicyLoadError),
+    /// The database could not be opened or migrated.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// The built-in catalog is broken (a bug).
+    #[error("tool catalog: {0}")]
+    Catalog(String),
+    /// The listener could not be bound or served.
+    #[error("cannot serve on `{addr}`: {source}")]
+    Io {
+        /// Address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// Loads policies, opens the store and records the active policy set.
+pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
+    let bundle = load_bundle(&config.schema_file, &config.policies_dir)?;
+    for w in &bundle.warnings {
+        tracing::warn!(warning = %w, "policy validation warning");
+    }
+    let store = Store::open(
+        &config.database_path(),
+        config.limits.write_queue,
+        config.limits.group_commit_max,
+    )?;
+    store
+        .writer()
+        .submit(vec![Gateway::policy_set_op(&bundle)])
+        .await?;
+    tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), "policy set active");
+    let catalog = Catalog::builtin().map_err(StartError::Catalog)?;
+    Ok(Arc::new(Gateway::new(config, store, bundle, catalog)))
+}
+
+/// The full router.
+pub fn app(gw: Arc<Gateway>) -> Router {
+    let mut router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/api/sessions", post(crate::daemon::open_session))
+        .route(
+            "/api/mcp/{session_id}",
+            post(crate::mcp::post_endpoint).get(crate::mcp::get_endpoint),
+        );
+    if gw
+        .config
+        .admin_token
+        .as_deref()
+        .is_some_and(|t| !t.is_empty())
+    {
+        router = router.nest("/admin", crate::admin::routes(Arc::clone(&gw)));
+    }
+    router.layer(TraceLayer::new_for_http()).with_state(gw)
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({ "status": "ok" }))
+}
+
+async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    let db = gw
+        .store
+        .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+        .await;
+    let writer = gw.store.writer().flush().await;
+    match (db, writer) {
+        (Ok(_), Ok(())) => (
+            StatusCode::OK,
+            axum::Json(json!({ "status": "ready", "policyHash": gw.pep.current().hash })),
+        ),
+        (db, writer) => {
+            let reason = db
+                .err()
+                .map(|e| e.to_string())
+                .or_else(|| writer.err().map(|e| e.to_string()));
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({ "status": "not ready", "reason": reason })),
+            )
+        }
+    }
+}
+
+/// Serves on `listener` until `shutdown` resolves, then drains in-flight
+/// requests and flushes every queued decision record.
+pub async fn run(
+    listener: TcpListener,
+    gw: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    if gw.config.admin_token.is_none() {
+        tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
+    }
+    let served = axum::serve(listener, app(Arc::clone(&gw)))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    if let Err(e) = gw.store.writer().flush().await {
+        tracing::error!(error = %e, "final flush of the decision trail failed");
+    }
+    served.map_err(|source| StartError::Io { addr, source })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+}

@@ -1,0 +1,298 @@
+//! Storage of the decision trail: one row per Cedar decision, chained by
+//! SHA-256 so that an edited, inserted or deleted row breaks verification.
+//!
+//! Every column is stored as the exact text that was hashed, so
+//! verification never depends on re-serializing JSON.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::StoreError;
+
+/// The hash a chain starts from.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One decision as handed to the writer (before chaining).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewDecision {
+    /// UUIDv7 of the decision (returned to callers in `error.data`).
+    pub id: String,
+    /// RFC 3339 time of the decision.
+    pub time: String,
+    /// Org of the session or key, when known.
+    pub org_id: Option<String>,
+    /// Session the decision was made in, when any.
+    pub session_id: Option<String>,
+    /// Principal uid, e.g. `Gateway::Agent::"claude"`.
+    pub principal: String,
+    /// Action name, e.g. `call_tool`.
+    pub action: String,
+    /// Resource uid.
+    pub resource: String,
+    /// The Cedar context JSON exactly as decided.
+    pub context: String,
+    /// SHA-256 of the entity slice JSON.
+    pub entities_hash: String,
+    /// The entity slice JSON (stored once per hash).
+    #[serde(skip)]
+    pub entities: Option<std::sync::Arc<str>>,
+    /// Hash of the policy bundle that decided.
+    pub policy_hash: String,
+    /// `allow` or `deny`.
+    pub decision: String,
+    /// JSON array of determining policy ids.
+    pub reasons: String,
+    /// JSON array of error strings.
+    pub errors: String,
+    /// JSON outcome of the work the decision allowed (or why none ran).
+    pub outcome: String,
+    /// JSON notes (e.g. a caller-supplied tenant context that was replaced).
+    pub notes: String,
+}
+
+/// A stored, chained decision.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredDecision {
+    /// Position in the chain (1-based, no gaps).
+    pub seq: i64,
+    /// The decision.
+    #[serde(flatten)]
+    pub record: NewDecision,
+    /// Hash of the previous row.
+    pub prev_hash: String,
+    /// Hash of this row.
+    pub hash: String,
+}
+
+/// Length-prefixed SHA-256 over `prev_hash`, `seq` and every column.
+pub fn chain_hash(prev_hash: &str, seq: i64, d: &NewDecision) -> String {
+    let mut h = Sha256::new();
+    let mut field = |s: &str| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    field("cedargate-decision-v1");
+    field(prev_hash);
+    field(&seq.to_string());
+    field(&d.id);
+    field(&d.time);
+    field(d.org_id.as_deref().unwrap_or("\u{0}"));
+    field(d.session_id.as_deref().unwrap_or("\u{0}"));
+    field(&d.principal);
+    field(&d.action);
+    field(&d.resource);
+    field(&d.context);
+    field(&d.entities_hash);
+    field(&d.policy_hash);
+    field(&d.decision);
+    field(&d.reasons);
+    field(&d.errors);
+    field(&d.outcome);
+    field(&d.notes);
+    hex::encode(h.finalize())
+}
+
+/// The last `(seq, hash)` of the chain, or `(0, GENESIS_HASH)`.
+pub fn chain_head(conn: &Connection) -> Result<(i64, String), StoreError> {
+    let head = conn
+        .query_row(
+            "SELECT seq, hash FROM decisions ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(head.unwrap_or((0, GENESIS_HASH.to_string())))
+}
+
+/// Appends one decision at `seq` after `prev_hash`; returns its hash.
+pub fn insert(
+    conn: &Connection,
+    seq: i64,
+    prev_hash: &str,
+    d: &NewDecision,
+) -> Result<String, StoreError> {
+    if let Some(entities) = &d.entities {
+        conn.prepare_cached(
+            "INSERT OR IGNORE INTO entity_snapshots (hash, entities) VALUES (?1, ?2)",
+        )?
+        .execute(params![d.entities_hash, entities.as_ref()])?;
+    }
+    let hash = chain_hash(prev_hash, seq, d);
+    conn.prepare_cached(
+        "INSERT INTO decisions (seq, id, time, org_id, session_id, principal, action, resource,
+             context, entities_hash, policy_hash, decision, reasons, errors, outcome, notes,
+             prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+    )?
+    .execute(params![
+        seq,
+        d.id,
+        d.time,
+        d.org_id,
+        d.session_id,
+        d.principal,
+        d.action,
+        d.resource,
+        d.context,
+        d.entities_hash,
+        d.policy_hash,
+        d.decision,
+        d.reasons,
+        d.errors,
+        d.outcome,
+        d.notes,
+        prev_hash,
+        hash
+    ])?;
+    Ok(hash)
+}
+
+const COLUMNS: &str = "seq, id, time, org_id, session_id, principal, action, resource, context,
+    entities_hash, policy_hash, decision, reasons, errors, outcome, notes, prev_hash, hash";
+
+fn row_to_decision(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDecision> {
+    Ok(StoredDecision {
+        seq: r.get(0)?,
+        record: NewDecision {
+            id: r.get(1)?,
+            time: r.get(2)?,
+            org_id: r.get(3)?,
+            session_id: r.get(4)?,
+            principal: r.get(5)?,
+            action: r.get(6)?,
+            resource: r.get(7)?,
+            context: r.get(8)?,
+            entities_hash: r.get(9)?,
+            entities: None,
+            policy_hash: r.get(10)?,
+            decision: r.get(11)?,
+            reasons: r.get(12)?,
+            errors: r.get(13)?,
+            outcome: r.get(14)?,
+            notes: r.get(15)?,
+        },
+        prev_hash: r.get(16)?,
+        hash: r.get(17)?,
+    })
+}
+
+/// The last `n` decisions, oldest first.
+pub fn tail(conn: &Connection, n: usize) -> Result<Vec<StoredDecision>, StoreError> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {COLUMNS} FROM (SELECT * FROM decisions ORDER BY seq DESC LIMIT ?1) ORDER BY seq ASC"
+    ))?;
+    let rows = stmt.query_map([n as i64], row_to_decision)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// One decision by id.
+pub fn get(conn: &Connection, id: &str) -> Result<Option<StoredDecision>, StoreError> {
+    let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM decisions WHERE id = ?1"))?;
+    Ok(stmt.query_row([id], row_to_decision).optional()?)
+}
+
+/// Decisions with `seq > after`, oldest first, at most `limit`.
+pub fn page(
+    conn: &Connection,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<StoredDecision>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM decisions WHERE seq > ?1 ORDER BY seq LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![after, limit as i64], row_to_decision)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The stored entity slice JSON for a hash.
+pub fn entity_snapshot(conn: &Connection, hash: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT entities FROM entity_snapshots WHERE hash = ?1",
+            [hash],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// What `audit verify` found.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// Rows checked.
+    pub checked: i64,
+    /// Last seq seen.
+    pub last_seq: i64,
+    /// Problems found (empty: the chain is intact).
+    pub problems: Vec<String>,
+}
+
+/// Re-computes every row's hash and checks the links, the sequence and the
+/// entity snapshots the rows refer to.
+pub fn verify(conn: &Connection) -> Result<VerifyReport, StoreError> {
+    let mut report = VerifyReport {
+        checked: 0,
+        last_seq: 0,
+        problems: Vec::new(),
+    };
+    let mut prev_hash = GENESIS_HASH.to_string();
+    let mut expected_seq = 1;
+    let mut after = 0;
+    let mut snapshots_ok = std::collections::HashSet::new();
+    loop {
+        let rows = page(conn, after, 2048)?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in rows {
+            after = row.seq;
+            report.checked += 1;
+            report.last_seq = row.seq;
+            if row.seq != expected_seq {
+                report.problems.push(format!(
+                    "seq {}: expected seq {expected_seq}; rows {expected_seq}..{} are missing",
+                    row.seq,
+                    row.seq - 1
+                ));
+            }
+            if row.prev_hash != prev_hash {
+                report.problems.push(format!(
+                    "seq {}: prev_hash does not match the hash of the row before it",
+                    row.seq
+                ));
+            }
+            let recomputed = chain_hash(&row.prev_hash, row.seq, &row.record);
+            if recomputed != row.hash {
+                report.problems.push(format!(
+                    "seq {} (decision `{}`): contents do not match its hash (edited row)",
+                    row.seq, row.record.id
+                ));
+            }
+            if !snapshots_ok.contains(&row.record.entities_hash) {
+                match entity_snapshot(conn, &row.record.entities_hash)? {
+                    Some(json) => {
+                        if hex::encode(Sha256::digest(json.as_bytes())) == row.record.entities_hash
+                        {
+                            snapshots_ok.insert(row.record.entities_hash.clone());
+                        } else {
+                            report.problems.push(format!(
+                                "seq {}: entity snapshot `{}` does not match its hash",
+                                row.seq, row.record.entities_hash
+                            ));
+                        }
+                    }
+                    None => report.problems.push(format!(
+                        "seq {}: entity snapshot `{}` is missing",
+                        row.seq, row.record.entities_hash
+                    )),
+                }
+            }
+            prev_hash = row.hash.clone();
+            expected_seq = row.seq + 1;
+        }
+    }
+    Ok(report)
+}

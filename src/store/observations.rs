@@ -1,0 +1,157 @@
+//! Observations (agent memory) per project, with ranked full-text search
+//! (SQLite FTS5, BM25, Porter stemming).
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use super::StoreError;
+
+/// Most search terms taken from one query.
+const MAX_TERMS: usize = 32;
+
+/// An observation to store.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewObservation {
+    /// UUIDv7.
+    pub id: String,
+    /// Owning org.
+    pub org_id: String,
+    /// Owning project.
+    pub project_id: String,
+    /// Session that stored it.
+    pub session_id: String,
+    /// Agent that stored it.
+    pub agent_id: String,
+    /// The text.
+    pub content: String,
+    /// Optional kind (pattern, decision, constraint, …).
+    #[serde(rename = "type")]
+    pub obs_type: Option<String>,
+    /// Optional confidence in 0..=1.
+    pub confidence: Option<f64>,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+}
+
+/// A search hit.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservationHit {
+    /// Observation id.
+    pub id: String,
+    /// The text.
+    pub content: String,
+    /// Its kind, if given.
+    #[serde(rename = "type")]
+    pub obs_type: Option<String>,
+    /// Its confidence, if given.
+    pub confidence: Option<f64>,
+    /// When it was stored.
+    pub created_at: String,
+    /// Relevance (higher is better): negated BM25.
+    pub score: f64,
+}
+
+/// Inserts one observation (inside the writer's transaction).
+pub fn insert(conn: &Connection, o: &NewObservation) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO observations (id, org_id, project_id, session_id, agent_id, content, type, confidence, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        o.id,
+        o.org_id,
+        o.project_id,
+        o.session_id,
+        o.agent_id,
+        o.content,
+        o.obs_type,
+        o.confidence,
+        o.created_at
+    ])?;
+    Ok(())
+}
+
+/// Turns free text into an FTS5 query: every word becomes a quoted term,
+/// terms are OR-ed, so punctuation or FTS syntax in the input is inert.
+/// `None` when the text has no searchable word.
+pub fn fts_query(text: &str) -> Option<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        let w = word.to_lowercase();
+        if w.is_empty() || terms.contains(&w) {
+            continue;
+        }
+        terms.push(w);
+        if terms.len() == MAX_TERMS {
+            break;
+        }
+    }
+    if terms.is_empty() {
+        return None;
+    }
+    Some(
+        terms
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR "),
+    )
+}
+
+/// The best `limit` observations of a project for `query`, best first.
+pub fn search(
+    conn: &Connection,
+    org_id: &str,
+    project_id: &str,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<ObservationHit>, StoreError> {
+    let Some(q) = fts_query(query) else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.id, o.content, o.type, o.confidence, o.created_at, bm25(observations_fts) AS rank
+         FROM observations_fts
+         JOIN observations o ON o.seq = observations_fts.rowid
+         WHERE observations_fts MATCH ?1 AND o.org_id = ?2 AND o.project_id = ?3
+         ORDER BY rank ASC, o.seq DESC
+         LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(params![q, org_id, project_id, limit as i64], |r| {
+        Ok(ObservationHit {
+            id: r.get(0)?,
+            content: r.get(1)?,
+            obs_type: r.get(2)?,
+            confidence: r.get(3)?,
+            created_at: r.get(4)?,
+            score: -r.get::<_, f64>(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Number of observations stored for a project.
+pub fn count(conn: &Connection, org_id: &str, project_id: &str) -> Result<i64, StoreError> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM observations WHERE org_id = ?1 AND project_id = ?2",
+        params![org_id, project_id],
+        |r| r.get(0),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fts_query_neutralizes_syntax() {
+        assert_eq!(
+            fts_query("auth* OR \"x\" NEAR(a b)").as_deref(),
+            Some("\"auth\" OR \"or\" OR \"x\" OR \"near\" OR \"a\" OR \"b\"")
+        );
+        assert_eq!(fts_query("  ?! "), None);
+        assert_eq!(fts_query("Auth auth").as_deref(), Some("\"auth\""));
+    }
+}

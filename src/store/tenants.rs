@@ -1,0 +1,501 @@
+//! Tenants: orgs, projects, agents (with roles), daemon keys and sessions.
+//! Plain synchronous functions over a connection; callers choose the thread.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::StoreError;
+
+/// An organization (tenant).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Org {
+    /// Org id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Plan name.
+    pub plan: String,
+    /// Plan features, e.g. `kg_enabled`.
+    pub entitlements: Vec<String>,
+    /// Creation time.
+    pub created_at: String,
+}
+
+/// A project inside an org.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    /// Owning org.
+    pub org_id: String,
+    /// Project id (unique within the org).
+    pub id: String,
+    /// Memory tools on.
+    pub memory_enabled: bool,
+    /// Graph tools on (with memory).
+    pub graph_enabled: bool,
+    /// Creation time.
+    pub created_at: String,
+}
+
+/// An agent inside an org.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    /// Owning org.
+    pub org_id: String,
+    /// Agent id (unique within the org).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Role ids (Cedar `Role` parents).
+    pub roles: Vec<String>,
+    /// Creation time.
+    pub created_at: String,
+}
+
+/// A daemon key, without its secret.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKey {
+    /// Key id (the public part of the key).
+    pub id: String,
+    /// Owning org.
+    pub org_id: String,
+    /// Operator label.
+    pub label: String,
+    /// Creation time.
+    pub created_at: String,
+}
+
+/// An MCP session.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// Session id (UUID).
+    pub id: String,
+    /// Owning org.
+    pub org_id: String,
+    /// Project the agent works in.
+    pub project_id: String,
+    /// Agent the session is for.
+    pub agent_id: String,
+    /// Key that opened it, if any.
+    pub created_by_key: Option<String>,
+    /// Protocol version negotiated by `initialize`, if any.
+    pub protocol_version: Option<String>,
+    /// Creation time.
+    pub created_at: String,
+}
+
+/// A session with everything a decision inside it needs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionTenant {
+    /// The session.
+    pub session: Session,
+    /// Its org.
+    pub org: Org,
+    /// Its project.
+    pub project: Project,
+    /// Its agent.
+    pub agent: Agent,
+}
+
+fn json_list(text: &str) -> Result<Vec<String>, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("list column: {e}")))
+}
+
+fn to_json_list(list: &[String]) -> String {
+    serde_json::Value::from(list.to_vec()).to_string()
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+            || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+}
+
+fn org_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn org_from(t: (String, String, String, String, String)) -> Result<Org, StoreError> {
+    Ok(Org {
+        id: t.0,
+        name: t.1,
+        plan: t.2,
+        entitlements: json_list(&t.3)?,
+        created_at: t.4,
+    })
+}
+
+/// Creates an org.
+pub fn create_org(conn: &Connection, org: &Org) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO orgs (id, name, plan, entitlements, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            org.id,
+            org.name,
+            org.plan,
+            to_json_list(&org.entitlements),
+            org.created_at
+        ],
+    )
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            StoreError::Conflict(format!("org `{}` already exists", org.id))
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(())
+}
+
+/// One org.
+pub fn get_org(conn: &Connection, id: &str) -> Result<Option<Org>, StoreError> {
+    conn.query_row(
+        "SELECT id, name, plan, entitlements, created_at FROM orgs WHERE id = ?1",
+        [id],
+        org_row,
+    )
+    .optional()?
+    .map(org_from)
+    .transpose()
+}
+
+/// Every org, by id.
+pub fn list_orgs(conn: &Connection) -> Result<Vec<Org>, StoreError> {
+    let mut stmt =
+        conn.prepare("SELECT id, name, plan, entitlements, created_at FROM orgs ORDER BY id")?;
+    let rows = stmt
+        .query_map([], org_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(org_from).collect()
+}
+
+/// Deletes an org and (by cascade) its projects, agents, keys, sessions and
+/// observations. The decision trail is kept.
+pub fn delete_org(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute("DELETE FROM orgs WHERE id = ?1", [id])?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("org `{id}` not found")));
+    }
+    Ok(())
+}
+
+fn require_org(conn: &Connection, org_id: &str) -> Result<(), StoreError> {
+    if get_org(conn, org_id)?.is_none() {
+        return Err(StoreError::NotFound(format!("org `{org_id}` not found")));
+    }
+    Ok(())
+}
+
+/// Creates a project.
+pub fn create_project(conn: &Connection, p: &Project) -> Result<(), StoreError> {
+    require_org(conn, &p.org_id)?;
+    conn.execute(
+        "INSERT INTO projects (org_id, id, memory_enabled, graph_enabled, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![p.org_id, p.id, p.memory_enabled, p.graph_enabled, p.created_at],
+    )
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            StoreError::Conflict(format!("project `{}` already exists in org `{}`", p.id, p.org_id))
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(())
+}
+
+fn project_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Project> {
+    Ok(Project {
+        org_id: r.get(0)?,
+        id: r.get(1)?,
+        memory_enabled: r.get(2)?,
+        graph_enabled: r.get(3)?,
+        created_at: r.get(4)?,
+    })
+}
+
+/// One project.
+pub fn get_project(
+    conn: &Connection,
+    org_id: &str,
+    id: &str,
+) -> Result<Option<Project>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT org_id, id, memory_enabled, graph_enabled, created_at FROM projects WHERE org_id = ?1 AND id = ?2",
+            params![org_id, id],
+            project_row,
+        )
+        .optional()?)
+}
+
+/// Projects of an org.
+pub fn list_projects(conn: &Connection, org_id: &str) -> Result<Vec<Project>, StoreError> {
+    require_org(conn, org_id)?;
+    let mut stmt = conn.prepare(
+        "SELECT org_id, id, memory_enabled, graph_enabled, created_at FROM projects WHERE org_id = ?1 ORDER BY id",
+    )?;
+    Ok(stmt
+        .query_map([org_id], project_row)?
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Deletes a project (and its sessions and observations).
+pub fn delete_project(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "DELETE FROM projects WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!(
+            "project `{id}` not found in org `{org_id}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates an agent.
+pub fn create_agent(conn: &Connection, a: &Agent) -> Result<(), StoreError> {
+    require_org(conn, &a.org_id)?;
+    conn.execute(
+        "INSERT INTO agents (org_id, id, name, roles, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![a.org_id, a.id, a.name, to_json_list(&a.roles), a.created_at],
+    )
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            StoreError::Conflict(format!(
+                "agent `{}` already exists in org `{}`",
+                a.id, a.org_id
+            ))
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(())
+}
+
+fn agent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn agent_from(t: (String, String, String, String, String)) -> Result<Agent, StoreError> {
+    Ok(Agent {
+        org_id: t.0,
+        id: t.1,
+        name: t.2,
+        roles: json_list(&t.3)?,
+        created_at: t.4,
+    })
+}
+
+/// One agent.
+pub fn get_agent(conn: &Connection, org_id: &str, id: &str) -> Result<Option<Agent>, StoreError> {
+    conn.query_row(
+        "SELECT org_id, id, name, roles, created_at FROM agents WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+        agent_row,
+    )
+    .optional()?
+    .map(agent_from)
+    .transpose()
+}
+
+/// Agents of an org.
+pub fn list_agents(conn: &Connection, org_id: &str) -> Result<Vec<Agent>, StoreError> {
+    require_org(conn, org_id)?;
+    let mut stmt = conn.prepare(
+        "SELECT org_id, id, name, roles, created_at FROM agents WHERE org_id = ?1 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([org_id], agent_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(agent_from).collect()
+}
+
+/// Deletes an agent (and its sessions).
+pub fn delete_agent(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "DELETE FROM agents WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!(
+            "agent `{id}` not found in org `{org_id}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Stores a key (only the hash of its secret).
+pub fn create_key(conn: &Connection, key: &ApiKey, secret_hash: &[u8]) -> Result<(), StoreError> {
+    require_org(conn, &key.org_id)?;
+    conn.execute(
+        "INSERT INTO api_keys (id, org_id, label, secret_hash, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![key.id, key.org_id, key.label, secret_hash, key.created_at],
+    )?;
+    Ok(())
+}
+
+/// A key and its secret hash, by key id.
+pub fn find_key(conn: &Connection, id: &str) -> Result<Option<(ApiKey, Vec<u8>)>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT id, org_id, label, created_at, secret_hash FROM api_keys WHERE id = ?1",
+            [id],
+            |r| {
+                Ok((
+                    ApiKey {
+                        id: r.get(0)?,
+                        org_id: r.get(1)?,
+                        label: r.get(2)?,
+                        created_at: r.get(3)?,
+                    },
+                    r.get(4)?,
+                ))
+            },
+        )
+        .optional()?)
+}
+
+/// Keys of an org (no secrets).
+pub fn list_keys(conn: &Connection, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+    require_org(conn, org_id)?;
+    let mut stmt =
+        conn.prepare("SELECT id, org_id, label, created_at FROM api_keys WHERE org_id = ?1 ORDER BY created_at, id")?;
+    Ok(stmt
+        .query_map([org_id], |r| {
+            Ok(ApiKey {
+                id: r.get(0)?,
+                org_id: r.get(1)?,
+                label: r.get(2)?,
+                created_at: r.get(3)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Revokes a key.
+pub fn delete_key(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "DELETE FROM api_keys WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!(
+            "key `{id}` not found in org `{org_id}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates a session; the project and agent must exist in the org.
+pub fn create_session(conn: &Connection, s: &Session) -> Result<(), StoreError> {
+    if get_project(conn, &s.org_id, &s.project_id)?.is_none() {
+        return Err(StoreError::NotFound(format!(
+            "project `{}` not found in org `{}`",
+            s.project_id, s.org_id
+        )));
+    }
+    if get_agent(conn, &s.org_id, &s.agent_id)?.is_none() {
+        return Err(StoreError::NotFound(format!(
+            "agent `{}` not found in org `{}`",
+            s.agent_id, s.org_id
+        )));
+    }
+    conn.execute(
+        "INSERT INTO sessions (id, org_id, project_id, agent_id, created_by_key, protocol_version, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![s.id, s.org_id, s.project_id, s.agent_id, s.created_by_key, s.protocol_version, s.created_at],
+    )?;
+    Ok(())
+}
+
+/// Sessions of an org, newest first.
+pub fn list_sessions(conn: &Connection, org_id: &str) -> Result<Vec<Session>, StoreError> {
+    require_org(conn, org_id)?;
+    let mut stmt = conn.prepare(
+        "SELECT id, org_id, project_id, agent_id, created_by_key, protocol_version, created_at
+         FROM sessions WHERE org_id = ?1 ORDER BY created_at DESC, id",
+    )?;
+    Ok(stmt
+        .query_map([org_id], session_row)?
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Deletes a session.
+pub fn delete_session(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "DELETE FROM sessions WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!(
+            "session `{id}` not found in org `{org_id}`"
+        )));
+    }
+    Ok(())
+}
+
+fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        id: r.get(0)?,
+        org_id: r.get(1)?,
+        project_id: r.get(2)?,
+        agent_id: r.get(3)?,
+        created_by_key: r.get(4)?,
+        protocol_version: r.get(5)?,
+        created_at: r.get(6)?,
+    })
+}
+
+/// A session with its org, project and agent (one query).
+pub fn load_session_tenant(
+    conn: &Connection,
+    session_id: &str,
+) -> Result<Option<SessionTenant>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT s.id, s.org_id, s.project_id, s.agent_id, s.created_by_key, s.protocol_version, s.created_at,
+                    o.name, o.plan, o.entitlements, o.created_at,
+                    p.memory_enabled, p.graph_enabled, p.created_at,
+                    a.name, a.roles, a.created_at
+             FROM sessions s
+             JOIN orgs o ON o.id = s.org_id
+             JOIN projects p ON p.org_id = s.org_id AND p.id = s.project_id
+             JOIN agents a ON a.org_id = s.org_id AND a.id = s.agent_id
+             WHERE s.id = ?1",
+        )?
+        .query_row([session_id], |r| {
+            let session = session_row(r)?;
+            let org = (session.org_id.clone(), r.get(7)?, r.get(8)?, r.get::<_, String>(9)?, r.get(10)?);
+            let project = Project {
+                org_id: session.org_id.clone(),
+                id: session.project_id.clone(),
+                memory_enabled: r.get(11)?,
+                graph_enabled: r.get(12)?,
+                created_at: r.get(13)?,
+            };
+            let agent = (
+                session.org_id.clone(),
+                session.agent_id.clone(),
+                r.get(14)?,
+                r.get::<_, String>(15)?,
+                r.get(16)?,
+            );
+            Ok((session, org, project, agent))
+        })
+        .optional()?;
+    match row {
+        None => Ok(None),
+        Some((session, org, project, agent)) => Ok(Some(SessionTenant {
+            session,
+            org: org_from(org)?,
+            project,
+            agent: agent_from(agent)?,
+        })),
+    }
+}

@@ -1,0 +1,214 @@
+//! The group-commit writer: one OS thread owns the write connection, takes
+//! jobs from a bounded queue, and commits everything waiting in one
+//! transaction (one fsync for many requests). A job's acknowledgement is
+//! sent only after the transaction holding it committed, which is what lets
+//! the MCP endpoint answer only after its decision record is durable.
+//!
+//! The decision chain (`seq`, `prev_hash`) is assigned here, in commit
+//! order, so concurrent requests never race on it.
+
+use rusqlite::{Connection, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::StoreError;
+use super::decisions::{self, NewDecision};
+use super::observations::NewObservation;
+
+/// One durable write.
+#[derive(Debug)]
+pub enum WriteOp {
+    /// Append a decision to the chained trail.
+    Decision(Box<NewDecision>),
+    /// Store an observation (agent memory).
+    Observation(Box<NewObservation>),
+    /// Record the policy bundle decisions will reference (idempotent).
+    PolicySet {
+        /// Bundle hash.
+        hash: String,
+        /// Schema file path.
+        schema_path: String,
+        /// Schema text.
+        schema_text: String,
+        /// JSON `[{path, text}]`.
+        files: String,
+        /// When it was loaded.
+        loaded_at: String,
+    },
+    /// Remember the protocol version a session negotiated.
+    SessionProtocol {
+        /// Session id.
+        session_id: String,
+        /// Negotiated version.
+        version: String,
+    },
+}
+
+struct Job {
+    ops: Vec<WriteOp>,
+    ack: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// Handle to the writer thread; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    tx: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("ops", &self.ops.len()).finish()
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread on `conn` with a queue of `capacity` jobs,
+    /// committing at most `batch_max` jobs per transaction.
+    pub fn start(
+        conn: Connection,
+        capacity: usize,
+        batch_max: usize,
+    ) -> Result<Writer, StoreError> {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (seq, hash) = decisions::chain_head(&conn)?;
+        std::thread::Builder::new()
+            .name("cedargate-writer".into())
+            .spawn(move || run(conn, rx, batch_max.max(1), seq, hash))
+            .map_err(|e| StoreError::Write(format!("cannot start writer thread: {e}")))?;
+        Ok(Writer { tx })
+    }
+
+    /// Writes `ops` and waits until they are durably committed.
+    pub async fn submit(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Job {
+                ops,
+                ack: Some(ack),
+            })
+            .await
+            .map_err(|_| StoreError::Write("writer is stopped".into()))?;
+        match done.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Write(e)),
+            Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
+        }
+    }
+
+    /// Queues `ops` without waiting for the commit (waits only for queue
+    /// space). A later [`Writer::submit`] or [`Writer::flush`] returning Ok
+    /// implies these committed too: jobs commit in queue order.
+    pub async fn enqueue(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        self.tx
+            .send(Job { ops, ack: None })
+            .await
+            .map_err(|_| StoreError::Write("writer is stopped".into()))
+    }
+
+    /// Blocking variant of [`Writer::submit`] for synchronous callers (CLI).
+    pub fn submit_blocking(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .blocking_send(Job {
+                ops,
+                ack: Some(ack),
+            })
+            .map_err(|_| StoreError::Write("writer is stopped".into()))?;
+        match done.blocking_recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Write(e)),
+            Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
+        }
+    }
+
+    /// Waits until everything queued so far is committed.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.submit(Vec::new()).await
+    }
+}
+
+fn run(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<Job>,
+    batch_max: usize,
+    mut seq: i64,
+    mut hash: String,
+) {
+    let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < batch_max {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let result = commit(&mut conn, &batch, seq, &hash);
+        let outcome = match result {
+            Ok((new_seq, new_hash)) => {
+                seq = new_seq;
+                hash = new_hash;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, jobs = batch.len(), "durable write failed; batch rolled back");
+                // The chain head is unchanged by a rolled-back transaction,
+                // but re-read it in case the failure was in COMMIT itself.
+                if let Ok((s, h)) = decisions::chain_head(&conn) {
+                    seq = s;
+                    hash = h;
+                }
+                Err(e.to_string())
+            }
+        };
+        for job in batch.drain(..) {
+            if let Some(ack) = job.ack {
+                // The requester may have gone away; the write stands.
+                let _ = ack.send(outcome.clone());
+            }
+        }
+    }
+}
+
+fn commit(
+    conn: &mut Connection,
+    batch: &[Job],
+    seq: i64,
+    hash: &str,
+) -> Result<(i64, String), StoreError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut seq = seq;
+    let mut hash = hash.to_string();
+    for job in batch {
+        for op in &job.ops {
+            match op {
+                WriteOp::Decision(d) => {
+                    seq += 1;
+                    hash = decisions::insert(&tx, seq, &hash, d)?;
+                }
+                WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
+                WriteOp::PolicySet {
+                    hash: h,
+                    schema_path,
+                    schema_text,
+                    files,
+                    loaded_at,
+                } => {
+                    tx.prepare_cached(
+                        "INSERT OR IGNORE INTO policy_sets (hash, schema_path, schema_text, files, loaded_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![h, schema_path, schema_text, files, loaded_at])?;
+                }
+                WriteOp::SessionProtocol {
+                    session_id,
+                    version,
+                } => {
+                    tx.prepare_cached("UPDATE sessions SET protocol_version = ?2 WHERE id = ?1")?
+                        .execute(params![session_id, version])?;
+                }
+            }
+        }
+    }
+    tx.commit()?;
+    Ok((seq, hash))
+}
