@@ -300,19 +300,23 @@ fn serve(config: Config) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let mut config = config;
         let listen = config.listen;
         let demo = config.demo_tenant;
-        let gw = match crate::server::prepare(config).await {
-            Ok(gw) => gw,
-            Err(e) => {
-                eprintln!("error: refusing to start\n{e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        // Bind first so a port of 0 resolves before URLs are printed.
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("error: cannot listen on {listen}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let bound = listener.local_addr().unwrap_or(listen);
+        config.listen = bound;
+        let gw = match crate::server::prepare(config).await {
+            Ok(gw) => gw,
+            Err(e) => {
+                eprintln!("error: refusing to start\n{e}");
                 return ExitCode::FAILURE;
             }
         };
@@ -326,7 +330,7 @@ fn serve(config: Config) -> ExitCode {
                 Err(e) => tracing::warn!(error = %e, "cannot create the demo tenant"),
             }
         }
-        tracing::info!(%listen, "cedargate listening");
+        tracing::info!(listen = %bound, "cedargate listening");
         match crate::server::run(listener, gw, crate::server::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

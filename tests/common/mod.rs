@@ -1,0 +1,281 @@
+//! Test harness: a real gateway on `127.0.0.1:0` with its own data
+//! directory, plus helpers to create tenants and speak MCP to it.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cedargate::config::Config;
+use cedargate::gateway::Gateway;
+use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// Admin token every test gateway uses.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// The repository root (policies/ and schemas/ live there).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A running gateway.
+pub struct TestGateway {
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    /// The shared state (for direct store access in assertions).
+    pub gw: Arc<Gateway>,
+    /// Its data directory (deleted on drop).
+    pub dir: tempfile::TempDir,
+    /// HTTP client.
+    pub http: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A tenant with one session.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub org: String,
+    pub project: String,
+    pub agent: String,
+    pub key: String,
+    pub key_id: String,
+    pub session_id: String,
+    pub mcp_url: String,
+}
+
+/// Copies the shipped policies into a fresh directory tests may edit.
+pub fn copy_policies(dest: &Path) -> PathBuf {
+    let dir = dest.join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(repo().join("policies")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|x| x == "cedar") {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
+impl TestGateway {
+    /// A gateway on the shipped policies.
+    pub async fn start() -> TestGateway {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A gateway whose config `tweak` may change (its data dir is fresh).
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestGateway {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, tweak).await
+    }
+
+    /// A gateway over an existing data directory (restarts).
+    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestGateway {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut config = Config::default();
+        config.listen = addr;
+        config.public_url = Some(format!("http://{addr}"));
+        config.data_dir = dir.path().join("data");
+        config.policies_dir = repo().join("policies");
+        config.schema_file = repo().join("schemas/gateway.cedarschema");
+        config.admin_token = Some(ADMIN_TOKEN.into());
+        config.demo_tenant = false;
+        tweak(&mut config);
+        let gw = cedargate::server::prepare(config)
+            .await
+            .unwrap_or_else(|e| panic!("gateway did not start: {e}"));
+        let (tx, rx) = oneshot::channel::<()>();
+        let served = Arc::clone(&gw);
+        let handle = tokio::spawn(async move {
+            cedargate::server::run(listener, served, async move {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestGateway {
+            base: format!("http://{addr}"),
+            gw,
+            dir,
+            http: reqwest::Client::new(),
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the server (drains, flushes) and hands back the data dir.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    /// Creates org `org` with project `proj`, agent `agent` (roles), a key
+    /// and a session, directly through the operator layer.
+    pub async fn tenant_with(&self, org: &str, memory: bool, roles: &[&str]) -> Tenant {
+        let (org_s, roles_v) = (
+            org.to_string(),
+            roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        );
+        let base = self.base.clone();
+        self.gw
+            .store
+            .read(move |c| {
+                let org = org_s;
+                if cedargate::store::tenants::get_org(c, &org)?.is_none() {
+                    operator::create_org(
+                        c,
+                        CreateOrg {
+                            id: org.clone(),
+                            name: format!("Org {org}"),
+                            plan: None,
+                            entitlements: None,
+                        },
+                    )?;
+                }
+                let project = format!("{org}-proj");
+                operator::create_project(
+                    c,
+                    &org,
+                    CreateProject {
+                        id: project.clone(),
+                        memory_enabled: memory,
+                        graph_enabled: false,
+                    },
+                )?;
+                let agent = format!("{org}-agent");
+                operator::create_agent(
+                    c,
+                    &org,
+                    CreateAgent {
+                        id: agent.clone(),
+                        name: "Agent".into(),
+                        roles: roles_v,
+                    },
+                )?;
+                let (key, secret) = operator::create_key(
+                    c,
+                    &org,
+                    CreateKey {
+                        label: "daemon".into(),
+                    },
+                )?;
+                let s = operator::open_session(
+                    c,
+                    &org,
+                    OpenSession {
+                        project_id: project.clone(),
+                        agent_id: agent.clone(),
+                    },
+                    Some(&key.id),
+                )?;
+                Ok(Tenant {
+                    mcp_url: operator::mcp_url(&base, &s.id),
+                    org,
+                    project,
+                    agent,
+                    key: secret,
+                    key_id: key.id,
+                    session_id: s.id,
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    /// A tenant with memory on and role `developers`.
+    pub async fn tenant(&self, org: &str) -> Tenant {
+        self.tenant_with(org, true, &["developers"]).await
+    }
+
+    /// POSTs `body` to the tenant's MCP URL with its key.
+    pub async fn mcp(&self, t: &Tenant, body: Value) -> (u16, Value) {
+        self.mcp_raw(&t.mcp_url, Some(&t.key), &[], body.to_string())
+            .await
+    }
+
+    /// POSTs raw text with optional key and extra headers; returns status
+    /// and the JSON body (`Null` when empty).
+    pub async fn mcp_raw(
+        &self,
+        url: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: String,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(k) = key {
+            req = req.header("authorization", format!("Bearer {k}"));
+        }
+        for (h, v) in headers {
+            req = req.header(*h, *v);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, json)
+    }
+
+    /// Calls a tool and returns the JSON-RPC response.
+    pub async fn call_tool(&self, t: &Tenant, name: &str, args: Value) -> Value {
+        let (status, body) = self
+            .mcp(t, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":name,"arguments":args}}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Admin API request.
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            if text.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&text).unwrap_or(Value::String(text))
+            },
+        )
+    }
+
+    /// Every decision record, oldest first (after a flush).
+    pub async fn decisions(&self) -> Vec<cedargate::store::decisions::StoredDecision> {
+        self.gw.store.writer().flush().await.unwrap();
+        self.gw
+            .store
+            .read(|c| cedargate::store::decisions::tail(c, 1_000_000))
+            .await
+            .unwrap()
+    }
+}
