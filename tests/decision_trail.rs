@@ -1,0 +1,320 @@
+//! The decision trail and the policy set behind it: one record per Cedar
+//! decision, fail-closed evaluation, tamper detection, and the operator's
+//! loop of "add a forbid, restart, see the call denied and recorded".
+
+mod common;
+
+use cedargate::store::decisions;
+use common::{TestGateway, copy_policies, repo};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn every_decision_is_one_record() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let before = g.decisions().await.len();
+    // tools/list: access_session + view_tool for each of the two tools.
+    g.mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+        .await;
+    // tools/call: access_session + view_tool + call_tool.
+    g.call_tool(
+        &t,
+        "af_memory_remember",
+        json!({"content": "one record per decision"}),
+    )
+    .await;
+    let records = g.decisions().await;
+    let new: Vec<_> = records[before..]
+        .iter()
+        .map(|d| (d.record.action.as_str(), d.record.decision.as_str()))
+        .collect();
+    assert_eq!(
+        new,
+        vec![
+            ("access_session", "allow"),
+            ("view_tool", "allow"),
+            ("view_tool", "allow"),
+            ("access_session", "allow"),
+            ("view_tool", "allow"),
+            ("call_tool", "allow"),
+        ]
+    );
+    let call = records.last().unwrap();
+    assert_eq!(call.record.principal, "Gateway::Agent::\"acme-agent\"");
+    assert_eq!(
+        call.record.resource,
+        "Gateway::Tool::\"af_memory_remember\""
+    );
+    assert_eq!(call.record.org_id.as_deref(), Some("acme"));
+    assert_eq!(
+        call.record.session_id.as_deref(),
+        Some(t.session_id.as_str())
+    );
+    assert_eq!(call.record.policy_hash, g.gw.pep.current().hash);
+    let outcome: Value = serde_json::from_str(&call.record.outcome).unwrap();
+    assert_eq!(outcome["status"], "completed");
+    // The context and entity data it used are recorded, so it can be re-run.
+    let context: Value = serde_json::from_str(&call.record.context).unwrap();
+    assert_eq!(context["session"]["__entity"]["id"], t.session_id);
+    let hash = call.record.entities_hash.clone();
+    let entities =
+        g.gw.store
+            .read(move |c| decisions::entity_snapshot(c, &hash))
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(entities.contains("\"acme-agent\""));
+}
+
+#[tokio::test]
+async fn recorded_decisions_replay_to_the_same_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    std::fs::write(
+        policies.join("deny.cedar"),
+        "@id(\"no-remember\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n",
+    )
+    .unwrap();
+    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let t = g.tenant("acme").await;
+    g.mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+        .await;
+    g.call_tool(&t, "af_memory_remember", json!({"content": "denied"}))
+        .await;
+    g.call_tool(
+        &t,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
+    let bundle = g.gw.pep.current();
+    let records = g.decisions().await;
+    assert!(records.iter().any(|d| d.record.decision == "deny"));
+    for d in records {
+        let hash = d.record.entities_hash.clone();
+        let entities =
+            g.gw.store
+                .read(move |c| decisions::entity_snapshot(c, &hash))
+                .await
+                .unwrap()
+                .unwrap();
+        let entities = bundle
+            .parse_entities(&serde_json::from_str(&entities).unwrap())
+            .unwrap();
+        let action = cedargate::policy::Action::from_name(&d.record.action).unwrap();
+        let verdict = bundle.decide(
+            &d.record.principal.parse().unwrap(),
+            action,
+            &d.record.resource.parse().unwrap(),
+            &serde_json::from_str(&d.record.context).unwrap(),
+            &entities,
+        );
+        assert_eq!(
+            if verdict.allowed { "allow" } else { "deny" },
+            d.record.decision,
+            "seq {}",
+            d.seq
+        );
+        assert_eq!(
+            Value::from(verdict.reasons).to_string(),
+            d.record.reasons,
+            "seq {}",
+            d.seq
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_erroring_forbid_denies() {
+    // Cedar skips a policy whose evaluation errors; the gateway must not
+    // let that turn a forbid into an allow. Integer overflow passes strict
+    // validation and errors at evaluation time.
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    std::fs::write(
+        policies.join("overflow.cedar"),
+        "@id(\"overflowing-forbid\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { 9223372036854775807 + 1 > 0 };\n",
+    )
+    .unwrap();
+    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let t = g.tenant("acme").await;
+    let body = g
+        .call_tool(
+            &t,
+            "af_memory_recall",
+            json!({"query": "x", "workType": "chore"}),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32003, "{body}");
+    let records = g.decisions().await;
+    let call = records
+        .iter()
+        .rev()
+        .find(|d| d.record.action == "call_tool")
+        .unwrap();
+    assert_eq!(call.record.decision, "deny");
+    assert!(
+        call.record.errors.contains("overflowing-forbid"),
+        "{}",
+        call.record.errors
+    );
+}
+
+#[tokio::test]
+async fn add_a_forbid_restart_and_see_it_decide() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    let p = policies.clone();
+    let g = TestGateway::start_in(dir, move |c| c.policies_dir = p).await;
+    let mut t = g.tenant("acme").await;
+    let ok = g
+        .call_tool(
+            &t,
+            "af_memory_remember",
+            json!({"content": "before the change"}),
+        )
+        .await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let first_hash = g.gw.pep.current().hash.clone();
+    let dir = g.stop().await;
+
+    std::fs::write(
+        policies.join("incident.cedar"),
+        "@id(\"incident-freeze\")\n@advice(\"writes are frozen during incident 42\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { !resource.readOnly };\n",
+    )
+    .unwrap();
+    let p = policies.clone();
+    let g = TestGateway::start_in(dir, move |c| c.policies_dir = p).await;
+    assert_ne!(g.gw.pep.current().hash, first_hash);
+    t.mcp_url = format!("{}/api/mcp/{}", g.base, t.session_id);
+    let denied = g
+        .call_tool(
+            &t,
+            "af_memory_remember",
+            json!({"content": "after the change"}),
+        )
+        .await;
+    assert_eq!(denied["error"]["code"], -32003, "{denied}");
+    assert_eq!(
+        denied["error"]["data"]["reasons"],
+        json!(["incident-freeze"])
+    );
+    // Read-only tools still work.
+    let ok = g
+        .call_tool(
+            &t,
+            "af_memory_recall",
+            json!({"query": "before change", "workType": "chore"}),
+        )
+        .await;
+    assert!(
+        ok["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("before the change")
+    );
+    let id = denied["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, record) = g
+        .admin(
+            reqwest::Method::GET,
+            &format!("/admin/decisions/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(record["decision"], "deny");
+    assert_eq!(record["reasons"], "[\"incident-freeze\"]");
+    // Both policy sets are kept for replay, and the chain spans the restart.
+    let sets =
+        g.gw.store
+            .read(|c| {
+                Ok(c.query_row("SELECT COUNT(*) FROM policy_sets", [], |r| {
+                    r.get::<_, i64>(0)
+                })?)
+            })
+            .await
+            .unwrap();
+    assert_eq!(sets, 2);
+    g.gw.store.writer().flush().await.unwrap();
+    let report = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[tokio::test]
+async fn an_invalid_policy_set_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    std::fs::write(
+        policies.join("typo.cedar"),
+        "@id(\"typo\")\npermit (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { resource.rsik };\n",
+    )
+    .unwrap();
+    let mut config = cedargate::config::Config::default();
+    config.data_dir = dir.path().join("data");
+    config.policies_dir = policies;
+    config.schema_file = repo().join("schemas/gateway.cedarschema");
+    let err = cedargate::server::prepare(config)
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("typo.cedar:3:"), "{text}");
+    assert!(text.contains("rsik"), "{text}");
+}
+
+#[tokio::test]
+async fn verify_detects_edited_and_deleted_records() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    for i in 0..3 {
+        g.call_tool(
+            &t,
+            "af_memory_remember",
+            json!({"content": format!("note {i}")}),
+        )
+        .await;
+    }
+    g.gw.store.writer().flush().await.unwrap();
+    let clean = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    assert!(clean.problems.is_empty(), "{:?}", clean.problems);
+    assert_eq!(clean.checked, 9);
+
+    // The table refuses edits outright…
+    let refused =
+        g.gw.store
+            .read(|c| Ok(c.execute("UPDATE decisions SET decision = 'allow' WHERE seq = 2", [])?))
+            .await;
+    assert!(refused.is_err());
+    // …so an attacker drops the guard first. Verification still catches it.
+    g.gw.store
+        .read(|c| {
+            c.execute_batch(
+                "DROP TRIGGER decisions_no_update; DROP TRIGGER decisions_no_delete;
+                 UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;",
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let edited = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    assert_eq!(edited.problems.len(), 1, "{:?}", edited.problems);
+    assert!(
+        edited.problems[0].starts_with("seq 5"),
+        "{:?}",
+        edited.problems
+    );
+
+    g.gw.store
+        .read(|c| Ok(c.execute_batch("DELETE FROM decisions WHERE seq = 7;")?))
+        .await
+        .unwrap();
+    let deleted = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    assert!(
+        deleted.problems.iter().any(|p| p.contains("missing")),
+        "{:?}",
+        deleted.problems
+    );
+}
