@@ -303,6 +303,13 @@ fn serve(config: Config) -> ExitCode {
         let mut config = config;
         let listen = config.listen;
         let demo = config.demo_tenant;
+        let signals = match crate::server::ShutdownSignals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: cannot install signal handlers: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         // Bind first so a port of 0 resolves before URLs are printed.
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(l) => l,
@@ -322,16 +329,16 @@ fn serve(config: Config) -> ExitCode {
         };
         if demo {
             match crate::demo::ensure(&gw).await {
-                Ok(Some(creds)) => println!("{}", crate::demo::banner(&gw.config.base_url(), &creds)),
-                Ok(None) => println!(
+                Ok(Some(creds)) => say(&crate::demo::banner(&gw.config.base_url(), &creds)),
+                Ok(None) => say(&format!(
                     "demo tenant exists; its credentials file `{}` is gone (mint a key with `cedargate key create --org demo --label me`)",
                     gw.config.data_dir.join("demo-tenant.json").display()
-                ),
+                )),
                 Err(e) => tracing::warn!(error = %e, "cannot create the demo tenant"),
             }
         }
         tracing::info!(listen = %bound, "cedargate listening");
-        match crate::server::run(listener, gw, crate::server::shutdown_signal()).await {
+        match crate::server::run(listener, gw, signals.wait()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -339,6 +346,15 @@ fn serve(config: Config) -> ExitCode {
             }
         }
     })
+}
+
+/// Prints to stdout, ignoring a closed pipe (a server must not die because
+/// whoever started it stopped reading).
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
 }
 
 fn print(v: &impl serde::Serialize) {

@@ -159,6 +159,10 @@ impl Config {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::result_large_err,
+    reason = "figment's Jail API fixes the error type"
+)]
 mod tests {
     use super::*;
 

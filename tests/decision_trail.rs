@@ -2,6 +2,13 @@
 //! decision, fail-closed evaluation, tamper detection, and the operator's
 //! loop of "add a forbid, restart, see the call denied and recorded".
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
 mod common;
 
 use cedargate::store::decisions;
@@ -252,10 +259,12 @@ async fn an_invalid_policy_set_refuses_to_start() {
         "@id(\"typo\")\npermit (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { resource.rsik };\n",
     )
     .unwrap();
-    let mut config = cedargate::config::Config::default();
-    config.data_dir = dir.path().join("data");
-    config.policies_dir = policies;
-    config.schema_file = repo().join("schemas/gateway.cedarschema");
+    let config = cedargate::config::Config {
+        data_dir: dir.path().join("data"),
+        policies_dir: policies,
+        schema_file: repo().join("schemas/gateway.cedarschema"),
+        ..cedargate::config::Config::default()
+    };
     let err = cedargate::server::prepare(config)
         .await
         .map(|_| ())

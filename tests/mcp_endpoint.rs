@@ -2,6 +2,13 @@
 //! and JSON-RPC error code of the endpoint seed, version negotiation,
 //! batches, limits, origin checks and tenant isolation.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
 mod common;
 
 use common::{TestGateway, copy_policies};

@@ -75,14 +75,16 @@ impl TestGateway {
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestGateway {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut config = Config::default();
-        config.listen = addr;
-        config.public_url = Some(format!("http://{addr}"));
-        config.data_dir = dir.path().join("data");
-        config.policies_dir = repo().join("policies");
-        config.schema_file = repo().join("schemas/gateway.cedarschema");
-        config.admin_token = Some(ADMIN_TOKEN.into());
-        config.demo_tenant = false;
+        let mut config = Config {
+            listen: addr,
+            public_url: Some(format!("http://{addr}")),
+            data_dir: dir.path().join("data"),
+            policies_dir: repo().join("policies"),
+            schema_file: repo().join("schemas/gateway.cedarschema"),
+            admin_token: Some(ADMIN_TOKEN.into()),
+            demo_tenant: false,
+            ..Config::default()
+        };
         tweak(&mut config);
         let gw = cedargate::server::prepare(config)
             .await

@@ -1,0 +1,306 @@
+//! The `cedargate` binary as an operator uses it: `serve` with the demo
+//! tenant and graceful shutdown, the operator commands, `policy validate`
+//! and `audit tail` / `audit verify`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{copy_policies, repo};
+use serde_json::{Value, json};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cedargate"))
+}
+
+/// Writes a config using `policies` and a data dir inside `dir`.
+fn write_config(dir: &Path, policies: &Path) -> std::path::PathBuf {
+    let path = dir.join("cedargate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\npolicies_dir = {:?}\nschema_file = {:?}\n",
+            dir.join("data"),
+            policies,
+            repo().join("schemas/gateway.cedarschema")
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run(config: &Path, args: &[&str]) -> Output {
+    bin()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("CEDARGATE_ADMIN_TOKEN")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Starts `serve`, returns the child and the demo URL and key it printed.
+fn start_serve(config: &Path) -> (std::process::Child, String, String) {
+    let mut child = bin()
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env_remove("CEDARGATE_ADMIN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut url = None;
+    let mut key = None;
+    let mut lines = BufReader::new(out).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("MCP URL:") {
+            url = Some(u.trim().to_string());
+        }
+        if let Some(k) = line.strip_prefix("Bearer key:") {
+            key = Some(k.trim().to_string());
+        }
+        if line.contains("mcpServers") {
+            break;
+        }
+    }
+    // Keep draining so the server never writes into a closed pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (
+        child,
+        url.expect("banner prints the MCP URL"),
+        key.expect("banner prints the key"),
+    )
+}
+
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for _ in 0..100 {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    panic!("serve did not stop within 5 s of SIGTERM");
+}
+
+#[tokio::test]
+async fn serve_prints_a_working_demo_tenant_and_shuts_down_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &repo().join("policies"));
+    let (mut child, url, key) = start_serve(&config);
+    assert!(key.starts_with("rsk_live_"));
+    let http = reqwest::Client::new();
+    let call = |body: Value| http.post(&url).bearer_auth(&key).json(&body).send();
+    let resp = call(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}})).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = call(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"af_memory_remember","arguments":{"content":"demo works"}}}))
+        .await
+        .unwrap();
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Stored observation"),
+        "{body}"
+    );
+    assert!(terminate(&mut child).success());
+
+    // The trail was flushed and verifies; the call is in it.
+    let verify = run(&config, &["audit", "verify"]);
+    assert!(verify.status.success(), "{}", stderr(&verify));
+    assert!(stdout(&verify).contains("records verified"));
+    let tail = run(&config, &["audit", "tail", "-n", "50", "--json"]);
+    let lines: Vec<Value> = stdout(&tail)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|d| d["action"] == "call_tool"
+            && d["resource"] == "Gateway::Tool::\"af_memory_remember\"")
+    );
+
+    // A second start reuses the tenant and prints the same credentials.
+    let (mut child, url2, key2) = start_serve(&config);
+    assert_eq!(key2, key);
+    assert_eq!(url2.rsplit('/').next(), url.rsplit('/').next());
+    assert!(terminate(&mut child).success());
+}
+
+#[test]
+fn serve_refuses_an_invalid_policy_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    std::fs::write(
+        policies.join("broken.cedar"),
+        "@id(\"broken\")\npermit (principal, action, resource)\nwhen { ;\n",
+    )
+    .unwrap();
+    let config = write_config(dir.path(), &policies);
+    let out = run(&config, &["serve"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("refusing to start"), "{err}");
+    assert!(err.contains("broken.cedar:3:"), "{err}");
+
+    let out = run(&config, &["policy", "validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("broken.cedar:3:"), "{}", stderr(&out));
+    std::fs::remove_file(policies.join("broken.cedar")).unwrap();
+    let out = run(&config, &["policy", "validate"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("policy set valid"));
+}
+
+#[test]
+fn operator_commands_manage_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &repo().join("policies"));
+    let ok = |args: &[&str]| {
+        let out = run(&config, args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    ok(&[
+        "org",
+        "create",
+        "--id",
+        "acme",
+        "--name",
+        "Acme",
+        "--entitlement",
+        "kg_enabled",
+    ]);
+    ok(&[
+        "project",
+        "create",
+        "--org",
+        "acme",
+        "--id",
+        "web",
+        "--graph-enabled",
+        "true",
+    ]);
+    ok(&[
+        "agent",
+        "create",
+        "--org",
+        "acme",
+        "--id",
+        "claude",
+        "--name",
+        "Claude",
+        "--role",
+        "deployers",
+    ]);
+    let key: Value =
+        serde_json::from_str(&ok(&["key", "create", "--org", "acme", "--label", "ci"])).unwrap();
+    assert!(key["key"].as_str().unwrap().starts_with("rsk_live_"));
+    let session: Value = serde_json::from_str(&ok(&[
+        "session",
+        "create",
+        "--org",
+        "acme",
+        "--project",
+        "web",
+        "--agent",
+        "claude",
+    ]))
+    .unwrap();
+    assert!(
+        session["mcpUrl"]
+            .as_str()
+            .unwrap()
+            .contains(session["sessionId"].as_str().unwrap())
+    );
+    let orgs: Value = serde_json::from_str(&ok(&["org", "list"])).unwrap();
+    assert_eq!(orgs[0]["entitlements"], json!(["kg_enabled"]));
+    let projects: Value = serde_json::from_str(&ok(&["project", "list", "--org", "acme"])).unwrap();
+    assert_eq!(projects[0]["graphEnabled"], true);
+    let keys = ok(&["key", "list", "--org", "acme"]);
+    assert!(!keys.contains(key["key"].as_str().unwrap()));
+
+    let bad = run(
+        &config,
+        &["key", "create", "--org", "ghost", "--label", "x"],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stderr(&bad).contains("org `ghost` not found"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = run(
+        &config,
+        &["org", "create", "--id", "acme", "--name", "Again"],
+    );
+    assert!(stderr(&bad).contains("already exists"));
+    ok(&[
+        "key",
+        "delete",
+        "--org",
+        "acme",
+        key["id"].as_str().unwrap(),
+    ]);
+    assert_eq!(ok(&["key", "list", "--org", "acme"]).trim(), "[]");
+}
+
+#[test]
+fn audit_verify_fails_on_a_tampered_trail() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &repo().join("policies"));
+    // Produce a few records through the CLI-visible path: a served session.
+    let (mut child, url, key) = start_serve(&config);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        for i in 0..2 {
+            http.post(&url)
+                .bearer_auth(&key)
+                .json(&json!({"jsonrpc":"2.0","id":i,"method":"tools/list"}))
+                .send()
+                .await
+                .unwrap();
+        }
+    });
+    assert!(terminate(&mut child).success());
+    assert!(run(&config, &["audit", "verify"]).status.success());
+    let db = rusqlite_path(dir.path());
+    let conn = cedargate::store::open_connection(&db).unwrap();
+    conn.execute_batch("DROP TRIGGER decisions_no_update; UPDATE decisions SET decision = 'allow', reasons = '[]' WHERE seq = 2;").unwrap();
+    drop(conn);
+    let out = run(&config, &["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("seq 2"), "{}", stderr(&out));
+}
+
+fn rusqlite_path(dir: &Path) -> std::path::PathBuf {
+    dir.join("data").join("cedargate.db")
+}
