@@ -192,6 +192,13 @@ mod tests {
     }
 
     #[test]
+    fn example_config_spells_out_the_defaults() {
+        let c = Config::load(Some(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/cedargate.example.toml")))).unwrap();
+        let d = Config::default();
+        assert_eq!(serde_json::to_value(&c).unwrap(), serde_json::to_value(&d).unwrap());
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("gw.toml", "lisen = \"127.0.0.1:9000\"\n")?;
