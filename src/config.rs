@@ -193,9 +193,16 @@ mod tests {
 
     #[test]
     fn example_config_spells_out_the_defaults() {
-        let c = Config::load(Some(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/cedargate.example.toml")))).unwrap();
+        let c = Config::load(Some(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/cedargate.example.toml"
+        ))))
+        .unwrap();
         let d = Config::default();
-        assert_eq!(serde_json::to_value(&c).unwrap(), serde_json::to_value(&d).unwrap());
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::to_value(&d).unwrap()
+        );
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct Gateway {
     pub catalog: Catalog,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
+    /// Protocol version each session negotiated at `initialize`, so a
+    /// client that omits the header after initializing gets the right
+    /// result shapes at once (the session row is updated too, for restarts).
+    negotiated: Cache<String, Arc<str>>,
 }
 
 impl Gateway {
@@ -94,6 +98,7 @@ impl Gateway {
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
                 .build(),
+            negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
             config,
             store,
             pep: Pep::new(bundle),
@@ -116,6 +121,20 @@ impl Gateway {
     pub fn invalidate_caches(&self) {
         self.keys.invalidate_all();
         self.views.invalidate_all();
+    }
+
+    /// Remembers the version a session negotiated.
+    pub fn set_negotiated(&self, session_id: &str, version: &str) {
+        self.negotiated
+            .insert(session_id.to_string(), Arc::from(version));
+    }
+
+    /// The version a session negotiated, if this process or the store knows it.
+    pub fn negotiated(&self, view: &SessionView) -> Option<String> {
+        match self.negotiated.get(&view.tenant.session.id) {
+            Some(v) => Some(v.to_string()),
+            None => view.tenant.session.protocol_version.clone(),
+        }
     }
 
     /// Finds and checks a presented key (constant-time secret comparison).
@@ -161,6 +180,10 @@ impl Gateway {
             .await?
             .ok_or_else(|| ResolveError::NoSession(session_id.to_string()))?;
         if tenant.session.org_id != key.org_id {
+            tracing::warn!(
+                session = %session_id, key = %key.id, key_org = %key.org_id,
+                "cross-org session access refused"
+            );
             return Err(ResolveError::CrossOrg(session_id.to_string()));
         }
         let tools = self.catalog.for_session(&tenant);

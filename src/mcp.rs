@@ -332,7 +332,7 @@ async fn resolve(
     let time = crate::ids::now_rfc3339();
     let context = session_context(session_id, &time);
     let version = header_version
-        .or_else(|| view.tenant.session.protocol_version.clone())
+        .or_else(|| gw.negotiated(&view))
         .unwrap_or_else(|| protocol::DEFAULT_WITHOUT_HEADER.to_string());
     let call = Call {
         gw: Arc::clone(gw),

@@ -100,7 +100,7 @@ fn key_entity(k: &ApiKey) -> Value {
     )
 }
 
-fn tool_entities(tools: &[ToolEntity], org_id: &str, out: &mut Vec<Value>) {
+fn tool_entities(tools: &[ToolEntity], out: &mut Vec<Value>) {
     let mut groups: Vec<&str> = tools.iter().map(|t| t.group.as_str()).collect();
     groups.sort_unstable();
     groups.dedup();
@@ -119,7 +119,6 @@ fn tool_entities(tools: &[ToolEntity], org_id: &str, out: &mut Vec<Value>) {
             parents,
         ));
     }
-    let _ = org_id;
 }
 
 /// Parses and hashes a slice.
@@ -159,7 +158,7 @@ pub fn session_slice(
         }),
         vec![parent(Kind::Project, &s.project_id)],
     ));
-    tool_entities(tools, &s.org_id, &mut values);
+    tool_entities(tools, &mut values);
     finish(bundle, values)
 }
 
