@@ -75,14 +75,7 @@ async fn every_decision_is_one_record() {
 
 #[tokio::test]
 async fn recorded_decisions_replay_to_the_same_verdict() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = copy_policies(dir.path());
-    std::fs::write(
-        policies.join("deny.cedar"),
-        "@id(\"no-remember\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n",
-    )
-    .unwrap();
-    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let g = TestGateway::start_with_policy("deny.cedar", "@id(\"no-remember\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
     let t = g.tenant("acme").await;
     g.mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
         .await;
@@ -136,14 +129,7 @@ async fn an_erroring_forbid_denies() {
     // Cedar skips a policy whose evaluation errors; the gateway must not
     // let that turn a forbid into an allow. Integer overflow passes strict
     // validation and errors at evaluation time.
-    let dir = tempfile::tempdir().unwrap();
-    let policies = copy_policies(dir.path());
-    std::fs::write(
-        policies.join("overflow.cedar"),
-        "@id(\"overflowing-forbid\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { 9223372036854775807 + 1 > 0 };\n",
-    )
-    .unwrap();
-    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let g = TestGateway::start_with_policy("overflow.cedar", "@id(\"overflowing-forbid\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { 9223372036854775807 + 1 > 0 };\n").await;
     let t = g.tenant("acme").await;
     let body = g
         .call_tool(
@@ -235,15 +221,7 @@ async fn add_a_forbid_restart_and_see_it_decide() {
     assert_eq!(record["decision"], "deny");
     assert_eq!(record["reasons"], "[\"incident-freeze\"]");
     // Both policy sets are kept for replay, and the chain spans the restart.
-    let sets =
-        g.gw.store
-            .read(|c| {
-                Ok(c.query_row("SELECT COUNT(*) FROM policy_sets", [], |r| {
-                    r.get::<_, i64>(0)
-                })?)
-            })
-            .await
-            .unwrap();
+    let sets = g.count("policy_sets").await;
     assert_eq!(sets, 2);
     g.gw.store.writer().flush().await.unwrap();
     let report = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{TestGateway, copy_policies};
+use common::TestGateway;
 use serde_json::{Value, json};
 
 fn rpc(id: i64, method: &str, params: Value) -> Value {
@@ -205,15 +205,7 @@ async fn invalid_arguments_name_the_offending_field() {
         .await;
     assert_eq!(body["error"]["data"]["field"], "workType");
     // Nothing was stored by any rejected call.
-    let count =
-        g.gw.store
-            .read(|c| {
-                Ok(c.query_row("SELECT COUNT(*) FROM observations", [], |r| {
-                    r.get::<_, i64>(0)
-                })?)
-            })
-            .await
-            .unwrap();
+    let count = g.count("observations").await;
     assert_eq!(count, 0);
 }
 
@@ -475,14 +467,7 @@ async fn memory_disabled_project_hides_memory_tools() {
 
 #[tokio::test]
 async fn cedar_hidden_tool_is_absent_and_answers_as_unknown() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = copy_policies(dir.path());
-    std::fs::write(
-        policies.join("hide.cedar"),
-        "@id(\"hide-remember\")\nforbid (principal, action == Gateway::Action::\"view_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n",
-    )
-    .unwrap();
-    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let g = TestGateway::start_with_policy("hide.cedar", "@id(\"hide-remember\")\nforbid (principal, action == Gateway::Action::\"view_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
     let t = g.tenant("acme").await;
     let (_, body) = g.mcp(&t, rpc(1, "tools/list", json!({}))).await;
     let names: Vec<&str> = body["result"]["tools"]
@@ -511,14 +496,7 @@ async fn cedar_hidden_tool_is_absent_and_answers_as_unknown() {
 
 #[tokio::test]
 async fn policy_forbid_answers_32003_with_decision_and_advice() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = copy_policies(dir.path());
-    std::fs::write(
-        policies.join("freeze.cedar"),
-        "@id(\"freeze-memory-writes\")\n@advice(\"memory is read-only during the incident\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n",
-    )
-    .unwrap();
-    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let g = TestGateway::start_with_policy("freeze.cedar", "@id(\"freeze-memory-writes\")\n@advice(\"memory is read-only during the incident\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
     let t = g.tenant("acme").await;
     let body = g
         .call_tool(
@@ -548,15 +526,7 @@ async fn policy_forbid_answers_32003_with_decision_and_advice() {
     assert_eq!(stored.record.decision, "deny");
     assert_eq!(stored.record.action, "call_tool");
     assert_eq!(stored.record.reasons, "[\"freeze-memory-writes\"]");
-    let count =
-        g.gw.store
-            .read(|c| {
-                Ok(c.query_row("SELECT COUNT(*) FROM observations", [], |r| {
-                    r.get::<_, i64>(0)
-                })?)
-            })
-            .await
-            .unwrap();
+    let count = g.count("observations").await;
     assert_eq!(count, 0, "a denied call stores nothing");
     // Recall is still allowed.
     let ok = g
@@ -591,15 +561,7 @@ async fn tool_failure_answers_32603_and_acknowledges_nothing() {
         .call_tool(&t, "af_memory_remember", json!({"content":"lost?"}))
         .await;
     assert_eq!(code(&body), -32603, "{body}");
-    let count =
-        g.gw.store
-            .read(|c| {
-                Ok(c.query_row("SELECT COUNT(*) FROM observations", [], |r| {
-                    r.get::<_, i64>(0)
-                })?)
-            })
-            .await
-            .unwrap();
+    let count = g.count("observations").await;
     assert_eq!(count, 0);
     // The failed recall is on record with its failure.
     let records = g.decisions().await;

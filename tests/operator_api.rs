@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{ADMIN_TOKEN, TestGateway, copy_policies};
+use common::{ADMIN_TOKEN, TestGateway};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -357,14 +357,7 @@ async fn session_api_errors() {
 
 #[tokio::test]
 async fn create_session_is_decided_by_cedar() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = copy_policies(dir.path());
-    std::fs::write(
-        policies.join("no-new-sessions.cedar"),
-        "@id(\"no-new-sessions\")\nforbid (principal, action == Gateway::Action::\"create_session\", resource);\n",
-    )
-    .unwrap();
-    let g = TestGateway::start_with(|c| c.policies_dir = policies).await;
+    let g = TestGateway::start_with_policy("no-new-sessions.cedar", "@id(\"no-new-sessions\")\nforbid (principal, action == Gateway::Action::\"create_session\", resource);\n").await;
     let a = g.tenant("acme").await;
     let resp = g
         .http
@@ -381,11 +374,7 @@ async fn create_session_is_decided_by_cedar() {
     assert!(records.iter().any(
         |d| d.record.action == "create_session" && d.record.reasons.contains("no-new-sessions")
     ));
-    let sessions =
-        g.gw.store
-            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get::<_, i64>(0))?))
-            .await
-            .unwrap();
+    let sessions = g.count("sessions").await;
     assert_eq!(sessions, 1, "only the harness's own session exists");
 }
 

@@ -32,6 +32,8 @@ pub struct TestGateway {
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<()>>,
+    /// Policy directories made for this gateway (kept alive with it).
+    policy_dirs: Vec<tempfile::TempDir>,
 }
 
 /// A tenant with one session.
@@ -105,7 +107,29 @@ impl TestGateway {
             http: reqwest::Client::new(),
             shutdown: Some(tx),
             handle: Some(handle),
+            policy_dirs: Vec::new(),
         }
+    }
+
+    /// A gateway on the shipped policies plus one extra policy file.
+    pub async fn start_with_policy(file: &str, text: &str) -> TestGateway {
+        let policy_dir = tempfile::tempdir().unwrap();
+        let policies = copy_policies(policy_dir.path());
+        std::fs::write(policies.join(file), text).unwrap();
+        let mut g = Self::start_with(|c| c.policies_dir = policies).await;
+        g.policy_dirs.push(policy_dir);
+        g
+    }
+
+    /// Rows in a table.
+    pub async fn count(&self, table: &'static str) -> i64 {
+        self.gw
+            .store
+            .read(move |c| {
+                Ok(c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?)
+            })
+            .await
+            .unwrap()
     }
 
     /// Stops the server (drains, flushes) and hands back the data dir.
