@@ -229,10 +229,7 @@ pub async fn post_endpoint(
             if items.is_empty() {
                 return json_response(
                     StatusCode::BAD_REQUEST,
-                    &jsonrpc::error_response(
-                        Value::Null,
-                        &RpcError::new(jsonrpc::INVALID_REQUEST, "empty batch"),
-                    ),
+                    &jsonrpc::error_response(Value::Null, &jsonrpc::invalid_request("empty batch")),
                 );
             }
             if items.len() > limits.max_batch_len {
@@ -262,13 +259,7 @@ pub async fn post_endpoint(
     if !batch && let Some(Message::Invalid { id, reason }) = messages.first() {
         return json_response(
             StatusCode::BAD_REQUEST,
-            &jsonrpc::error_response(
-                id.clone(),
-                &RpcError::new(
-                    jsonrpc::INVALID_REQUEST,
-                    format!("invalid request: {reason}"),
-                ),
-            ),
+            &jsonrpc::error_response(id.clone(), &jsonrpc::invalid_request(reason)),
         );
     }
 
@@ -289,10 +280,7 @@ pub async fn post_endpoint(
             }
             Message::Invalid { id, reason } => responses.push(jsonrpc::error_response(
                 id,
-                &RpcError::new(
-                    jsonrpc::INVALID_REQUEST,
-                    format!("invalid request: {reason}"),
-                ),
+                &jsonrpc::invalid_request(&reason),
             )),
             Message::Notification { .. } | Message::ClientResponse => {}
         }

@@ -181,6 +181,7 @@ async fn json_rpc_error_codes() {
                 .as_str()
                 .is_some_and(|m| !m.is_empty())
         );
+        assert!(resp["error"]["data"].is_object(), "data for {body}: {resp}");
     }
 }
 

@@ -63,6 +63,15 @@ impl RpcError {
     }
 }
 
+/// -32600 with the reason in both the message and `data.reason`.
+pub fn invalid_request(reason: &str) -> RpcError {
+    RpcError::with_data(
+        INVALID_REQUEST,
+        format!("invalid request: {reason}"),
+        json!({ "reason": reason }),
+    )
+}
+
 /// A full error response.
 pub fn error_response(id: Value, err: &RpcError) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": err.to_value() })
