@@ -9,7 +9,7 @@ use cedar_policy::EntityUid;
 use serde_json::Value;
 
 use crate::policy::entities::EntitySlice;
-use crate::policy::{Action, PolicyBundle, Verdict};
+use crate::policy::{Action, PolicyBundle, PreparedContext, Verdict};
 use crate::store::decisions::NewDecision;
 
 /// A decision made, with its record waiting for an outcome.
@@ -70,7 +70,7 @@ pub fn decide(
     principal: &EntityUid,
     action: Action,
     resource: &EntityUid,
-    context: &Value,
+    context: &PreparedContext,
     scope: Scope<'_>,
     time: &str,
 ) -> Decided {
@@ -93,7 +93,7 @@ pub fn decide(
         principal: principal.to_string(),
         action: action.name().to_string(),
         resource: resource.to_string(),
-        context: context.to_string(),
+        context: context.text.clone(),
         entities_hash: slice.hash.clone(),
         entities: Some(slice.json.clone()),
         policy_hash: bundle.hash.clone(),

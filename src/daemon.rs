@@ -65,8 +65,10 @@ pub async fn open_session(
             )
         })?;
     let time = crate::ids::now_rfc3339();
-    let context =
-        json!({ "agent": entity_ref(Kind::Agent, &agent.id), "time": datetime_value(&time) });
+    let context = bundle.prepare_context(
+        Action::CreateSession,
+        json!({ "agent": entity_ref(Kind::Agent, &agent.id), "time": datetime_value(&time) }),
+    );
     let decided = audit::decide(
         &bundle,
         &slice,

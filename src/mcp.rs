@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
 use crate::policy::entities::session_context;
-use crate::policy::{Action, Kind, PolicyBundle};
+use crate::policy::{Action, Kind, PolicyBundle, PreparedContext};
 use crate::store::WriteOp;
 use crate::tools::{Adapter, ToolOutput, memory};
 use jsonrpc::{Message, RpcError};
@@ -127,8 +127,8 @@ struct Call {
     version: String,
     /// Time of the request (all its decisions share it).
     time: String,
-    /// The Cedar context of in-session decisions.
-    context: Value,
+    /// The Cedar context of in-session decisions, parsed once.
+    context: PreparedContext,
 }
 
 impl Call {
@@ -144,7 +144,7 @@ impl Call {
         principal: &cedar_policy::EntityUid,
         action: Action,
         resource: &cedar_policy::EntityUid,
-        context: &Value,
+        context: &PreparedContext,
     ) -> Decided {
         audit::decide(
             &self.bundle,
@@ -318,7 +318,7 @@ async fn resolve(
         .await
         .map_err(resolve_error)?;
     let time = crate::ids::now_rfc3339();
-    let context = session_context(session_id, &time);
+    let context = bundle.prepare_context(Action::AccessSession, session_context(session_id, &time));
     let version = header_version
         .or_else(|| gw.negotiated(&view))
         .unwrap_or_else(|| protocol::DEFAULT_WITHOUT_HEADER.to_string());

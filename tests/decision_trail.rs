@@ -106,7 +106,7 @@ async fn recorded_decisions_replay_to_the_same_verdict() {
             &d.record.principal.parse().unwrap(),
             action,
             &d.record.resource.parse().unwrap(),
-            &serde_json::from_str(&d.record.context).unwrap(),
+            &bundle.prepare_context(action, serde_json::from_str(&d.record.context).unwrap()),
             &entities,
         );
         assert_eq!(

@@ -107,19 +107,21 @@ pub fn chain_head(conn: &Connection) -> Result<(i64, String), StoreError> {
     Ok(head.unwrap_or((0, GENESIS_HASH.to_string())))
 }
 
-/// Appends one decision at `seq` after `prev_hash`; returns its hash.
+/// Stores an entity slice under its hash (idempotent).
+pub fn insert_snapshot(conn: &Connection, hash: &str, entities: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("INSERT OR IGNORE INTO entity_snapshots (hash, entities) VALUES (?1, ?2)")?
+        .execute(params![hash, entities])?;
+    Ok(())
+}
+
+/// Appends one decision at `seq` after `prev_hash`; returns its hash. The
+/// caller stores the decision's entity snapshot ([`insert_snapshot`]).
 pub fn insert(
     conn: &Connection,
     seq: i64,
     prev_hash: &str,
     d: &NewDecision,
 ) -> Result<String, StoreError> {
-    if let Some(entities) = &d.entities {
-        conn.prepare_cached(
-            "INSERT OR IGNORE INTO entity_snapshots (hash, entities) VALUES (?1, ?2)",
-        )?
-        .execute(params![d.entities_hash, entities.as_ref()])?;
-    }
     let hash = chain_hash(prev_hash, seq, d);
     conn.prepare_cached(
         "INSERT INTO decisions (seq, id, time, org_id, session_id, principal, action, resource,

@@ -126,6 +126,11 @@ impl Writer {
     }
 }
 
+/// Entity snapshot hashes known to be committed; most decisions reuse a
+/// session's slice, so this skips re-inserting the same text. Bounded by
+/// clearing (a miss only costs an idempotent insert).
+const KNOWN_SNAPSHOTS_MAX: usize = 4096;
+
 fn run(
     mut conn: Connection,
     mut rx: mpsc::Receiver<Job>,
@@ -134,6 +139,7 @@ fn run(
     mut hash: String,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
+    let mut known: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < batch_max {
@@ -142,11 +148,15 @@ fn run(
                 Err(_) => break,
             }
         }
-        let result = commit(&mut conn, &batch, seq, &hash);
+        let result = commit(&mut conn, &batch, seq, &hash, &known);
         let outcome = match result {
-            Ok((new_seq, new_hash)) => {
+            Ok((new_seq, new_hash, snapshots)) => {
                 seq = new_seq;
                 hash = new_hash;
+                if known.len() + snapshots.len() > KNOWN_SNAPSHOTS_MAX {
+                    known.clear();
+                }
+                known.extend(snapshots);
                 Ok(())
             }
             Err(e) => {
@@ -169,19 +179,30 @@ fn run(
     }
 }
 
+/// Commits a batch; returns the new chain head and the snapshot hashes it
+/// inserted (known to be durable once this returns Ok).
 fn commit(
     conn: &mut Connection,
     batch: &[Job],
     seq: i64,
     hash: &str,
-) -> Result<(i64, String), StoreError> {
+    known: &std::collections::HashSet<String>,
+) -> Result<(i64, String, Vec<String>), StoreError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let mut seq = seq;
     let mut hash = hash.to_string();
+    let mut snapshots: Vec<String> = Vec::new();
     for job in batch {
         for op in &job.ops {
             match op {
                 WriteOp::Decision(d) => {
+                    if let Some(entities) = &d.entities
+                        && !known.contains(&d.entities_hash)
+                        && !snapshots.contains(&d.entities_hash)
+                    {
+                        decisions::insert_snapshot(&tx, &d.entities_hash, entities)?;
+                        snapshots.push(d.entities_hash.clone());
+                    }
                     seq += 1;
                     hash = decisions::insert(&tx, seq, &hash, d)?;
                 }
@@ -210,5 +231,5 @@ fn commit(
         }
     }
     tx.commit()?;
-    Ok((seq, hash))
+    Ok((seq, hash, snapshots))
 }
