@@ -210,6 +210,9 @@ async fn invalid_arguments_name_the_offending_field() {
     assert_eq!(count, 0);
 }
 
+/// (url, key, extra headers, expected status)
+type AuthCase<'a> = (&'a str, Option<&'a str>, Vec<(&'a str, &'a str)>, u16);
+
 #[tokio::test]
 async fn authentication_and_tenant_isolation_statuses() {
     let g = TestGateway::start().await;
@@ -224,7 +227,7 @@ async fn authentication_and_tenant_isolation_statuses() {
     let wrong_secret = format!("rsk_live_{id}_{}", "0".repeat(48));
     let unknown_key = format!("rsk_live_{}_{}", "f".repeat(16), "0".repeat(48));
     let cookie = format!("session={}", a.key);
-    let cases: Vec<(&str, Option<&str>, Vec<(&str, &str)>, u16)> = vec![
+    let cases: Vec<AuthCase<'_>> = vec![
         (&a.mcp_url, Some(&a.key), vec![], 200),
         (&a.mcp_url, None, vec![], 401),
         (&a.mcp_url, None, vec![("cookie", cookie.as_str())], 401),
