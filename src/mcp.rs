@@ -21,7 +21,6 @@ use serde_json::{Map, Value, json};
 
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
-use crate::policy::entities::session_context;
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext};
 use crate::store::WriteOp;
 use crate::tools::{Adapter, ToolOutput, memory};
@@ -318,7 +317,7 @@ async fn resolve(
         .await
         .map_err(resolve_error)?;
     let time = crate::ids::now_rfc3339();
-    let context = bundle.prepare_context(Action::AccessSession, session_context(session_id, &time));
+    let context = bundle.prepare_session_context(session_id, &time);
     let version = header_version
         .or_else(|| gw.negotiated(&view))
         .unwrap_or_else(|| protocol::DEFAULT_WITHOUT_HEADER.to_string());
@@ -440,7 +439,7 @@ async fn tools_list(call: &Call) -> Result<Value, RpcError> {
             &call.context,
         );
         if decided.allowed() {
-            tools.push(spec.listing());
+            tools.push(spec.listing().clone());
         }
         records.push(WriteOp::Decision(Box::new(decided.finish_default())));
     }

@@ -15,7 +15,7 @@ use std::sync::{Arc, LazyLock};
 use arc_swap::ArcSwap;
 use cedar_policy::{
     Authorizer, Context, Decision, Effect, Entities, EntityId, EntityTypeName, EntityUid, PolicyId,
-    PolicySet, Request, Schema,
+    PolicySet, Request, RestrictedExpression, Schema,
 };
 use serde::Serialize;
 
@@ -284,6 +284,27 @@ impl PolicyBundle {
     pub fn prepare_context(&self, action: Action, json: serde_json::Value) -> PreparedContext {
         let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid())))
             .map_err(|e| format!("cannot build context: {e}"));
+        PreparedContext {
+            text: json.to_string(),
+            json,
+            cedar,
+            schema_hash: self.schema_hash.clone(),
+        }
+    }
+
+    /// The context of an in-session decision (`{session, time}`), built
+    /// from values rather than parsed from JSON (about three times cheaper).
+    /// `Request::new` checks it against each action's context type.
+    pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
+        let json = entities::session_context(session_id, time);
+        let cedar = Context::from_pairs([
+            (
+                "session".to_string(),
+                RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id)),
+            ),
+            ("time".to_string(), RestrictedExpression::new_datetime(time)),
+        ])
+        .map_err(|e| format!("cannot build context: {e}"));
         PreparedContext {
             text: json.to_string(),
             json,

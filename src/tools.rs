@@ -40,6 +40,8 @@ pub struct ToolSpec {
     /// The adapter that executes it.
     pub adapter: Adapter,
     validator: jsonschema::Validator,
+    /// The `tools/list` entry, built once.
+    listing: Value,
 }
 
 /// A rejected argument.
@@ -63,7 +65,10 @@ impl ToolSpec {
     ) -> Result<ToolSpec, String> {
         let validator = jsonschema::validator_for(&input_schema)
             .map_err(|e| format!("tool `{name}` has an invalid inputSchema: {e}"))?;
+        let listing =
+            json!({ "name": name, "description": description, "inputSchema": input_schema });
         Ok(ToolSpec {
+            listing,
             name: name.to_string(),
             description: description.to_string(),
             input_schema,
@@ -110,8 +115,8 @@ impl ToolSpec {
     }
 
     /// The entry in `tools/list`.
-    pub fn listing(&self) -> Value {
-        json!({ "name": self.name, "description": self.description, "inputSchema": self.input_schema })
+    pub fn listing(&self) -> &Value {
+        &self.listing
     }
 
     /// How the PEP sees this tool.
