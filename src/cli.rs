@@ -476,8 +476,8 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
             let report = store.read_blocking(|c| decisions::verify(c))?;
             if report.problems.is_empty() {
                 println!(
-                    "decision trail intact: {} records verified (last seq {})",
-                    report.checked, report.last_seq
+                    "decision trail intact: {} records verified (last seq {}, head hash {})",
+                    report.checked, report.last_seq, report.head_hash
                 );
             } else {
                 for p in &report.problems {

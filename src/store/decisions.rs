@@ -228,6 +228,9 @@ pub struct VerifyReport {
     pub checked: i64,
     /// Last seq seen.
     pub last_seq: i64,
+    /// Hash of the last row (the chain head): keep it elsewhere to detect
+    /// a later truncation of the newest rows.
+    pub head_hash: String,
     /// Problems found (empty: the chain is intact).
     pub problems: Vec<String>,
 }
@@ -238,6 +241,7 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport {
         checked: 0,
         last_seq: 0,
+        head_hash: GENESIS_HASH.to_string(),
         problems: Vec::new(),
     };
     let mut prev_hash = GENESIS_HASH.to_string();
@@ -293,6 +297,7 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport, StoreError> {
                 }
             }
             prev_hash = row.hash.clone();
+            report.head_hash = row.hash.clone();
             expected_seq = row.seq + 1;
         }
     }
