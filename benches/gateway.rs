@@ -522,7 +522,7 @@ impl Pep {
             principal: Kind::Agent.uid(&view.tenant.agent.id),
             resource: Kind::Tool.uid(tool),
             context: session_context(session_id, &time),
-            prepared: bundle.prepare_context(Action::CallTool, session_context(session_id, &time)),
+            prepared: bundle.prepare_session_context(session_id, &time),
             time,
             bundle,
             view,
@@ -623,7 +623,13 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
     let schema_ctx = Some((&bundle.schema, &action_uid));
     let mut parts = Vec::new();
     parts.push((
-        "PolicyBundle::prepare_context (once per HTTP request)".to_string(),
+        "PolicyBundle::prepare_session_context (once per MCP request)".to_string(),
+        time_sync(PART_ITERS, || {
+            std::hint::black_box(bundle.prepare_session_context(session_id, &pep.time));
+        }),
+    ));
+    parts.push((
+        "PolicyBundle::prepare_context (JSON path, as create_session uses it)".to_string(),
         time_sync(PART_ITERS, || {
             std::hint::black_box(bundle.prepare_context(Action::CallTool, pep.context.clone()));
         }),
@@ -683,6 +689,15 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
             std::hint::black_box(Authorizer::new());
         }),
     ));
+    let first_policy = bundle.policies.policies().next().map(|p| p.id().clone());
+    if let Some(id) = first_policy {
+        parts.push((
+            "  PolicySet::annotation(id, \"advice\") (parses the key on every call)".to_string(),
+            time_sync(PART_ITERS, || {
+                std::hint::black_box(bundle.policies.annotation(&id, "advice"));
+            }),
+        ));
+    }
     parts.push((
         "  PolicyBundle::decide_request (Authorizer::new + authorize + diagnostics)".to_string(),
         time_sync(PART_ITERS, || {
@@ -893,8 +908,7 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
                 .await
                 .map_err(|e| e.to_string())?;
             let time = cedargate::ids::now_rfc3339();
-            let context =
-                bundle.prepare_context(Action::AccessSession, session_context(session_id, &time));
+            let context = bundle.prepare_session_context(session_id, &time);
             let scope = Scope {
                 org_id: Some(&view.tenant.session.org_id),
                 session_id: Some(&view.tenant.session.id),

@@ -238,6 +238,9 @@ pub struct PolicyBundle {
     pub loaded_at: String,
     /// Non-fatal validation warnings, rendered.
     pub warnings: Vec<String>,
+    /// `@advice` of each policy that has one, looked up once at load
+    /// (Cedar's annotation lookup re-parses the key on every call).
+    pub advice: std::collections::HashMap<PolicyId, String>,
 }
 
 /// A request's Cedar context, parsed once and shared by its decisions.
@@ -365,8 +368,7 @@ impl PolicyBundle {
         let reasons: Vec<String> = diagnostics.reason().map(ToString::to_string).collect();
         let advice = diagnostics
             .reason()
-            .filter_map(|id: &PolicyId| self.policies.annotation(id, "advice"))
-            .map(str::to_string)
+            .filter_map(|id: &PolicyId| self.advice.get(id).cloned())
             .collect();
         Verdict {
             allowed: response.decision() == Decision::Allow && !forbid_errored,

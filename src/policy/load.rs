@@ -316,7 +316,12 @@ pub fn bundle_from_sources(
     let mut policy_ids: Vec<String> = origin.into_keys().collect();
     policy_ids.sort();
 
+    let advice = pset
+        .policies()
+        .filter_map(|p| p.annotation("advice").map(|a| (p.id().clone(), a.to_string())))
+        .collect();
     Ok(PolicyBundle {
+        advice,
         schema,
         policies: pset,
         hash,
