@@ -128,9 +128,50 @@ struct Call {
     time: String,
     /// The Cedar context of in-session decisions, parsed once.
     context: PreparedContext,
+    /// Records (and other writes) of this request not yet handed to the
+    /// writer: they travel with the request's next durable commit, or are
+    /// queued when the request ends, so a request costs one writer job.
+    pending: std::sync::Mutex<Vec<WriteOp>>,
 }
 
 impl Call {
+    /// Adds writes that need not be durable before the next answer.
+    fn defer(&self, ops: impl IntoIterator<Item = WriteOp>) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.extend(ops);
+        }
+    }
+
+    fn take_pending(&self) -> Vec<WriteOp> {
+        self.pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default()
+    }
+
+    /// Commits `ops` together with everything deferred so far, and waits
+    /// until it is durable.
+    async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), RpcError> {
+        let mut all = self.take_pending();
+        all.extend(ops);
+        self.gw
+            .store
+            .writer()
+            .submit(all)
+            .await
+            .map_err(|e| internal(&e))
+    }
+
+    /// Queues whatever is still deferred (end of request).
+    async fn flush_deferred(&self) {
+        let rest = self.take_pending();
+        if !rest.is_empty()
+            && let Err(e) = self.gw.store.writer().enqueue(rest).await
+        {
+            tracing::error!(error = %e, "cannot queue decision records");
+        }
+    }
+
     fn scope(&self) -> Scope<'_> {
         Scope {
             org_id: Some(&self.view.tenant.session.org_id),
@@ -284,6 +325,7 @@ pub async fn post_endpoint(
             Message::Notification { .. } | Message::ClientResponse => {}
         }
     }
+    call.flush_deferred().await;
     if responses.is_empty() {
         return StatusCode::ACCEPTED.into_response();
     }
@@ -328,6 +370,7 @@ async fn resolve(
         version,
         time,
         context,
+        pending: std::sync::Mutex::new(Vec::new()),
     };
 
     let decided = call.decide(
@@ -339,18 +382,17 @@ async fn resolve(
     let allowed = decided.allowed();
     let decision_id = decided.id().to_string();
     let advice = decided.verdict.advice.clone();
-    if let Err(e) = gw
-        .store
-        .writer()
-        .enqueue(vec![WriteOp::Decision(Box::new(decided.finish_default()))])
-        .await
-    {
-        tracing::error!(error = %e, "cannot queue decision record");
-        return Err(http_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            jsonrpc::INTERNAL_ERROR,
-            "decision trail unavailable",
-        ));
+    call.defer([WriteOp::Decision(Box::new(decided.finish_default()))]);
+    if !allowed {
+        // A refused request is answered only once its record is durable.
+        if let Err(e) = call.commit(Vec::new()).await {
+            tracing::error!(error = ?e, "cannot record an access denial");
+            return Err(http_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                jsonrpc::INTERNAL_ERROR,
+                "decision trail unavailable",
+            ));
+        }
     }
     if !allowed {
         let body = jsonrpc::error_response(
@@ -416,9 +458,7 @@ async fn initialize(call: &Call, params: &Value) -> Result<Value, RpcError> {
         session_id: call.view.tenant.session.id.clone(),
         version: version.to_string(),
     };
-    if let Err(e) = call.gw.store.writer().enqueue(vec![op]).await {
-        tracing::warn!(error = %e, "cannot record negotiated protocol version");
-    }
+    call.defer([op]);
     Ok(json!({
         "protocolVersion": version,
         "capabilities": { "tools": { "listChanged": false } },
@@ -443,14 +483,7 @@ async fn tools_list(call: &Call) -> Result<Value, RpcError> {
         }
         records.push(WriteOp::Decision(Box::new(decided.finish_default())));
     }
-    if !records.is_empty() {
-        call.gw
-            .store
-            .writer()
-            .enqueue(records)
-            .await
-            .map_err(|e| internal(&e))?;
-    }
+    call.defer(records);
     Ok(json!({ "tools": tools }))
 }
 
@@ -503,21 +536,15 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
     };
     let agent = call.agent_uid();
     let tool_uid = Kind::Tool.uid(&spec.name);
-    let writer = call.gw.store.writer();
 
     // Hidden tools answer exactly like unknown ones.
     let view = call.decide(&agent, Action::ViewTool, &tool_uid, &call.context);
     if !view.allowed() {
-        writer
-            .submit(vec![WriteOp::Decision(Box::new(view.finish_default()))])
-            .await
-            .map_err(|e| internal(&e))?;
+        call.commit(vec![WriteOp::Decision(Box::new(view.finish_default()))])
+            .await?;
         return Err(unknown());
     }
-    writer
-        .enqueue(vec![WriteOp::Decision(Box::new(view.finish_default()))])
-        .await
-        .map_err(|e| internal(&e))?;
+    call.defer([WriteOp::Decision(Box::new(view.finish_default()))]);
 
     // The gateway owns `arguments.context`: whatever the caller sent is
     // replaced by the session's identity, and the attempt is recorded.
@@ -566,10 +593,8 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
             "reasons": decided.verdict.reasons,
             "advice": decided.verdict.advice,
         });
-        writer
-            .submit(vec![WriteOp::Decision(Box::new(decided.finish_default()))])
-            .await
-            .map_err(|e| internal(&e))?;
+        call.commit(vec![WriteOp::Decision(Box::new(decided.finish_default()))])
+            .await?;
         return Err(RpcError::with_data(
             jsonrpc::AUTH_DENIED,
             format!("call to `{name}` is not authorized for this session"),
@@ -584,15 +609,13 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         Ok((output, mut ops)) => {
             let outcome = json!({ "status": "completed", "durationMs": duration_ms, "result": outcome_summary(&output) });
             ops.push(WriteOp::Decision(Box::new(decided.finish(outcome))));
-            writer.submit(ops).await.map_err(|e| internal(&e))?;
+            call.commit(ops).await?;
             Ok(tool_result(&call.version, output))
         }
         Err(e) => {
             let outcome = json!({ "status": "failed", "durationMs": duration_ms, "error": e.0 });
-            writer
-                .submit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
-                .await
-                .map_err(|e| internal(&e))?;
+            call.commit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
+                .await?;
             tracing::warn!(tool = %name, error = %e, "tool execution failed");
             Err(RpcError::with_data(
                 jsonrpc::INTERNAL_ERROR,

@@ -305,3 +305,43 @@ async fn verify_detects_edited_and_deleted_records() {
         deleted.problems
     );
 }
+
+#[tokio::test]
+async fn a_denied_session_access_is_refused_and_recorded_first() {
+    let g = TestGateway::start_with_policy(
+        "lockdown.cedar",
+        "@id(\"session-lockdown\")\n@advice(\"sessions are locked during the audit\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource);\n",
+    )
+    .await;
+    let t = g.tenant("acme").await;
+    let (status, body) = g
+        .mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], -32003);
+    assert_eq!(
+        body["error"]["data"]["advice"],
+        json!(["sessions are locked during the audit"])
+    );
+    let id = body["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Durable before the answer: read it without flushing the writer.
+    let stored =
+        g.gw.store
+            .read(move |c| decisions::get(c, &id))
+            .await
+            .unwrap()
+            .expect("recorded before the 403");
+    assert_eq!(stored.record.action, "access_session");
+    assert_eq!(stored.record.decision, "deny");
+    assert_eq!(stored.record.reasons, "[\"session-lockdown\"]");
+    // Nothing past the refused access was decided.
+    assert!(
+        g.decisions()
+            .await
+            .iter()
+            .all(|d| d.record.action == "access_session")
+    );
+}

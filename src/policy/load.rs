@@ -318,7 +318,10 @@ pub fn bundle_from_sources(
 
     let advice = pset
         .policies()
-        .filter_map(|p| p.annotation("advice").map(|a| (p.id().clone(), a.to_string())))
+        .filter_map(|p| {
+            p.annotation("advice")
+                .map(|a| (p.id().clone(), a.to_string()))
+        })
         .collect();
     Ok(PolicyBundle {
         advice,
