@@ -287,12 +287,7 @@ impl PolicyBundle {
     pub fn prepare_context(&self, action: Action, json: serde_json::Value) -> PreparedContext {
         let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid())))
             .map_err(|e| format!("cannot build context: {e}"));
-        PreparedContext {
-            text: json.to_string(),
-            json,
-            cedar,
-            schema_hash: self.schema_hash.clone(),
-        }
+        self.prepared(json, cedar)
     }
 
     /// The context of an in-session decision (`{session, time}`), built
@@ -308,6 +303,10 @@ impl PolicyBundle {
             ("time".to_string(), RestrictedExpression::new_datetime(time)),
         ])
         .map_err(|e| format!("cannot build context: {e}"));
+        self.prepared(json, cedar)
+    }
+
+    fn prepared(&self, json: serde_json::Value, cedar: Result<Context, String>) -> PreparedContext {
         PreparedContext {
             text: json.to_string(),
             json,
