@@ -73,9 +73,19 @@ pub fn insert(conn: &Connection, o: &NewObservation) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// English function words dropped from queries: they match nearly every
+/// observation, so OR-ing them in only makes BM25 score the whole project.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from",
+    "how", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "our", "so", "that",
+    "the", "their", "this", "to", "under", "us", "was", "we", "what", "when", "where", "which",
+    "who", "why", "with", "you",
+];
+
 /// Turns free text into an FTS5 query: every word becomes a quoted term,
 /// terms are OR-ed, so punctuation or FTS syntax in the input is inert.
-/// `None` when the text has no searchable word.
+/// Stop words are dropped unless nothing else is left. `None` when the
+/// text has no searchable word.
 pub fn fts_query(text: &str) -> Option<String> {
     let mut terms: Vec<String> = Vec::new();
     for word in text.split(|c: char| !c.is_alphanumeric()) {
@@ -90,6 +100,9 @@ pub fn fts_query(text: &str) -> Option<String> {
     }
     if terms.is_empty() {
         return None;
+    }
+    if terms.iter().any(|t| !STOP_WORDS.contains(&t.as_str())) {
+        terms.retain(|t| !STOP_WORDS.contains(&t.as_str()));
     }
     Some(
         terms
@@ -148,8 +161,16 @@ mod tests {
     #[test]
     fn fts_query_neutralizes_syntax() {
         assert_eq!(
+            fts_query("how does SSO work?").as_deref(),
+            Some("\"sso\" OR \"work\"")
+        );
+        assert_eq!(
+            fts_query("what is it").as_deref(),
+            Some("\"what\" OR \"is\" OR \"it\"")
+        );
+        assert_eq!(
             fts_query("auth* OR \"x\" NEAR(a b)").as_deref(),
-            Some("\"auth\" OR \"or\" OR \"x\" OR \"near\" OR \"a\" OR \"b\"")
+            Some("\"auth\" OR \"x\" OR \"near\" OR \"b\"")
         );
         assert_eq!(fts_query("  ?! "), None);
         assert_eq!(fts_query("Auth auth").as_deref(), Some("\"auth\""));
