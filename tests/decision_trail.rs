@@ -63,13 +63,7 @@ async fn every_decision_is_one_record() {
     // The context and entity data it used are recorded, so it can be re-run.
     let context: Value = serde_json::from_str(&call.record.context).unwrap();
     assert_eq!(context["session"]["__entity"]["id"], t.session_id);
-    let hash = call.record.entities_hash.clone();
-    let entities =
-        g.gw.store
-            .read(move |c| decisions::entity_snapshot(c, &hash))
-            .await
-            .unwrap()
-            .unwrap();
+    let entities = g.entity_snapshot(&call.record.entities_hash).await;
     assert!(entities.contains("\"acme-agent\""));
 }
 
@@ -91,13 +85,7 @@ async fn recorded_decisions_replay_to_the_same_verdict() {
     let records = g.decisions().await;
     assert!(records.iter().any(|d| d.record.decision == "deny"));
     for d in records {
-        let hash = d.record.entities_hash.clone();
-        let entities =
-            g.gw.store
-                .read(move |c| decisions::entity_snapshot(c, &hash))
-                .await
-                .unwrap()
-                .unwrap();
+        let entities = g.entity_snapshot(&d.record.entities_hash).await;
         let entities = bundle
             .parse_entities(&serde_json::from_str(&entities).unwrap())
             .unwrap();

@@ -121,6 +121,17 @@ impl TestGateway {
         g
     }
 
+    /// The entity slice JSON a decision recorded, by its hash.
+    pub async fn entity_snapshot(&self, hash: &str) -> String {
+        let hash = hash.to_string();
+        self.gw
+            .store
+            .read(move |c| cedargate::store::decisions::entity_snapshot(c, &hash))
+            .await
+            .unwrap()
+            .expect("snapshot stored for every decision")
+    }
+
     /// Rows in a table.
     pub async fn count(&self, table: &'static str) -> i64 {
         self.gw
