@@ -77,6 +77,8 @@ pub struct Gateway {
     pub pep: Pep,
     /// Built-in tools.
     pub catalog: Catalog,
+    /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
+    pub graphs: Arc<crate::graph::Graphs>,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -103,6 +105,7 @@ impl Gateway {
             store,
             pep: Pep::new(bundle),
             catalog,
+            graphs: Arc::new(crate::graph::Graphs::local()),
         }
     }
 

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod demo;
 pub mod error;
 pub mod gateway;
+pub mod graph;
 pub mod ids;
 pub mod mcp;
 pub mod operator;

@@ -35,6 +35,9 @@ pub enum StartError {
     /// The built-in catalog is broken (a bug).
     #[error("tool catalog: {0}")]
     Catalog(String),
+    /// The configured embeddings provider cannot be set up.
+    #[error("graph embeddings: {0}")]
+    Embedder(String),
     /// The listener could not be bound or served.
     #[error("cannot serve on `{addr}`: {source}")]
     Io {
@@ -62,7 +65,10 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         .await?;
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), "policy set active");
     let catalog = Catalog::builtin().map_err(StartError::Catalog)?;
-    Ok(Arc::new(Gateway::new(config, store, bundle, catalog)))
+    let graphs = crate::graph::from_config(&config.graph).map_err(StartError::Embedder)?;
+    let mut gw = Gateway::new(config, store, bundle, catalog);
+    gw.graphs = Arc::new(graphs);
+    Ok(Arc::new(gw))
 }
 
 /// The full router.
