@@ -187,9 +187,11 @@ impl<'a> NodeGuard<'a> {
     }
 
     fn class_of(&mut self, v: Verdict) -> usize {
-        if let Some(i) = self.classes.iter().position(|c| {
-            c.allowed == v.allowed && c.reasons == v.reasons && c.errors == v.errors
-        }) {
+        if let Some(i) = self
+            .classes
+            .iter()
+            .position(|c| c.allowed == v.allowed && c.reasons == v.reasons && c.errors == v.errors)
+        {
             return i;
         }
         self.classes.push(v);
@@ -290,7 +292,9 @@ impl<'a> NodeGuard<'a> {
             session_id: self.session_id,
             principal: self.principal.to_string(),
             action: Action::ReadNode.name().to_string(),
-            resource: crate::policy::Kind::Project.uid(&self.project_id).to_string(),
+            resource: crate::policy::Kind::Project
+                .uid(&self.project_id)
+                .to_string(),
             context: self.context.text.clone(),
             entities_hash: self.slice.hash.clone(),
             entities: Some(self.slice.json.clone()),
@@ -298,8 +302,9 @@ impl<'a> NodeGuard<'a> {
             decision: if denied == 0 { "allow" } else { "deny" }.to_string(),
             reasons: Value::from(reasons).to_string(),
             errors: Value::from(errors).to_string(),
-            outcome: serde_json::json!({ "status": "filtered", "allowed": allowed, "denied": denied })
-                .to_string(),
+            outcome:
+                serde_json::json!({ "status": "filtered", "allowed": allowed, "denied": denied })
+                    .to_string(),
             notes: notes.to_string(),
         })
     }

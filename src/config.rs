@@ -223,16 +223,21 @@ mod tests {
 
     #[test]
     fn example_config_spells_out_the_defaults() {
-        let c = Config::load(Some(Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/cedargate.example.toml"
-        ))))
-        .unwrap();
-        let d = Config::default();
-        assert_eq!(
-            serde_json::to_value(&c).unwrap(),
-            serde_json::to_value(&d).unwrap()
-        );
+        // Inside a jail: other tests set `CEDARGATE_*` variables in theirs,
+        // and jails run one at a time.
+        figment::Jail::expect_with(|_jail| {
+            let c = Config::load(Some(Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/cedargate.example.toml"
+            ))))
+            .map_err(|e| e.to_string())?;
+            let d = Config::default();
+            assert_eq!(
+                serde_json::to_value(&c).unwrap(),
+                serde_json::to_value(&d).unwrap()
+            );
+            Ok(())
+        });
     }
 
     #[test]

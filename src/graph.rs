@@ -109,11 +109,17 @@ pub fn resolution_key(name: &str) -> String {
 /// Graph state for a configuration: the HTTP embeddings provider when
 /// `embedding_url` is set, else the local embedder.
 pub fn from_config(config: &crate::config::GraphConfig) -> Result<Graphs, String> {
-    match config.embedding_url.as_deref().filter(|u| !u.trim().is_empty()) {
+    match config
+        .embedding_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+    {
         None => Ok(Graphs::local()),
         Some(url) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!("`graph.embedding_url` `{url}` is not an http(s) URL"));
+                return Err(format!(
+                    "`graph.embedding_url` `{url}` is not an http(s) URL"
+                ));
             }
             let http = embed::HttpEmbedder::new(
                 url,
@@ -122,7 +128,10 @@ pub fn from_config(config: &crate::config::GraphConfig) -> Result<Graphs, String
                 std::time::Duration::from_secs(config.embedding_timeout_secs.max(1)),
             )
             .map_err(|e| e.to_string())?;
-            Ok(Graphs::new(Arc::new(http), Arc::new(extract::RuleExtractor)))
+            Ok(Graphs::new(
+                Arc::new(http),
+                Arc::new(extract::RuleExtractor),
+            ))
         }
     }
 }
@@ -255,14 +264,28 @@ mod tests {
     fn identifiers_split_at_case_and_punctuation() {
         assert_eq!(split_identifier("HTTPServer"), vec!["http", "server"]);
         assert_eq!(split_identifier("PostgresDB"), vec!["postgres", "db"]);
-        assert_eq!(split_identifier("auth-service v2"), vec!["auth", "service", "v2"]);
-        assert_eq!(split_identifier("OAuth2Client"), vec!["o", "auth2", "client"]);
-        assert_eq!(tokens("How does the AuthService work?"), vec!["auth", "service", "work"]);
+        assert_eq!(
+            split_identifier("auth-service v2"),
+            vec!["auth", "service", "v2"]
+        );
+        assert_eq!(
+            split_identifier("OAuth2Client"),
+            vec!["o", "auth2", "client"]
+        );
+        assert_eq!(
+            tokens("How does the AuthService work?"),
+            vec!["auth", "service", "work"]
+        );
     }
 
     #[test]
     fn spellings_resolve_to_one_key() {
-        for s in ["AuthService", "auth-service", "auth_service", "Auth Service"] {
+        for s in [
+            "AuthService",
+            "auth-service",
+            "auth_service",
+            "Auth Service",
+        ] {
             assert_eq!(resolution_key(s), "authservice");
         }
         for s in ["Postgres", "PostgreSQL", "PostgresDB", "postgres db"] {

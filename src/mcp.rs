@@ -535,9 +535,7 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
     let Some(spec) = call.view.tool(&name).cloned() else {
         // Gate first: a graph tool of a project without the graph answers
         // a normal result, not an error.
-        if crate::tools::graph::is_graph_tool(&name)
-            && !crate::graph::enabled(&call.view.tenant)
-        {
+        if crate::tools::graph::is_graph_tool(&name) && !crate::graph::enabled(&call.view.tenant) {
             return Ok(tool_result(&call.version, crate::tools::graph::disabled()));
         }
         return Err(unknown());
@@ -622,7 +620,8 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
                 "reasons": write.verdict.reasons,
                 "advice": write.verdict.advice,
             });
-            let outcome = json!({ "status": "denied", "deniedBy": "write_node", "decisionId": write.id() });
+            let outcome =
+                json!({ "status": "denied", "deniedBy": "write_node", "decisionId": write.id() });
             call.commit(vec![
                 WriteOp::Decision(Box::new(decided.finish(outcome))),
                 WriteOp::Decision(Box::new(write.finish_default())),
@@ -703,7 +702,10 @@ fn outcome_summary(output: &ToolOutput) -> Value {
         }
     }
     if let Some(p) = s.get("path") {
-        summary.insert("pathLength".into(), p.get("length").cloned().unwrap_or(Value::Null));
+        summary.insert(
+            "pathLength".into(),
+            p.get("length").cloned().unwrap_or(Value::Null),
+        );
     }
     Value::Object(summary)
 }
@@ -716,7 +718,11 @@ async fn execute(
     adapter: Adapter,
     args: &Value,
 ) -> Result<
-    (ToolOutput, Vec<WriteOp>, Option<crate::tools::graph::PendingWrite>),
+    (
+        ToolOutput,
+        Vec<WriteOp>,
+        Option<crate::tools::graph::PendingWrite>,
+    ),
     (crate::tools::ToolError, Vec<WriteOp>),
 > {
     match adapter {

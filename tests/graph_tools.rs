@@ -148,8 +148,33 @@ fn result(body: &Value) -> Value {
     serde_json::from_str(body["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
 }
 
+/// Calls a tool as a 2025-06-18 client and returns `structuredContent`.
 async fn call(g: &TestGateway, t: &Tenant, tool: &str, args: Value) -> Value {
-    result(&g.call_tool(t, tool, args).await)
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":args}});
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18")],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("error").is_none(), "{tool}: {body}");
+    let structured = body["result"]["structuredContent"].clone();
+    // The text part carries the same JSON for older clients.
+    let text: Value = serde_json::from_str(body["result"]["content"][0]["text"].as_str().unwrap())
+        .unwrap_or(Value::Null);
+    if tool.starts_with("graph_") && tool != "graph_path" {
+        assert_eq!(text, structured);
+    }
+    structured
+}
+
+/// `graph_path`'s answer: the path, or `null`.
+async fn path(g: &TestGateway, t: &Tenant, args: Value) -> Value {
+    let out = call(g, t, "graph_path", args).await;
+    out["path"].clone()
 }
 
 async fn listed(g: &TestGateway, t: &Tenant) -> Vec<String> {
@@ -252,7 +277,11 @@ async fn gate_matrix() {
         let t = graph_tenant(&g, org, memory, graph, ents).await;
         let tools = listed(&g, &t).await;
         for tool in GRAPH_TOOLS {
-            assert_eq!(tools.contains(&tool.to_string()), on, "{org}: {tool} in {tools:?}");
+            assert_eq!(
+                tools.contains(&tool.to_string()),
+                on,
+                "{org}: {tool} in {tools:?}"
+            );
         }
         let body = g
             .call_tool(&t, "graph_query", json!({"query": "auth"}))
@@ -293,7 +322,10 @@ async fn recall_merges_graph_triplets_only_when_the_gate_is_on() {
     let out = g.call_tool(&t, "af_memory_recall", args).await;
     let text = out["result"]["content"][0]["text"].as_str().unwrap();
     assert!(!text.lines().any(|l| l == triplet_line), "{text}");
-    assert!(text.contains("AuthService calls UserRepository to load"), "{text}");
+    assert!(
+        text.contains("AuthService calls UserRepository to load"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -363,7 +395,12 @@ async fn neighbors_and_paths_on_an_ingested_graph() {
     let n = call(&g, &t, "graph_neighbors", json!({"entity": "auth-service"})).await;
     assert_eq!(
         names(&n["nodes"]),
-        vec!["AuthService", "Redis", "SessionController", "UserRepository"]
+        vec![
+            "AuthService",
+            "Redis",
+            "SessionController",
+            "UserRepository"
+        ]
     );
     assert_eq!(n["edges"].as_array().unwrap().len(), 3);
     let auth = node_id(&n["nodes"], "AuthService");
@@ -400,19 +437,23 @@ async fn neighbors_and_paths_on_an_ingested_graph() {
     );
 
     // Depth 0 is the node alone.
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "Redis", "depth": 0})).await;
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "Redis", "depth": 0}),
+    )
+    .await;
     assert_eq!(names(&n["nodes"]), vec!["Redis"]);
 
     // Shortest path, edges in order.
-    let p = call(
+    let p = path(
         &g,
         &t,
-        "graph_path",
         json!({"fromEntity": "SessionController", "toEntity": "PostgreSQL"}),
     )
     .await;
-    let path = &p;
-    let hops: Vec<&str> = path["nodes"]
+    let hops: Vec<&str> = p["nodes"]
         .as_array()
         .unwrap()
         .iter()
@@ -420,10 +461,15 @@ async fn neighbors_and_paths_on_an_ingested_graph() {
         .collect();
     assert_eq!(
         hops,
-        vec!["SessionController", "AuthService", "UserRepository", "PostgresDB"]
+        vec![
+            "SessionController",
+            "AuthService",
+            "UserRepository",
+            "PostgresDB"
+        ]
     );
-    assert_eq!(path["length"], 3);
-    let rels: Vec<&str> = path["edges"]
+    assert_eq!(p["length"], 3);
+    let rels: Vec<&str> = p["edges"]
         .as_array()
         .unwrap()
         .iter()
@@ -432,26 +478,23 @@ async fn neighbors_and_paths_on_an_ingested_graph() {
     assert_eq!(rels, vec!["calls", "calls", "reads_from"]);
 
     // Too short a budget, or no connection: null.
-    let p = call(
+    let p = path(
         &g,
         &t,
-        "graph_path",
         json!({"fromEntity": "SessionController", "toEntity": "PostgresDB", "maxDepth": 2}),
     )
     .await;
     assert_eq!(p, Value::Null);
-    let p = call(
+    let p = path(
         &g,
         &t,
-        "graph_path",
         json!({"fromEntity": "Redis", "toEntity": "Kafka", "maxDepth": 12}),
     )
     .await;
     assert_ne!(p, Value::Null, "Redis … MySQL … billing-worker … Kafka");
-    let p = call(
+    let p = path(
         &g,
         &t,
-        "graph_path",
         json!({"fromEntity": "Redis", "toEntity": "NoSuchThing"}),
     )
     .await;
@@ -566,13 +609,22 @@ async fn feedback_weights_follow_the_ema() {
             json!({"outcome": outcome, "usedNodeIds": [redis, redis], "usedEdgeKeys": [edge]}),
         )
         .await;
-        assert_eq!((out["nodeUpdates"].clone(), out["edgeUpdates"].clone()), (json!(1), json!(1)));
+        assert_eq!(
+            (out["nodeUpdates"].clone(), out["edgeUpdates"].clone()),
+            (json!(1), json!(1))
+        );
         let (n, e) = weight(&g).await;
         assert!((n - expected).abs() < 1e-9, "{outcome}: {n}");
         assert!((e - expected).abs() < 1e-9, "{outcome}: {e}");
     }
     // The in-memory view follows the store.
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "Redis", "depth": 0})).await;
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "Redis", "depth": 0}),
+    )
+    .await;
     assert!((n["nodes"][0]["feedbackWeight"].as_f64().unwrap() - 0.4235).abs() < 1e-9);
 }
 
@@ -585,14 +637,26 @@ async fn a_read_node_forbid_hides_nodes_edges_and_paths() {
     .await;
     let (t, _, _) = ingested(&g, "acme").await;
 
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "UserRepository"})).await;
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "UserRepository"}),
+    )
+    .await;
     assert_eq!(names(&n["nodes"]), vec!["AuthService", "UserRepository"]);
     assert_eq!(n["edges"].as_array().unwrap().len(), 1);
     // A hidden node answers like an unknown one.
     let n = call(&g, &t, "graph_neighbors", json!({"entity": "PostgresDB"})).await;
     assert_eq!(n, json!({"nodes": [], "edges": []}));
 
-    let out = call(&g, &t, "graph_query", json!({"query": "postgres mysql database storage", "topK": 10})).await;
+    let out = call(
+        &g,
+        &t,
+        "graph_query",
+        json!({"query": "postgres mysql database storage", "topK": 10}),
+    )
+    .await;
     for tr in out["triplets"].as_array().unwrap() {
         for end in ["sourceEntity", "targetEntity"] {
             assert!(
@@ -604,18 +668,16 @@ async fn a_read_node_forbid_hides_nodes_edges_and_paths() {
 
     // Every path from UserRepository to billing-worker goes through a
     // database node: none is returned, not even with a gap.
-    let p = call(
+    let p = path(
         &g,
         &t,
-        "graph_path",
         json!({"fromEntity": "UserRepository", "toEntity": "billing-worker", "maxDepth": 12}),
     )
     .await;
     assert_eq!(p, Value::Null);
-    let p = call(
+    let p = path(
         &g,
         &t,
-        "graph_path",
         json!({"fromEntity": "SessionController", "toEntity": "PostgresDB"}),
     )
     .await;
@@ -674,9 +736,14 @@ async fn a_write_node_deny_changes_nothing() {
     let redis = node_id(&n["nodes"], "Redis");
 
     let before = dump(&g).await;
-    let body = g.call_tool(&reader, "graph_ingest", json!({"limit": 5})).await;
+    let body = g
+        .call_tool(&reader, "graph_ingest", json!({"limit": 5}))
+        .await;
     assert_eq!(body["error"]["code"], -32003, "{body}");
-    assert_eq!(body["error"]["data"]["advice"], json!(["reader agents may not change the graph"]));
+    assert_eq!(
+        body["error"]["data"]["advice"],
+        json!(["reader agents may not change the graph"])
+    );
     let body = g
         .call_tool(
             &reader,
@@ -685,7 +752,10 @@ async fn a_write_node_deny_changes_nothing() {
         )
         .await;
     assert_eq!(body["error"]["code"], -32003, "{body}");
-    let decision_id = body["error"]["data"]["decisionId"].as_str().unwrap().to_string();
+    let decision_id = body["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(dump(&g).await, before);
 
     // The denial is on record; reads still work and see the old state.
@@ -694,7 +764,13 @@ async fn a_write_node_deny_changes_nothing() {
     assert_eq!(denied.record.action, "write_node");
     assert_eq!(denied.record.decision, "deny");
     assert_eq!(denied.record.reasons, "[\"readers-do-not-write\"]");
-    let n = call(&g, &reader, "graph_neighbors", json!({"entity": "Redis", "depth": 0})).await;
+    let n = call(
+        &g,
+        &reader,
+        "graph_neighbors",
+        json!({"entity": "Redis", "depth": 0}),
+    )
+    .await;
     assert_eq!(n["nodes"][0]["feedbackWeight"], 0.5);
 
     // The writer still can: the pending note is processed now.
@@ -708,21 +784,39 @@ async fn bad_inputs_are_rejected_or_empty() {
     let (t, _, _) = ingested(&g, "acme").await;
     let invalid = [
         ("graph_neighbors", json!({"entity": "Redis", "depth": -1})),
-        ("graph_neighbors", json!({"entity": "Redis", "depth": 1000000})),
+        (
+            "graph_neighbors",
+            json!({"entity": "Redis", "depth": 1000000}),
+        ),
         ("graph_neighbors", json!({"entity": ""})),
-        ("graph_neighbors", json!({"entity": "Redis", "relationshipFilter": ""})),
+        (
+            "graph_neighbors",
+            json!({"entity": "Redis", "relationshipFilter": ""}),
+        ),
         ("graph_neighbors", json!({})),
         ("graph_path", json!({"fromEntity": "Redis"})),
-        ("graph_path", json!({"fromEntity": "Redis", "toEntity": "Kafka", "maxDepth": -3})),
+        (
+            "graph_path",
+            json!({"fromEntity": "Redis", "toEntity": "Kafka", "maxDepth": -3}),
+        ),
         ("graph_query", json!({"query": "x", "topK": 0})),
         ("graph_query", json!({"query": "x", "topK": 1e12})),
-        ("graph_query", json!({"query": "x", "neighborhoodDepth": "two"})),
+        (
+            "graph_query",
+            json!({"query": "x", "neighborhoodDepth": "two"}),
+        ),
         ("graph_query", json!({})),
         ("graph_ingest", json!({"limit": 100000000})),
         ("graph_ingest", json!({"limit": 0})),
         ("graph_improve", json!({"outcome": "great"})),
-        ("graph_improve", json!({"outcome": "accepted", "usedNodeIds": "x"})),
-        ("graph_improve", json!({"outcome": "accepted", "usedEdgeKeys": [{"sourceId": "a"}]})),
+        (
+            "graph_improve",
+            json!({"outcome": "accepted", "usedNodeIds": "x"}),
+        ),
+        (
+            "graph_improve",
+            json!({"outcome": "accepted", "usedEdgeKeys": [{"sourceId": "a"}]}),
+        ),
     ];
     let before = dump(&g).await;
     for (tool, args) in invalid {
@@ -733,11 +827,29 @@ async fn bad_inputs_are_rejected_or_empty() {
     assert_eq!(dump(&g).await, before);
 
     // Well-formed but pointing at nothing: empty answers.
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "NoSuchService", "depth": 5})).await;
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "NoSuchService", "depth": 5}),
+    )
+    .await;
     assert_eq!(n, json!({"nodes": [], "edges": []}));
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "Redis", "relationshipFilter": "nope"})).await;
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "Redis", "relationshipFilter": "nope"}),
+    )
+    .await;
     assert_eq!(names(&n["nodes"]), vec!["Redis"]);
-    let q = call(&g, &t, "graph_query", json!({"query": "?!", "topK": 100, "neighborhoodDepth": 4})).await;
+    let q = call(
+        &g,
+        &t,
+        "graph_query",
+        json!({"query": "?!", "topK": 100, "neighborhoodDepth": 4}),
+    )
+    .await;
     assert_eq!(q, json!({"triplets": []}));
     let i = call(
         &g,
@@ -746,7 +858,10 @@ async fn bad_inputs_are_rejected_or_empty() {
         json!({"outcome": "accepted", "usedNodeIds": ["nope"], "usedEdgeKeys": [{"sourceId": "a", "targetId": "b", "relationshipName": "c"}]}),
     )
     .await;
-    assert_eq!((i["nodeUpdates"].clone(), i["edgeUpdates"].clone()), (json!(0), json!(0)));
+    assert_eq!(
+        (i["nodeUpdates"].clone(), i["edgeUpdates"].clone()),
+        (json!(0), json!(0))
+    );
     assert_eq!(dump(&g).await, before);
 
     // A caller-supplied context never changes the project used.

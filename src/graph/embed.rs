@@ -198,8 +198,7 @@ fn parse_openai(body: &Value, expected: usize) -> Result<Vec<Vec<f32>>, EmbedErr
         *slot = Some(v);
     }
     let vectors: Option<Vec<Vec<f32>>> = out.into_iter().collect();
-    let vectors =
-        vectors.ok_or_else(|| EmbedError("the answer misses some embeddings".into()))?;
+    let vectors = vectors.ok_or_else(|| EmbedError("the answer misses some embeddings".into()))?;
     if let Some(first) = vectors.first()
         && vectors.iter().any(|v| v.len() != first.len())
     {

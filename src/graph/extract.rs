@@ -380,9 +380,14 @@ fn relation_between(before: &str, gap: &str) -> Option<Found> {
     let g = format!(" {} ", normalize_space(&gap.to_lowercase()));
     let b = normalize_space(&before.to_lowercase());
     if g.trim() == "to"
-        && ["migrated from", "moved from", "switched from", "migrating from"]
-            .iter()
-            .any(|p| b.ends_with(p))
+        && [
+            "migrated from",
+            "moved from",
+            "switched from",
+            "migrating from",
+        ]
+        .iter()
+        .any(|p| b.ends_with(p))
     {
         return Some(Found::Backward("replaces".into()));
     }
@@ -400,7 +405,10 @@ fn relation_between(before: &str, gap: &str) -> Option<Found> {
 
 fn is_conjunction(gap: &str) -> bool {
     let g = normalize_space(&gap.to_lowercase());
-    matches!(g.as_str(), "and" | "or" | "," | ", and" | ", or" | "&" | "/")
+    matches!(
+        g.as_str(),
+        "and" | "or" | "," | ", and" | ", or" | "&" | "/"
+    )
 }
 
 fn normalize_space(s: &str) -> String {
@@ -647,12 +655,22 @@ mod tests {
     #[test]
     fn engineering_notes() {
         assert_eq!(
-            triples("AuthService calls UserRepository to load the account, and UserRepository reads from PostgresDB."),
-            vec![t("AuthService", "calls", "UserRepository"), t("UserRepository", "reads_from", "PostgresDB")]
+            triples(
+                "AuthService calls UserRepository to load the account, and UserRepository reads from PostgresDB."
+            ),
+            vec![
+                t("AuthService", "calls", "UserRepository"),
+                t("UserRepository", "reads_from", "PostgresDB")
+            ]
         );
         assert_eq!(
-            triples("The billing-worker depends on Redis and Kafka; it publishes to the invoices queue."),
-            vec![t("billing-worker", "depends_on", "Redis"), t("billing-worker", "depends_on", "Kafka")]
+            triples(
+                "The billing-worker depends on Redis and Kafka; it publishes to the invoices queue."
+            ),
+            vec![
+                t("billing-worker", "depends_on", "Redis"),
+                t("billing-worker", "depends_on", "Kafka")
+            ]
         );
         assert_eq!(
             triples("UserRepository is called by SessionController."),
@@ -663,7 +681,9 @@ mod tests {
             vec![t("PostgreSQL", "replaces", "MySQL")]
         );
         assert_eq!(
-            triples("Fixed a race in src/auth/session.rs: SessionStore writes to Redis without a lock."),
+            triples(
+                "Fixed a race in src/auth/session.rs: SessionStore writes to Redis without a lock."
+            ),
             vec![t("SessionStore", "writes_to", "Redis")]
         );
         assert_eq!(
@@ -709,8 +729,13 @@ mod tests {
     #[test]
     fn a_conjunction_does_not_carry_into_a_new_clause() {
         assert_eq!(
-            triples("The billing-worker publishes to Kafka and InvoiceService consumes from Kafka."),
-            vec![t("billing-worker", "publishes_to", "Kafka"), t("InvoiceService", "consumes", "Kafka")]
+            triples(
+                "The billing-worker publishes to Kafka and InvoiceService consumes from Kafka."
+            ),
+            vec![
+                t("billing-worker", "publishes_to", "Kafka"),
+                t("InvoiceService", "consumes", "Kafka")
+            ]
         );
     }
 

@@ -202,9 +202,7 @@ impl ProjectGraph {
         };
         match vector {
             Some(v) => self.vectors.extend_from_slice(v),
-            None => self
-                .vectors
-                .extend(std::iter::repeat_n(0.0, self.dims)),
+            None => self.vectors.extend(std::iter::repeat_n(0.0, self.dims)),
         }
         self.has_vector.push(vector.is_some());
         self.nodes.push(Node {
@@ -373,7 +371,12 @@ impl ProjectGraph {
         max_nodes: usize,
         filter: &mut dyn NodeFilter,
     ) -> Option<(Vec<u32>, Vec<u32>)> {
-        if !filter.admit(self, &[start]).first().copied().unwrap_or(false) {
+        if !filter
+            .admit(self, &[start])
+            .first()
+            .copied()
+            .unwrap_or(false)
+        {
             return None;
         }
         let mut visited: HashSet<u32> = HashSet::from([start]);
@@ -387,7 +390,10 @@ impl ProjectGraph {
             for &u in &frontier {
                 for &e in self.incident(u) {
                     if let Some(r) = relationship
-                        && self.edges.get(e as usize).is_none_or(|x| &*x.relationship != r)
+                        && self
+                            .edges
+                            .get(e as usize)
+                            .is_none_or(|x| &*x.relationship != r)
                     {
                         continue;
                     }
@@ -462,7 +468,11 @@ impl ProjectGraph {
         max_visits: usize,
         filter: &mut dyn NodeFilter,
     ) -> Option<(Vec<u32>, Vec<u32>)> {
-        let ends = if from == to { vec![from] } else { vec![from, to] };
+        let ends = if from == to {
+            vec![from]
+        } else {
+            vec![from, to]
+        };
         if !filter.admit(self, &ends).iter().all(|ok| *ok) {
             return None;
         }
@@ -526,7 +536,11 @@ impl ProjectGraph {
     }
 
     /// Joins the two half-paths at `meet` into one from side 0's origin.
-    fn stitch(&self, seen: &[HashMap<u32, (u32, u32, usize)>; 2], meet: u32) -> (Vec<u32>, Vec<u32>) {
+    fn stitch(
+        &self,
+        seen: &[HashMap<u32, (u32, u32, usize)>; 2],
+        meet: u32,
+    ) -> (Vec<u32>, Vec<u32>) {
         let mut nodes = vec![meet];
         let mut edges = Vec::new();
         let mut cur = meet;
@@ -754,7 +768,9 @@ mod tests {
         assert_eq!((nodes.len(), edges.len()), (3, 2));
         let (nodes, _) = g.neighbors(a, 2, None, 100, &mut AdmitAll).unwrap();
         assert_eq!(nodes.len(), 5);
-        let (nodes, edges) = g.neighbors(a, 3, Some("calls"), 100, &mut AdmitAll).unwrap();
+        let (nodes, edges) = g
+            .neighbors(a, 3, Some("calls"), 100, &mut AdmitAll)
+            .unwrap();
         assert_eq!((nodes.len(), edges.len()), (3, 2));
         let b = g.by_id("b").unwrap();
         let (nodes, edges) = g.neighbors(a, 1, None, 100, &mut Deny(vec![b])).unwrap();

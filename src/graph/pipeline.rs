@@ -331,7 +331,11 @@ pub fn seed_candidates(
     n: usize,
 ) -> Vec<(u32, f64)> {
     let mut fused: HashMap<u32, f64> = HashMap::new();
-    for (rank, (i, s)) in graph.vector_search(model, query_vector, n).into_iter().enumerate() {
+    for (rank, (i, s)) in graph
+        .vector_search(model, query_vector, n)
+        .into_iter()
+        .enumerate()
+    {
         if s > 0.0 {
             *fused.entry(i).or_insert(0.0) += 1.0 / (RRF_K + rank as f64 + 1.0);
         }
@@ -397,7 +401,11 @@ pub fn search(
             }
         })
         .collect();
-    triplets.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.edge.cmp(&b.edge)));
+    triplets.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.edge.cmp(&b.edge))
+    });
     triplets.truncate(max_triplets);
     triplets
 }

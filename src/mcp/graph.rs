@@ -170,10 +170,9 @@ pub async fn execute(
                 Err(e) => Err((e, Vec::new())),
             }
         }
-        Adapter::MemoryRecall | Adapter::MemoryRemember => Err((
-            ToolError("not a graph tool".into()),
-            Vec::new(),
-        )),
+        Adapter::MemoryRecall | Adapter::MemoryRemember => {
+            Err((ToolError("not a graph tool".into()), Vec::new()))
+        }
     }
 }
 
@@ -255,7 +254,10 @@ impl RecallSource for GraphRecall {
                             .replace('_', " "),
                         t.get("targetEntity").and_then(Value::as_str).unwrap_or(""),
                     );
-                    let score = t.get("relevanceScore").and_then(Value::as_f64).unwrap_or(0.0);
+                    let score = t
+                        .get("relevanceScore")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0);
                     RecallItem {
                         text,
                         data: t,

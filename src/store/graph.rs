@@ -189,7 +189,13 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
                     "UPDATE graph_nodes SET embedding = ?2, embed_model = ?3
                      WHERE id = ?1 AND org_id = ?4 AND project_id = ?5",
                 )?
-                .execute(params![id, encode_vector(v), model, org_id, project_id])?;
+                .execute(params![
+                    id,
+                    encode_vector(v),
+                    model,
+                    org_id,
+                    project_id
+                ])?;
             }
             for (s, t, r, model, v) in edge_embeddings {
                 conn.prepare_cached(
@@ -197,7 +203,15 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
                      WHERE source_id = ?1 AND target_id = ?2 AND relationship = ?3
                        AND org_id = ?6 AND project_id = ?7",
                 )?
-                .execute(params![s, t, r, encode_vector(v), model, org_id, project_id])?;
+                .execute(params![
+                    s,
+                    t,
+                    r,
+                    encode_vector(v),
+                    model,
+                    org_id,
+                    project_id
+                ])?;
             }
         }
     }

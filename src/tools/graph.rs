@@ -436,7 +436,12 @@ pub async fn improve(
     let node_ids: Vec<String> = args
         .get("usedNodeIds")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     let edge_keys: Vec<(String, String, String)> = args
         .get("usedEdgeKeys")
