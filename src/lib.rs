@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod discovery;
 pub mod error;
 pub mod gateway;
 pub mod graph;
