@@ -40,6 +40,8 @@ pub struct Config {
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
+    /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
+    pub a2a: crate::a2a::A2aConfig,
 }
 
 /// Log output format.
@@ -93,6 +95,7 @@ impl Default for Config {
             limits: Limits::default(),
             http: HttpSecurity::default(),
             cache_ttl_secs: 30,
+            a2a: crate::a2a::A2aConfig::default(),
         }
     }
 }
