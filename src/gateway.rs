@@ -83,6 +83,10 @@ pub struct Gateway {
     pub catalog: Catalog,
     /// Remote A2A peers: registry cache, bridge client, hook bus.
     pub a2a: A2a,
+    /// Open streams of the HTTP+SSE transport.
+    pub streams: crate::mcp::sse::Streams,
+    /// MCP sessions a client terminated with `DELETE`.
+    pub terminated: crate::mcp::streamable::Terminated,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -115,6 +119,8 @@ impl Gateway {
                 .time_to_live(ttl)
                 .build(),
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
+            streams: crate::mcp::sse::Streams::new(config.sse.clone()),
+            terminated: crate::mcp::streamable::Terminated::default(),
             config,
             store,
             pep: Pep::new(bundle),

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod discovery;
 pub mod error;
 pub mod gateway;
 pub mod ids;

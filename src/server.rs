@@ -74,8 +74,19 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .route("/api/sessions", post(crate::daemon::open_session))
         .route(
             "/api/mcp/{session_id}",
-            post(crate::mcp::post_endpoint).get(crate::mcp::get_endpoint),
-        );
+            post(crate::mcp::post_endpoint)
+                .get(crate::mcp::get_endpoint)
+                .delete(crate::mcp::streamable::delete_endpoint),
+        )
+        .route(
+            "/api/mcp/{session_id}/sse",
+            get(crate::mcp::sse::open_stream),
+        )
+        .route(
+            "/api/mcp/{session_id}/messages",
+            post(crate::mcp::sse::post_message),
+        )
+        .route(crate::discovery::PATH, get(crate::discovery::well_known));
     if gw
         .config
         .admin_token
@@ -130,6 +141,13 @@ pub async fn run(
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
     let refresher = tokio::spawn(crate::a2a::refresh_loop(Arc::clone(&gw)));
+    // Open SSE streams never end on their own: end them when shutdown
+    // begins, or the drain would wait for them forever.
+    let streams = gw.streams.clone();
+    let shutdown = async move {
+        shutdown.await;
+        streams.close_all();
+    };
     let served = axum::serve(listener, app(Arc::clone(&gw)))
         .with_graceful_shutdown(shutdown)
         .await;
