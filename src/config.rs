@@ -42,6 +42,8 @@ pub struct Config {
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
+    /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
+    pub a2a: crate::a2a::A2aConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
 }
@@ -150,6 +152,7 @@ impl Default for Config {
             http: HttpSecurity::default(),
             sse: SseConfig::default(),
             cache_ttl_secs: 30,
+            a2a: crate::a2a::A2aConfig::default(),
             graph: GraphConfig::default(),
         }
     }

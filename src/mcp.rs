@@ -8,6 +8,7 @@
 //! its decision records (and any observation it stored) are durably
 //! committed; a failed commit is answered -32603, never success.
 
+mod a2a;
 mod graph;
 pub mod jsonrpc;
 pub mod protocol;
@@ -624,6 +625,10 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         map.insert("context".into(), authoritative);
     }
 
+    if spec.adapter == Adapter::A2a {
+        return a2a::call_tool(call, &spec, &name, args_value, notes).await;
+    }
+
     let mut decided = call.decide(&agent, Action::CallTool, &tool_uid, &call.context);
     decided.record.notes = notes.to_string();
     if !decided.allowed() {
@@ -791,6 +796,10 @@ async fn execute(
             let done = graph::execute(call, adapter, args).await?;
             Ok((done.output, done.ops, done.pending))
         }
+        Adapter::A2a => Err((
+            crate::tools::ToolError("A2A tools are served by the bridge".into()),
+            Vec::new(),
+        )),
     }
 }
 

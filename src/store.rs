@@ -63,6 +63,7 @@ pub enum StoreError {
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("store/migrations/0001_init.sql")),
     (2, include_str!("store/migrations/0002_graph.sql")),
+    (3, include_str!("store/migrations/0003_a2a.sql")),
 ];
 
 /// The store: read pool plus the group-commit writer.

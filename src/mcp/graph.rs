@@ -170,7 +170,7 @@ pub async fn execute(
                 Err(e) => Err((e, Vec::new())),
             }
         }
-        Adapter::MemoryRecall | Adapter::MemoryRemember => {
+        Adapter::MemoryRecall | Adapter::MemoryRemember | Adapter::A2a => {
             Err((ToolError("not a graph tool".into()), Vec::new()))
         }
     }
