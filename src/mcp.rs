@@ -8,8 +8,11 @@
 //! its decision records (and any observation it stored) are durably
 //! committed; a failed commit is answered -32603, never success.
 
+mod a2a;
 pub mod jsonrpc;
 pub mod protocol;
+pub mod sse;
+pub mod streamable;
 
 use std::sync::Arc;
 
@@ -60,10 +63,10 @@ pub async fn get_endpoint() -> Response {
     let mut resp = http_error(
         StatusCode::METHOD_NOT_ALLOWED,
         jsonrpc::INVALID_REQUEST,
-        "this endpoint offers no server-initiated stream; use POST",
+        "this endpoint offers no server-initiated stream; use POST (or GET `sse` below it for the HTTP+SSE transport)",
     );
     resp.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
     resp
 }
 
@@ -110,7 +113,7 @@ fn strip_port(origin: &str) -> &str {
 }
 
 /// `host:port` → `host` (IPv6 in brackets kept with brackets).
-fn host_name(host: &str) -> &str {
+pub(crate) fn host_name(host: &str) -> &str {
     if host.starts_with('[') {
         return host.find(']').and_then(|i| host.get(..=i)).unwrap_or(host);
     }
@@ -213,45 +216,83 @@ pub async fn post_endpoint(
     if let Err(msg) = check_origin_and_host(&gw, &headers) {
         return http_error(StatusCode::FORBIDDEN, jsonrpc::INVALID_REQUEST, msg);
     }
-    let header_version = match headers.get(PROTOCOL_HEADER) {
-        None => None,
-        Some(v) => match v.to_str() {
-            Ok(v) if protocol::is_supported(v) => Some(v.to_string()),
-            _ => {
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    jsonrpc::INVALID_REQUEST,
-                    format!(
-                        "unsupported MCP-Protocol-Version `{}`; supported: {}",
-                        v.to_str().unwrap_or("<non-ascii>"),
-                        protocol::SUPPORTED.join(", ")
-                    ),
-                );
-            }
-        },
+    let header_version = match header_version(&headers) {
+        Ok(v) => v,
+        Err(resp) => return *resp,
     };
+    let (batch, messages) = match read_messages(&gw, body).await {
+        Ok(m) => m,
+        Err(resp) => return resp,
+    };
+    let call = match resolve(&gw, &session_id, &headers, header_version).await {
+        Ok(call) => call,
+        Err(resp) => return resp,
+    };
+    if let Some(resp) = streamable::check_session_header(&gw, &headers, &session_id) {
+        call.flush_deferred().await;
+        return resp;
+    }
+    let initialize = messages
+        .iter()
+        .any(|m| matches!(m, Message::Request { method, .. } if method == "initialize"));
+    let responses = answer(&call, messages).await;
+    if responses.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let body = if batch {
+        Value::Array(responses)
+    } else {
+        responses.into_iter().next().unwrap_or(Value::Null)
+    };
+    streamable::respond(&gw, &headers, &session_id, initialize, &body)
+}
+
+/// The `MCP-Protocol-Version` header: absent, a supported version, or a 400.
+/// (Boxed: a `Response` is large.)
+fn header_version(headers: &HeaderMap) -> Result<Option<String>, Box<Response>> {
+    match headers.get(PROTOCOL_HEADER) {
+        None => Ok(None),
+        Some(v) => match v.to_str() {
+            Ok(v) if protocol::is_supported(v) => Ok(Some(v.to_string())),
+            _ => Err(Box::new(http_error(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "unsupported MCP-Protocol-Version `{}`; supported: {}",
+                    v.to_str().unwrap_or("<non-ascii>"),
+                    protocol::SUPPORTED.join(", ")
+                ),
+            ))),
+        },
+    }
+}
+
+/// Reads a body within the limits and classifies its messages; returns
+/// whether it was a batch. A body that is not one valid request or a
+/// non-empty, bounded batch is answered here.
+async fn read_messages(gw: &Gateway, body: Body) -> Result<(bool, Vec<Message>), Response> {
     let limits = &gw.config.limits;
     let bytes: Bytes = match axum::body::to_bytes(body, limits.max_body_bytes).await {
         Ok(b) => b,
         Err(_) => {
-            return http_error(
+            return Err(http_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 jsonrpc::INVALID_REQUEST,
                 format!("request body exceeds {} bytes", limits.max_body_bytes),
-            );
+            ));
         }
     };
     if jsonrpc::depth_exceeds(&bytes, limits.max_json_depth) {
-        return http_error(
+        return Err(http_error(
             StatusCode::BAD_REQUEST,
             jsonrpc::INVALID_REQUEST,
             format!("JSON nesting deeper than {} levels", limits.max_json_depth),
-        );
+        ));
     }
     let parsed: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => {
-            return json_response(
+            return Err(json_response(
                 StatusCode::BAD_REQUEST,
                 &jsonrpc::error_response(
                     Value::Null,
@@ -261,19 +302,19 @@ pub async fn post_endpoint(
                         json!({ "detail": e.to_string() }),
                     ),
                 ),
-            );
+            ));
         }
     };
     let (batch, messages) = match parsed {
         Value::Array(items) => {
             if items.is_empty() {
-                return json_response(
+                return Err(json_response(
                     StatusCode::BAD_REQUEST,
                     &jsonrpc::error_response(Value::Null, &jsonrpc::invalid_request("empty batch")),
-                );
+                ));
             }
             if items.len() > limits.max_batch_len {
-                return json_response(
+                return Err(json_response(
                     StatusCode::BAD_REQUEST,
                     &jsonrpc::error_response(
                         Value::Null,
@@ -287,7 +328,7 @@ pub async fn post_endpoint(
                             json!({ "maxBatchLength": limits.max_batch_len }),
                         ),
                     ),
-                );
+                ));
             }
             (
                 true,
@@ -297,22 +338,22 @@ pub async fn post_endpoint(
         other => (false, vec![jsonrpc::classify(other)]),
     };
     if !batch && let Some(Message::Invalid { id, reason }) = messages.first() {
-        return json_response(
+        return Err(json_response(
             StatusCode::BAD_REQUEST,
             &jsonrpc::error_response(id.clone(), &jsonrpc::invalid_request(reason)),
-        );
+        ));
     }
+    Ok((batch, messages))
+}
 
-    let call = match resolve(&gw, &session_id, &headers, header_version).await {
-        Ok(call) => call,
-        Err(resp) => return resp,
-    };
-
+/// Answers `messages` in order (notifications and client responses get
+/// nothing), then queues the request's remaining deferred records.
+async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Value> {
     let mut responses = Vec::new();
     for message in messages {
         match message {
             Message::Request { id, method, params } => {
-                let outcome = dispatch(&call, &method, params).await;
+                let outcome = dispatch(call, &method, params).await;
                 responses.push(match outcome {
                     Ok(result) => jsonrpc::result_response(id, result),
                     Err(err) => jsonrpc::error_response(id, &err),
@@ -326,15 +367,7 @@ pub async fn post_endpoint(
         }
     }
     call.flush_deferred().await;
-    if responses.is_empty() {
-        return StatusCode::ACCEPTED.into_response();
-    }
-    let body = if batch {
-        Value::Array(responses)
-    } else {
-        responses.into_iter().next().unwrap_or(Value::Null)
-    };
-    json_response(StatusCode::OK, &body)
+    responses
 }
 
 /// Authenticates, loads the session, checks isolation and decides
@@ -459,6 +492,8 @@ async fn initialize(call: &Call, params: &Value) -> Result<Value, RpcError> {
         version: version.to_string(),
     };
     call.defer([op]);
+    call.gw
+        .set_negotiated(&call.view.tenant.session.id, version);
     Ok(json!({
         "protocolVersion": version,
         "capabilities": { "tools": { "listChanged": false } },
@@ -584,6 +619,10 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         map.insert("context".into(), authoritative);
     }
 
+    if spec.adapter == Adapter::A2a {
+        return a2a::call_tool(call, &spec, &name, args_value, notes).await;
+    }
+
     let mut decided = call.decide(&agent, Action::CallTool, &tool_uid, &call.context);
     decided.record.notes = notes.to_string();
     if !decided.allowed() {
@@ -658,6 +697,9 @@ async fn execute(
             let output = memory::recall(&call.gw.store, &call.view.tenant, args, None).await?;
             Ok((output, Vec::new()))
         }
+        Adapter::A2a => Err(crate::tools::ToolError(
+            "A2A tools are served by the bridge".into(),
+        )),
     }
 }
 

@@ -59,7 +59,10 @@ pub enum StoreError {
 
 /// Versioned migrations, applied in order at open. Never edit a shipped
 /// entry: add a new version.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("store/migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("store/migrations/0001_init.sql")),
+    (3, include_str!("store/migrations/0003_a2a.sql")),
+];
 
 /// The store: read pool plus the group-commit writer.
 #[derive(Clone, Debug)]

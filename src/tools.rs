@@ -22,6 +22,8 @@ pub enum Adapter {
     MemoryRecall,
     /// `af_memory_remember`
     MemoryRemember,
+    /// A skill of a remote A2A peer (`<agentSlug>.<skillId>`).
+    A2a,
 }
 
 /// One tool as listed and called.
@@ -39,6 +41,8 @@ pub struct ToolSpec {
     pub read_only: bool,
     /// The adapter that executes it.
     pub adapter: Adapter,
+    /// Slug of the A2A peer serving it (its Cedar `PeerAgent` parent).
+    pub peer: Option<String>,
     validator: jsonschema::Validator,
     /// The `tools/list` entry, built once.
     listing: Value,
@@ -75,8 +79,15 @@ impl ToolSpec {
             group: group.to_string(),
             read_only,
             adapter,
+            peer: None,
             validator,
         })
+    }
+
+    /// The same tool, served by the A2A peer `slug`.
+    pub fn with_peer(mut self, slug: &str) -> ToolSpec {
+        self.peer = Some(slug.to_string());
+        self
     }
 
     /// Checks `args` against the input schema; every error names its field.
@@ -126,7 +137,7 @@ impl ToolSpec {
             group: self.group.clone(),
             kind: self.group.clone(),
             read_only: self.read_only,
-            peer: None,
+            peer: self.peer.clone(),
         }
     }
 }

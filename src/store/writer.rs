@@ -41,6 +41,15 @@ pub enum WriteOp {
         /// When it was loaded.
         loaded_at: String,
     },
+    /// One parameterized statement of a module's own tables (telemetry
+    /// rows). Statements must not be able to fail on their data (no foreign
+    /// keys, `OR IGNORE` on keys), because a failure rolls back the batch.
+    Exec {
+        /// The statement (a constant, so prepared statements are cached).
+        sql: &'static str,
+        /// Its parameters.
+        params: Vec<rusqlite::types::Value>,
+    },
     /// Remember the protocol version a session negotiated.
     SessionProtocol {
         /// Session id.
@@ -272,6 +281,10 @@ fn commit(
                          VALUES (?1, ?2, ?3, ?4, ?5)",
                     )?
                     .execute(params![h, schema_path, schema_text, files, loaded_at])?;
+                }
+                WriteOp::Exec { sql, params } => {
+                    tx.prepare_cached(sql)?
+                        .execute(rusqlite::params_from_iter(params.iter()))?;
                 }
                 WriteOp::SessionProtocol {
                     session_id,
