@@ -28,6 +28,8 @@ pub enum WriteOp {
     Decision(Box<NewDecision>),
     /// Store an observation (agent memory).
     Observation(Box<NewObservation>),
+    /// Write the knowledge graph (ingest or feedback).
+    Graph(Box<super::graph::GraphWrite>),
     /// Record the policy bundle decisions will reference (idempotent).
     PolicySet {
         /// Bundle hash.
@@ -269,6 +271,7 @@ fn commit(
                     hash = decisions::insert(&tx, seq, &hash, d)?;
                 }
                 WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
+                WriteOp::Graph(g) => super::graph::apply(&tx, g)?,
                 WriteOp::PolicySet {
                     hash: h,
                     schema_path,
