@@ -32,7 +32,7 @@ pub enum StartError {
     /// The database could not be opened or migrated.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
-    /// The built-in catalog is broken (a bug).
+    /// The built-in catalog or the A2A client could not be built.
     #[error("tool catalog: {0}")]
     Catalog(String),
     /// The listener could not be bound or served.
@@ -62,7 +62,8 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         .await?;
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), "policy set active");
     let catalog = Catalog::builtin().map_err(StartError::Catalog)?;
-    Ok(Arc::new(Gateway::new(config, store, bundle, catalog)))
+    let gw = Gateway::new(config, store, bundle, catalog).map_err(StartError::Catalog)?;
+    Ok(Arc::new(gw))
 }
 
 /// The full router.
@@ -139,6 +140,7 @@ pub async fn run(
     if gw.config.admin_token.is_none() {
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
+    let refresher = tokio::spawn(crate::a2a::refresh_loop(Arc::clone(&gw)));
     // Open SSE streams never end on their own: end them when shutdown
     // begins, or the drain would wait for them forever.
     let streams = gw.streams.clone();
@@ -149,6 +151,7 @@ pub async fn run(
     let served = axum::serve(listener, app(Arc::clone(&gw)))
         .with_graceful_shutdown(shutdown)
         .await;
+    refresher.abort();
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }

@@ -8,6 +8,7 @@
 //! commit that contains its rows before it is acknowledged.
 
 pub mod decisions;
+pub mod graph;
 pub mod observations;
 pub mod tenants;
 pub mod writer;
@@ -59,7 +60,11 @@ pub enum StoreError {
 
 /// Versioned migrations, applied in order at open. Never edit a shipped
 /// entry: add a new version.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("store/migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("store/migrations/0001_init.sql")),
+    (2, include_str!("store/migrations/0002_graph.sql")),
+    (3, include_str!("store/migrations/0003_a2a.sql")),
+];
 
 /// The store: read pool plus the group-commit writer.
 #[derive(Clone, Debug)]
