@@ -36,7 +36,10 @@ const WARMUP: usize = 200;
 async fn read_until(resp: &mut reqwest::Response, buf: &mut String, needle: &str) -> String {
     loop {
         if let Some(i) = buf.find(needle) {
-            let end = buf[i..].find("\n\n").map(|e| i + e + 2).unwrap_or(buf.len());
+            let end = buf[i..]
+                .find("\n\n")
+                .map(|e| i + e + 2)
+                .unwrap_or(buf.len());
             return buf.drain(..end).collect();
         }
         let chunk = resp.chunk().await.unwrap().expect("stream ended");
