@@ -5,6 +5,8 @@
 //! **Architecture Invariant:** a decision is made only through [`decide`],
 //! so no code path can authorize without producing a record.
 
+pub mod export;
+
 use cedar_policy::EntityUid;
 use serde_json::Value;
 
@@ -74,6 +76,7 @@ pub fn decide(
     scope: Scope<'_>,
     time: &str,
 ) -> Decided {
+    let started = std::time::Instant::now();
     let verdict = if slice.schema_hash == bundle.schema_hash {
         bundle.decide(principal, action, resource, context, &slice.entities)
     } else {
@@ -103,6 +106,19 @@ pub fn decide(
         outcome: "null".to_string(),
         notes: "null".to_string(),
     };
+    if let Some(observer) = bundle.hooks.observer() {
+        observer.observe(&crate::policy::Observed {
+            bundle,
+            slice,
+            principal,
+            action,
+            resource,
+            context,
+            verdict: &verdict,
+            decision_id: &record.id,
+            elapsed: started.elapsed(),
+        });
+    }
     Decided { verdict, record }
 }
 

@@ -77,6 +77,8 @@ pub struct Gateway {
     pub pep: Pep,
     /// Built-in tools.
     pub catalog: Catalog,
+    /// Reload status, shadow evaluation and metrics.
+    pub lifecycle: crate::lifecycle::Lifecycle,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -89,7 +91,11 @@ impl Gateway {
     /// Assembles the state and records the active policy set in the store.
     pub fn new(config: Config, store: Store, bundle: PolicyBundle, catalog: Catalog) -> Self {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
+        let lifecycle = crate::lifecycle::Lifecycle::new(&catalog, store.writer().clone());
+        let pep = Pep::new(bundle);
+        pep.set_observer(lifecycle.observer());
         Gateway {
+            lifecycle,
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
@@ -101,7 +107,7 @@ impl Gateway {
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
             config,
             store,
-            pep: Pep::new(bundle),
+            pep,
             catalog,
         }
     }

@@ -7,8 +7,10 @@
 //! requests share one transaction and one fsync, and each waits for the
 //! commit that contains its rows before it is acknowledged.
 
+pub mod audit_query;
 pub mod decisions;
 pub mod observations;
+pub mod shadow;
 pub mod tenants;
 pub mod writer;
 
@@ -59,7 +61,10 @@ pub enum StoreError {
 
 /// Versioned migrations, applied in order at open. Never edit a shipped
 /// entry: add a new version.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("store/migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("store/migrations/0001_init.sql")),
+    (4, include_str!("store/migrations/0004_lifecycle.sql")),
+];
 
 /// The store: read pool plus the group-commit writer.
 #[derive(Clone, Debug)]

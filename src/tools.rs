@@ -145,6 +145,12 @@ impl Catalog {
         })
     }
 
+    /// Every built-in tool (whatever a session enables): the tools whose
+    /// arguments the effective Cedar schema types.
+    pub fn all(&self) -> Vec<Arc<ToolSpec>> {
+        self.memory.to_vec()
+    }
+
     /// Tools the session's org and project enable, before Cedar visibility:
     /// memory tools when the project's memory is on.
     pub fn for_session(&self, tenant: &SessionTenant) -> Vec<Arc<ToolSpec>> {

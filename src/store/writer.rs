@@ -34,6 +34,8 @@ pub enum WriteOp {
         /// When it was loaded.
         loaded_at: String,
     },
+    /// Record a shadow-mode divergence (not chained).
+    ShadowDivergence(Box<super::shadow::Divergence>),
     /// Remember the protocol version a session negotiated.
     SessionProtocol {
         /// Session id.
@@ -102,6 +104,12 @@ impl Writer {
             .send(Job { ops, ack: None })
             .await
             .map_err(|_| StoreError::Write("writer is stopped".into()))
+    }
+
+    /// Queues `ops` only if there is room now (for observers on the
+    /// decision path, which must never wait); `false` when the queue is full.
+    pub fn try_enqueue(&self, ops: Vec<WriteOp>) -> bool {
+        self.tx.try_send(Job { ops, ack: None }).is_ok()
     }
 
     /// Blocking variant of [`Writer::submit`] for synchronous callers (CLI).
@@ -207,6 +215,7 @@ fn commit(
                     hash = decisions::insert(&tx, seq, &hash, d)?;
                 }
                 WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
+                WriteOp::ShadowDivergence(d) => super::shadow::insert(&tx, d)?,
                 WriteOp::PolicySet {
                     hash: h,
                     schema_path,
