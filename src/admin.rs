@@ -39,6 +39,7 @@ pub fn routes(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/orgs/{org}/sessions/{id}", delete(delete_session))
         .route("/decisions/{id}", get(get_decision))
         .merge(crate::lifecycle::admin::routes())
+        .merge(crate::a2a::admin::routes())
         .route_layer(middleware::from_fn_with_state(gw, require_admin))
 }
 

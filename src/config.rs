@@ -37,11 +37,17 @@ pub struct Config {
     pub limits: Limits,
     /// DNS-rebinding protection.
     pub http: HttpSecurity,
+    /// The HTTP+SSE transport of protocol 2024-11-05.
+    pub sse: SseConfig,
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
     /// Policy lifecycle: reload on file changes, shadow mode, metrics.
     pub lifecycle: LifecycleConfig,
+    /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
+    pub a2a: crate::a2a::A2aConfig,
+    /// Knowledge-graph embeddings.
+    pub graph: GraphConfig,
 }
 
 /// How the policy set is reloaded and observed.
@@ -68,6 +74,33 @@ impl Default for LifecycleConfig {
             watch_debounce_ms: 250,
             shadow_policies_dir: None,
             metrics: true,
+        }
+    }
+}
+
+/// Where knowledge-graph embeddings come from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GraphConfig {
+    /// Full URL of an OpenAI-compatible embeddings endpoint (e.g.
+    /// `https://api.openai.com/v1/embeddings`). Unset: the built-in local
+    /// embedder, which needs no network.
+    pub embedding_url: Option<String>,
+    /// Model name sent to the endpoint.
+    pub embedding_model: String,
+    /// Bearer key for the endpoint (prefer `CEDARGATE_GRAPH__EMBEDDING_API_KEY`).
+    pub embedding_api_key: Option<String>,
+    /// Timeout of one embeddings request, in seconds.
+    pub embedding_timeout_secs: u64,
+}
+
+impl Default for GraphConfig {
+    fn default() -> Self {
+        Self {
+            embedding_url: None,
+            embedding_model: "text-embedding-3-small".into(),
+            embedding_api_key: None,
+            embedding_timeout_secs: 10,
         }
     }
 }
@@ -109,6 +142,31 @@ pub struct HttpSecurity {
     pub allowed_hosts: Vec<String>,
 }
 
+/// Streams of the HTTP+SSE transport (protocol 2024-11-05). An open stream
+/// holds a connection and a task, so each key may hold only a few.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SseConfig {
+    /// Seconds between keep-alive comments on an idle stream (they keep
+    /// proxies from closing it and reveal a client that went away).
+    pub keepalive_secs: u64,
+    /// Most streams one key may hold open at once (more: HTTP 429).
+    pub max_streams_per_key: usize,
+    /// Most POSTed messages of one stream being answered at once; further
+    /// POSTs wait for a slot before they are accepted.
+    pub max_in_flight_per_stream: usize,
+}
+
+impl Default for SseConfig {
+    fn default() -> Self {
+        Self {
+            keepalive_secs: 15,
+            max_streams_per_key: 8,
+            max_in_flight_per_stream: 16,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -122,8 +180,11 @@ impl Default for Config {
             demo_tenant: true,
             limits: Limits::default(),
             http: HttpSecurity::default(),
+            sse: SseConfig::default(),
             cache_ttl_secs: 30,
             lifecycle: LifecycleConfig::default(),
+            a2a: crate::a2a::A2aConfig::default(),
+            graph: GraphConfig::default(),
         }
     }
 }
@@ -224,16 +285,21 @@ mod tests {
 
     #[test]
     fn example_config_spells_out_the_defaults() {
-        let c = Config::load(Some(Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/cedargate.example.toml"
-        ))))
-        .unwrap();
-        let d = Config::default();
-        assert_eq!(
-            serde_json::to_value(&c).unwrap(),
-            serde_json::to_value(&d).unwrap()
-        );
+        // Inside a jail: it serializes with the tests that set `CEDARGATE_*`
+        // variables, which `load` would otherwise pick up.
+        figment::Jail::expect_with(|_jail| {
+            let c = Config::load(Some(Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/cedargate.example.toml"
+            ))))
+            .map_err(|e| e.to_string())?;
+            let d = Config::default();
+            assert_eq!(
+                serde_json::to_value(&c).unwrap(),
+                serde_json::to_value(&d).unwrap()
+            );
+            Ok(())
+        });
     }
 
     #[test]

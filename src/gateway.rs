@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 
+use crate::a2a::A2a;
 use crate::auth::{self, PresentedKey};
 use crate::config::Config;
 use crate::policy::entities::{self, EntitySlice};
@@ -32,13 +33,16 @@ pub struct SessionView {
     pub key: ApiKey,
     /// Tools the org and project enable (before Cedar `view_tool`).
     pub tools: Vec<Arc<ToolSpec>>,
+    /// Legacy aliases (A2A `a2a_<slug>_<skill>`) → canonical names.
+    pub aliases: std::collections::HashMap<String, String>,
     /// The parsed entity slice.
     pub slice: EntitySlice,
 }
 
 impl SessionView {
-    /// A tool of this session by canonical name.
+    /// A tool of this session by canonical name or legacy alias.
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolSpec>> {
+        let name = self.aliases.get(name).map(String::as_str).unwrap_or(name);
         self.tools.iter().find(|t| t.name == name)
     }
 }
@@ -79,6 +83,14 @@ pub struct Gateway {
     pub catalog: Catalog,
     /// Reload status, shadow evaluation and metrics.
     pub lifecycle: crate::lifecycle::Lifecycle,
+    /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
+    pub graphs: Arc<crate::graph::Graphs>,
+    /// Remote A2A peers: registry cache, bridge client, hook bus.
+    pub a2a: A2a,
+    /// Open streams of the HTTP+SSE transport.
+    pub streams: crate::mcp::sse::Streams,
+    /// MCP sessions a client terminated with `DELETE`.
+    pub terminated: crate::mcp::streamable::Terminated,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -88,13 +100,27 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Assembles the state and records the active policy set in the store.
-    pub fn new(config: Config, store: Store, bundle: PolicyBundle, catalog: Catalog) -> Self {
+    /// Assembles the state. Inside a tokio runtime it also starts the A2A
+    /// hook subscribers.
+    pub fn new(
+        config: Config,
+        store: Store,
+        bundle: PolicyBundle,
+        catalog: Catalog,
+    ) -> Result<Self, String> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
+        let a2a = A2a::new(config.a2a.clone(), store.clone(), ttl)?;
+        let graphs = Arc::new(
+            crate::graph::from_config(&config.graph)
+                .map_err(|e| format!("graph embeddings: {e}"))?,
+        );
+        if tokio::runtime::Handle::try_current().is_ok() {
+            a2a.start_subscribers();
+        }
         let lifecycle = crate::lifecycle::Lifecycle::new(&catalog, store.writer().clone());
         let pep = Pep::new(bundle);
         pep.set_observer(lifecycle.observer());
-        Gateway {
+        Ok(Gateway {
             lifecycle,
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
@@ -105,11 +131,15 @@ impl Gateway {
                 .time_to_live(ttl)
                 .build(),
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
+            streams: crate::mcp::sse::Streams::new(config.sse.clone()),
+            terminated: crate::mcp::streamable::Terminated::default(),
             config,
             store,
             pep,
             catalog,
-        }
+            graphs,
+            a2a,
+        })
     }
 
     /// The write op that records a bundle, so replay can find it by hash.
@@ -192,14 +222,33 @@ impl Gateway {
             );
             return Err(ResolveError::CrossOrg(session_id.to_string()));
         }
-        let tools = self.catalog.for_session(&tenant);
+        let mut tools = self.catalog.for_session(&tenant);
+        let peers = self.a2a.org(&tenant.org.id).await?;
+        tools.extend(peers.tools.iter().map(|t| Arc::clone(&t.spec)));
         let tool_entities: Vec<_> = tools.iter().map(|t| t.entity()).collect();
-        let slice = entities::session_slice(bundle, &tenant, key, &tool_entities)
-            .map_err(ResolveError::Entities)?;
+        let peer_entities: Vec<_> = peers
+            .peers
+            .iter()
+            .map(|p| entities::PeerEntity {
+                slug: p.slug.clone(),
+                url: p.base_url.clone(),
+                name: p.name.clone(),
+                org_id: p.org_id.clone(),
+            })
+            .collect();
+        let slice = entities::session_slice_with_peers(
+            bundle,
+            &tenant,
+            key,
+            &tool_entities,
+            &peer_entities,
+        )
+        .map_err(ResolveError::Entities)?;
         let view = Arc::new(SessionView {
             tenant,
             key: key.clone(),
             tools,
+            aliases: peers.aliases.clone(),
             slice,
         });
         self.views.insert(cache_key, Arc::clone(&view));

@@ -5,6 +5,7 @@
 //! Cedar decision lands in a hash-chained decision trail. See `ARCHITECTURE.md`
 //! for the code map and the invariants each module keeps.
 
+pub mod a2a;
 pub mod admin;
 pub mod audit;
 pub mod auth;
@@ -12,8 +13,10 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod discovery;
 pub mod error;
 pub mod gateway;
+pub mod graph;
 pub mod ids;
 pub mod lifecycle;
 pub mod mcp;

@@ -8,8 +8,12 @@
 //! its decision records (and any observation it stored) are durably
 //! committed; a failed commit is answered -32603, never success.
 
+mod a2a;
+mod graph;
 pub mod jsonrpc;
 pub mod protocol;
+pub mod sse;
+pub mod streamable;
 
 use std::sync::Arc;
 
@@ -60,10 +64,10 @@ pub async fn get_endpoint() -> Response {
     let mut resp = http_error(
         StatusCode::METHOD_NOT_ALLOWED,
         jsonrpc::INVALID_REQUEST,
-        "this endpoint offers no server-initiated stream; use POST",
+        "this endpoint offers no server-initiated stream; use POST (or GET `sse` below it for the HTTP+SSE transport)",
     );
     resp.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
     resp
 }
 
@@ -110,7 +114,7 @@ fn strip_port(origin: &str) -> &str {
 }
 
 /// `host:port` → `host` (IPv6 in brackets kept with brackets).
-fn host_name(host: &str) -> &str {
+pub(crate) fn host_name(host: &str) -> &str {
     if host.starts_with('[') {
         return host.find(']').and_then(|i| host.get(..=i)).unwrap_or(host);
     }
@@ -213,45 +217,83 @@ pub async fn post_endpoint(
     if let Err(msg) = check_origin_and_host(&gw, &headers) {
         return http_error(StatusCode::FORBIDDEN, jsonrpc::INVALID_REQUEST, msg);
     }
-    let header_version = match headers.get(PROTOCOL_HEADER) {
-        None => None,
-        Some(v) => match v.to_str() {
-            Ok(v) if protocol::is_supported(v) => Some(v.to_string()),
-            _ => {
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    jsonrpc::INVALID_REQUEST,
-                    format!(
-                        "unsupported MCP-Protocol-Version `{}`; supported: {}",
-                        v.to_str().unwrap_or("<non-ascii>"),
-                        protocol::SUPPORTED.join(", ")
-                    ),
-                );
-            }
-        },
+    let header_version = match header_version(&headers) {
+        Ok(v) => v,
+        Err(resp) => return *resp,
     };
+    let (batch, messages) = match read_messages(&gw, body).await {
+        Ok(m) => m,
+        Err(resp) => return resp,
+    };
+    let call = match resolve(&gw, &session_id, &headers, header_version).await {
+        Ok(call) => call,
+        Err(resp) => return resp,
+    };
+    if let Some(resp) = streamable::check_session_header(&gw, &headers, &session_id) {
+        call.flush_deferred().await;
+        return resp;
+    }
+    let initialize = messages
+        .iter()
+        .any(|m| matches!(m, Message::Request { method, .. } if method == "initialize"));
+    let responses = answer(&call, messages).await;
+    if responses.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let body = if batch {
+        Value::Array(responses)
+    } else {
+        responses.into_iter().next().unwrap_or(Value::Null)
+    };
+    streamable::respond(&gw, &headers, &session_id, initialize, &body)
+}
+
+/// The `MCP-Protocol-Version` header: absent, a supported version, or a 400.
+/// (Boxed: a `Response` is large.)
+fn header_version(headers: &HeaderMap) -> Result<Option<String>, Box<Response>> {
+    match headers.get(PROTOCOL_HEADER) {
+        None => Ok(None),
+        Some(v) => match v.to_str() {
+            Ok(v) if protocol::is_supported(v) => Ok(Some(v.to_string())),
+            _ => Err(Box::new(http_error(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "unsupported MCP-Protocol-Version `{}`; supported: {}",
+                    v.to_str().unwrap_or("<non-ascii>"),
+                    protocol::SUPPORTED.join(", ")
+                ),
+            ))),
+        },
+    }
+}
+
+/// Reads a body within the limits and classifies its messages; returns
+/// whether it was a batch. A body that is not one valid request or a
+/// non-empty, bounded batch is answered here.
+async fn read_messages(gw: &Gateway, body: Body) -> Result<(bool, Vec<Message>), Response> {
     let limits = &gw.config.limits;
     let bytes: Bytes = match axum::body::to_bytes(body, limits.max_body_bytes).await {
         Ok(b) => b,
         Err(_) => {
-            return http_error(
+            return Err(http_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 jsonrpc::INVALID_REQUEST,
                 format!("request body exceeds {} bytes", limits.max_body_bytes),
-            );
+            ));
         }
     };
     if jsonrpc::depth_exceeds(&bytes, limits.max_json_depth) {
-        return http_error(
+        return Err(http_error(
             StatusCode::BAD_REQUEST,
             jsonrpc::INVALID_REQUEST,
             format!("JSON nesting deeper than {} levels", limits.max_json_depth),
-        );
+        ));
     }
     let parsed: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => {
-            return json_response(
+            return Err(json_response(
                 StatusCode::BAD_REQUEST,
                 &jsonrpc::error_response(
                     Value::Null,
@@ -261,19 +303,19 @@ pub async fn post_endpoint(
                         json!({ "detail": e.to_string() }),
                     ),
                 ),
-            );
+            ));
         }
     };
     let (batch, messages) = match parsed {
         Value::Array(items) => {
             if items.is_empty() {
-                return json_response(
+                return Err(json_response(
                     StatusCode::BAD_REQUEST,
                     &jsonrpc::error_response(Value::Null, &jsonrpc::invalid_request("empty batch")),
-                );
+                ));
             }
             if items.len() > limits.max_batch_len {
-                return json_response(
+                return Err(json_response(
                     StatusCode::BAD_REQUEST,
                     &jsonrpc::error_response(
                         Value::Null,
@@ -287,7 +329,7 @@ pub async fn post_endpoint(
                             json!({ "maxBatchLength": limits.max_batch_len }),
                         ),
                     ),
-                );
+                ));
             }
             (
                 true,
@@ -297,22 +339,22 @@ pub async fn post_endpoint(
         other => (false, vec![jsonrpc::classify(other)]),
     };
     if !batch && let Some(Message::Invalid { id, reason }) = messages.first() {
-        return json_response(
+        return Err(json_response(
             StatusCode::BAD_REQUEST,
             &jsonrpc::error_response(id.clone(), &jsonrpc::invalid_request(reason)),
-        );
+        ));
     }
+    Ok((batch, messages))
+}
 
-    let call = match resolve(&gw, &session_id, &headers, header_version).await {
-        Ok(call) => call,
-        Err(resp) => return resp,
-    };
-
+/// Answers `messages` in order (notifications and client responses get
+/// nothing), then queues the request's remaining deferred records.
+async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Value> {
     let mut responses = Vec::new();
     for message in messages {
         match message {
             Message::Request { id, method, params } => {
-                let outcome = dispatch(&call, &method, params).await;
+                let outcome = dispatch(call, &method, params).await;
                 responses.push(match outcome {
                     Ok(result) => jsonrpc::result_response(id, result),
                     Err(err) => jsonrpc::error_response(id, &err),
@@ -326,15 +368,7 @@ pub async fn post_endpoint(
         }
     }
     call.flush_deferred().await;
-    if responses.is_empty() {
-        return StatusCode::ACCEPTED.into_response();
-    }
-    let body = if batch {
-        Value::Array(responses)
-    } else {
-        responses.into_iter().next().unwrap_or(Value::Null)
-    };
-    json_response(StatusCode::OK, &body)
+    responses
 }
 
 /// Authenticates, loads the session, checks isolation and decides
@@ -459,6 +493,8 @@ async fn initialize(call: &Call, params: &Value) -> Result<Value, RpcError> {
         version: version.to_string(),
     };
     call.defer([op]);
+    call.gw
+        .set_negotiated(&call.view.tenant.session.id, version);
     Ok(json!({
         "protocolVersion": version,
         "capabilities": { "tools": { "listChanged": false } },
@@ -532,6 +568,11 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         )
     };
     let Some(spec) = call.view.tool(&name).cloned() else {
+        // Gate first: a graph tool of a project without the graph answers
+        // a normal result, not an error.
+        if crate::tools::graph::is_graph_tool(&name) && !crate::graph::enabled(&call.view.tenant) {
+            return Ok(tool_result(&call.version, crate::tools::graph::disabled()));
+        }
         return Err(unknown());
     };
     let agent = call.agent_uid();
@@ -584,6 +625,10 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         map.insert("context".into(), authoritative);
     }
 
+    if spec.adapter == Adapter::A2a {
+        return a2a::call_tool(call, &spec, &name, args_value, notes).await;
+    }
+
     // Typed tools are decided under their own action, with `context.args`.
     let tool_context = call.bundle.prepare_tool_context(
         Action::CallTool,
@@ -610,20 +655,57 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         ));
     }
 
+    // Graph writes need `write_node` on the project; a deny changes nothing.
+    let mut write_decision = None;
+    if matches!(spec.adapter, Adapter::GraphIngest | Adapter::GraphImprove) {
+        let project = Kind::Project.uid(&call.view.tenant.session.project_id);
+        let write = call.decide(&agent, Action::WriteNode, &project, &call.context);
+        if !write.allowed() {
+            let data = json!({
+                "decisionId": write.id(),
+                "tool": name,
+                "reasons": write.verdict.reasons,
+                "advice": write.verdict.advice,
+            });
+            let outcome =
+                json!({ "status": "denied", "deniedBy": "write_node", "decisionId": write.id() });
+            call.commit(vec![
+                WriteOp::Decision(Box::new(decided.finish(outcome))),
+                WriteOp::Decision(Box::new(write.finish_default())),
+            ])
+            .await?;
+            return Err(RpcError::with_data(
+                jsonrpc::AUTH_DENIED,
+                format!("`{name}` may not write the knowledge graph of this project"),
+                data,
+            ));
+        }
+        write_decision = Some(write);
+    }
+
     let started = std::time::Instant::now();
     let executed = execute(call, spec.adapter, &args_value).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     match executed {
-        Ok((output, mut ops)) => {
+        Ok((output, mut ops, pending)) => {
             let outcome = json!({ "status": "completed", "durationMs": duration_ms, "result": outcome_summary(&output) });
+            if let Some(write) = write_decision {
+                ops.push(WriteOp::Decision(Box::new(write.finish(outcome.clone()))));
+            }
             ops.push(WriteOp::Decision(Box::new(decided.finish(outcome))));
             call.commit(ops).await?;
+            if let Some(p) = pending {
+                p.apply();
+            }
             Ok(tool_result(&call.version, output))
         }
-        Err(e) => {
+        Err((e, mut ops)) => {
             let outcome = json!({ "status": "failed", "durationMs": duration_ms, "error": e.0 });
-            call.commit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
-                .await?;
+            if let Some(write) = write_decision {
+                ops.push(WriteOp::Decision(Box::new(write.finish(outcome.clone()))));
+            }
+            ops.push(WriteOp::Decision(Box::new(decided.finish(outcome))));
+            call.commit(ops).await?;
             tracing::warn!(tool = %name, error = %e, "tool execution failed");
             Err(RpcError::with_data(
                 jsonrpc::INTERNAL_ERROR,
@@ -647,25 +729,85 @@ fn outcome_summary(output: &ToolOutput) -> Value {
     if let Some(t) = s.get("tokensUsed") {
         summary.insert("tokensUsed".into(), t.clone());
     }
+    for key in [
+        "processed",
+        "totalNodesCreated",
+        "totalEdgesCreated",
+        "mergedCount",
+        "nodeUpdates",
+        "edgeUpdates",
+        "tripletEmbeddings",
+        "disabled",
+    ] {
+        if let Some(v) = s.get(key) {
+            summary.insert(key.into(), v.clone());
+        }
+    }
+    for key in ["triplets", "nodes", "edges", "graph"] {
+        if let Some(v) = s.get(key).and_then(Value::as_array) {
+            summary.insert(key.into(), v.len().into());
+        }
+    }
+    if let Some(p) = s.get("path") {
+        summary.insert(
+            "pathLength".into(),
+            p.get("length").cloned().unwrap_or(Value::Null),
+        );
+    }
     Value::Object(summary)
 }
 
-/// Runs the adapter; returns the output and the writes to commit with the
-/// decision record.
+/// Runs the adapter; returns the output, the writes to commit with the
+/// decision record, and a graph write to apply to the in-memory view once
+/// committed. On failure, records of decisions made meanwhile come back too.
 async fn execute(
     call: &Call,
     adapter: Adapter,
     args: &Value,
-) -> Result<(ToolOutput, Vec<WriteOp>), crate::tools::ToolError> {
+) -> Result<
+    (
+        ToolOutput,
+        Vec<WriteOp>,
+        Option<crate::tools::graph::PendingWrite>,
+    ),
+    (crate::tools::ToolError, Vec<WriteOp>),
+> {
     match adapter {
         Adapter::MemoryRemember => {
-            let (obs, output) = memory::remember(&call.view.tenant, args)?;
-            Ok((output, vec![WriteOp::Observation(Box::new(obs))]))
+            let (obs, output) =
+                memory::remember(&call.view.tenant, args).map_err(|e| (e, Vec::new()))?;
+            Ok((output, vec![WriteOp::Observation(Box::new(obs))], None))
         }
         Adapter::MemoryRecall => {
-            let output = memory::recall(&call.gw.store, &call.view.tenant, args, None).await?;
-            Ok((output, Vec::new()))
+            if crate::graph::enabled(&call.view.tenant) {
+                let source = Arc::new(graph::GraphRecall::new(call));
+                let dynamic: Arc<dyn memory::RecallSource> = source.clone();
+                let out =
+                    memory::recall(&call.gw.store, &call.view.tenant, args, Some(&dynamic)).await;
+                let records = source.take_records();
+                match out {
+                    Ok(output) => Ok((output, records, None)),
+                    Err(e) => Err((e, records)),
+                }
+            } else {
+                let output = memory::recall(&call.gw.store, &call.view.tenant, args, None)
+                    .await
+                    .map_err(|e| (e, Vec::new()))?;
+                Ok((output, Vec::new(), None))
+            }
         }
+        Adapter::GraphQuery
+        | Adapter::GraphNeighbors
+        | Adapter::GraphPath
+        | Adapter::GraphIngest
+        | Adapter::GraphImprove => {
+            let done = graph::execute(call, adapter, args).await?;
+            Ok((done.output, done.ops, done.pending))
+        }
+        Adapter::A2a => Err((
+            crate::tools::ToolError("A2A tools are served by the bridge".into()),
+            Vec::new(),
+        )),
     }
 }
 

@@ -262,8 +262,11 @@ pub struct PolicyBundle {
 pub struct Observed<'a> {
     /// The bundle that decided.
     pub bundle: &'a PolicyBundle,
-    /// The entity slice it decided with.
-    pub slice: &'a entities::EntitySlice,
+    /// The entities it decided with.
+    pub entities: &'a Entities,
+    /// The JSON those entities were parsed from, when it holds all of
+    /// them (a shadow set with another schema re-parses it).
+    pub entities_json: Option<&'a str>,
     /// Principal.
     pub principal: &'a EntityUid,
     /// Action (group action for typed tools).

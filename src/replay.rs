@@ -149,13 +149,16 @@ pub enum ReplayError {
 }
 
 /// The bundle and entities a record replays with, or why it cannot.
-type Resolved = Result<(Arc<PolicyBundle>, Arc<Entities>), String>;
+type Resolved = Result<(Arc<PolicyBundle>, Arc<Entities>, Arc<str>), String>;
+
+/// An entity snapshot parsed for one schema, with its text.
+type ParsedSnapshot = (Arc<Entities>, Arc<str>);
 
 /// Parsed bundles and entity snapshots, by hash.
 #[derive(Default)]
 struct Caches {
     bundles: HashMap<String, Result<Arc<PolicyBundle>, String>>,
-    entities: HashMap<(String, String), Result<Arc<Entities>, String>>,
+    entities: HashMap<(String, String), Result<ParsedSnapshot, String>>,
 }
 
 /// A bundle from a recorded policy set, exactly as it was loaded.
@@ -230,12 +233,12 @@ pub fn replay(
                             Some(text) => serde_json::from_str(&text)
                                 .map_err(|e| e.to_string())
                                 .and_then(|json| bundle.parse_entities(&json))
-                                .map(Arc::new),
+                                .map(|e| (Arc::new(e), Arc::from(text))),
                         };
                         caches.entities.insert(key.clone(), parsed);
                     }
                     match caches.entities.get(&key) {
-                        Some(Ok(e)) => Ok((bundle, Arc::clone(e))),
+                        Some(Ok((e, text))) => Ok((bundle, Arc::clone(e), Arc::clone(text))),
                         Some(Err(e)) => Err(format!("entity snapshot does not load: {e}")),
                         None => Err("unreachable".into()),
                     }
@@ -246,8 +249,11 @@ pub fn replay(
         let verdicts: Vec<Result<Verdict, String>> = jobs
             .par_iter()
             .map(|(row, resolved)| {
-                let (bundle, entities) = resolved.as_ref().map_err(Clone::clone)?;
+                let (bundle, entities, text) = resolved.as_ref().map_err(Clone::clone)?;
                 let r = &row.record;
+                if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
+                    return replay_batch(bundle, r, text);
+                }
                 let req = RecordedRequest::parse(&r.principal, &r.action, &r.resource, &r.context)?;
                 Ok(bundle.decide_recorded(&req, entities))
             })
@@ -258,6 +264,29 @@ pub fn replay(
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// A batched `read_node` record (one Cedar decision per node) replayed as
+/// the record states it: allowed when every node is, with the union of the
+/// nodes' deciding policies and errors.
+fn replay_batch(
+    bundle: &PolicyBundle,
+    record: &crate::store::decisions::NewDecision,
+    slice: &str,
+) -> Result<Verdict, String> {
+    let nodes = crate::audit::replay_node_batch(bundle, record, slice)?;
+    let mut reasons: Vec<String> = nodes.iter().flat_map(|n| n.reasons.clone()).collect();
+    reasons.sort();
+    reasons.dedup();
+    let mut errors: Vec<String> = nodes.iter().flat_map(|n| n.errors.clone()).collect();
+    errors.sort();
+    errors.dedup();
+    Ok(Verdict {
+        allowed: nodes.iter().all(|n| n.decision == "allow"),
+        reasons,
+        errors,
+        advice: Vec::new(),
+    })
 }
 
 fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdict, String>) {

@@ -36,7 +36,7 @@ pub enum StartError {
     /// The database could not be opened or migrated.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
-    /// The built-in catalog is broken (a bug).
+    /// The built-in catalog or the A2A client could not be built.
     #[error("tool catalog: {0}")]
     Catalog(String),
     /// The listener could not be bound or served.
@@ -70,7 +70,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         .submit(vec![Gateway::policy_set_op(&bundle)])
         .await?;
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
-    let gw = Arc::new(Gateway::new(config, store, bundle, catalog));
+    let gw = Arc::new(Gateway::new(config, store, bundle, catalog).map_err(StartError::Catalog)?);
     gw.lifecycle
         .started(&gw.pep.current(), tests.outcomes.len());
     if let Some(dir) = &gw.config.lifecycle.shadow_policies_dir {
@@ -90,8 +90,19 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .route("/api/sessions", post(crate::daemon::open_session))
         .route(
             "/api/mcp/{session_id}",
-            post(crate::mcp::post_endpoint).get(crate::mcp::get_endpoint),
-        );
+            post(crate::mcp::post_endpoint)
+                .get(crate::mcp::get_endpoint)
+                .delete(crate::mcp::streamable::delete_endpoint),
+        )
+        .route(
+            "/api/mcp/{session_id}/sse",
+            get(crate::mcp::sse::open_stream),
+        )
+        .route(
+            "/api/mcp/{session_id}/messages",
+            post(crate::mcp::sse::post_message),
+        )
+        .route(crate::discovery::PATH, get(crate::discovery::well_known));
     if gw.config.lifecycle.metrics {
         router = router.route("/metrics", get(metrics));
     }
@@ -159,9 +170,18 @@ pub async fn run(
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
     let triggers = crate::lifecycle::watch::start(&gw);
+    let refresher = tokio::spawn(crate::a2a::refresh_loop(Arc::clone(&gw)));
+    // Open SSE streams never end on their own: end them when shutdown
+    // begins, or the drain would wait for them forever.
+    let streams = gw.streams.clone();
+    let shutdown = async move {
+        shutdown.await;
+        streams.close_all();
+    };
     let served = axum::serve(listener, app(Arc::clone(&gw)))
         .with_graceful_shutdown(shutdown)
         .await;
+    refresher.abort();
     drop(triggers);
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");

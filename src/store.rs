@@ -9,6 +9,7 @@
 
 pub mod audit_query;
 pub mod decisions;
+pub mod graph;
 pub mod observations;
 pub mod shadow;
 pub mod tenants;
@@ -63,6 +64,8 @@ pub enum StoreError {
 /// entry: add a new version.
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("store/migrations/0001_init.sql")),
+    (2, include_str!("store/migrations/0002_graph.sql")),
+    (3, include_str!("store/migrations/0003_a2a.sql")),
     (4, include_str!("store/migrations/0004_lifecycle.sql")),
 ];
 

@@ -6,6 +6,7 @@
 //! HTTP; it answers "which tools exist for this tenant" and "are these
 //! arguments well-formed".
 
+pub mod graph;
 pub mod memory;
 
 use std::sync::Arc;
@@ -22,6 +23,18 @@ pub enum Adapter {
     MemoryRecall,
     /// `af_memory_remember`
     MemoryRemember,
+    /// `graph_query`
+    GraphQuery,
+    /// `graph_neighbors`
+    GraphNeighbors,
+    /// `graph_path`
+    GraphPath,
+    /// `graph_ingest`
+    GraphIngest,
+    /// `graph_improve`
+    GraphImprove,
+    /// A skill of a remote A2A peer (`<agentSlug>.<skillId>`).
+    A2a,
 }
 
 /// One tool as listed and called.
@@ -39,6 +52,8 @@ pub struct ToolSpec {
     pub read_only: bool,
     /// The adapter that executes it.
     pub adapter: Adapter,
+    /// Slug of the A2A peer serving it (its Cedar `PeerAgent` parent).
+    pub peer: Option<String>,
     validator: jsonschema::Validator,
     /// The `tools/list` entry, built once.
     listing: Value,
@@ -75,8 +90,15 @@ impl ToolSpec {
             group: group.to_string(),
             read_only,
             adapter,
+            peer: None,
             validator,
         })
+    }
+
+    /// The same tool, served by the A2A peer `slug`.
+    pub fn with_peer(mut self, slug: &str) -> ToolSpec {
+        self.peer = Some(slug.to_string());
+        self
     }
 
     /// Checks `args` against the input schema; every error names its field.
@@ -126,7 +148,7 @@ impl ToolSpec {
             group: self.group.clone(),
             kind: self.group.clone(),
             read_only: self.read_only,
-            peer: None,
+            peer: self.peer.clone(),
         }
     }
 }
@@ -135,28 +157,34 @@ impl ToolSpec {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     memory: Vec<Arc<ToolSpec>>,
+    graph: Vec<Arc<ToolSpec>>,
 }
 
 impl Catalog {
-    /// The built-in catalog (memory tools).
+    /// The built-in catalog (memory and graph tools).
     pub fn builtin() -> Result<Catalog, String> {
         Ok(Catalog {
             memory: memory::specs()?.into_iter().map(Arc::new).collect(),
+            graph: graph::specs()?.into_iter().map(Arc::new).collect(),
         })
     }
 
     /// Every built-in tool (whatever a session enables): the tools whose
     /// arguments the effective Cedar schema types.
     pub fn all(&self) -> Vec<Arc<ToolSpec>> {
-        self.memory.to_vec()
+        self.memory.iter().chain(&self.graph).cloned().collect()
     }
 
     /// Tools the session's org and project enable, before Cedar visibility:
-    /// memory tools when the project's memory is on.
+    /// memory tools when the project's memory is on; graph tools when the
+    /// per-project graph gate is on ([`crate::graph::enabled`]).
     pub fn for_session(&self, tenant: &SessionTenant) -> Vec<Arc<ToolSpec>> {
         let mut tools = Vec::new();
         if tenant.project.memory_enabled {
             tools.extend(self.memory.iter().cloned());
+        }
+        if crate::graph::enabled(tenant) {
+            tools.extend(self.graph.iter().cloned());
         }
         tools
     }

@@ -78,14 +78,18 @@ fn policy_validate_fmt_and_test() {
 
     let o = run(&cfg, &["policy", "validate"]);
     assert!(o.status.success(), "{}", err(&o));
-    assert!(out(&o).contains("policy set valid: 5 policies"), "{}", out(&o));
+    assert!(
+        out(&o).contains("policy set valid: 8 policies"),
+        "{}",
+        out(&o)
+    );
 
     let o = run(&cfg, &["policy", "test"]);
     assert!(o.status.success(), "{}{}", out(&o), err(&o));
-    assert!(out(&o).contains("18 passed, 0 failed"), "{}", out(&o));
+    assert!(out(&o).contains("26 passed, 0 failed"), "{}", out(&o));
     let o = run(&cfg, &["policy", "test", "--json"]);
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["outcomes"].as_array().unwrap().len(), 18);
+    assert_eq!(report["outcomes"].as_array().unwrap().len(), 26);
 
     // Formatting: the shipped files are formatted; a messy one is not.
     let o = run(&cfg, &["policy", "fmt", "--check"]);
@@ -133,7 +137,11 @@ fn policy_validate_fmt_and_test() {
     assert!(err(&o).contains("lock.cedar:3:"), "{}", err(&o));
     let o = run(&cfg, &["policy", "fmt", "--policies", "/nonexistent"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(err(&o).contains("cannot read policy directory"), "{}", err(&o));
+    assert!(
+        err(&o).contains("cannot read policy directory"),
+        "{}",
+        err(&o)
+    );
 }
 
 #[test]
@@ -150,7 +158,7 @@ fn schema_print_shows_the_typed_tool_actions() {
     assert!(text.contains("confidence?: decimal,"), "{text}");
     assert!(text.contains("content: String,"), "{text}");
     // What is printed is a schema Cedar accepts.
-    cedar_policy::Schema::from_cedarschema_str(&text).unwrap();
+    let _ = cedar_policy::Schema::from_cedarschema_str(&text).unwrap().0;
 }
 
 /// A Python venv with `cedarpy`, built once per target directory.
@@ -215,7 +223,12 @@ fn shipped_policy_tests_agree_with_an_independent_cedar() {
     assert!(!ours.is_empty());
     for (a, b) in ours.iter().zip(&theirs) {
         assert!(a["passed"].as_bool().unwrap(), "{a}");
-        assert!(a["file"].as_str().unwrap().ends_with(b["file"].as_str().unwrap()));
+        assert!(
+            a["file"]
+                .as_str()
+                .unwrap()
+                .ends_with(b["file"].as_str().unwrap())
+        );
         assert_eq!(a["name"], b["name"]);
         assert_eq!(a["decision"], b["decision"], "{}", a["name"]);
         let mut reasons: Vec<String> = serde_json::from_value(a["reasons"].clone()).unwrap();
@@ -270,7 +283,10 @@ async fn recorded_trail() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
                 .await;
             assert_eq!(errored["error"]["code"], -32003, "{errored}");
             let (s, _) = g
-                .mcp(&closed, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+                .mcp(
+                    &closed,
+                    json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}),
+                )
                 .await;
             assert_eq!(s, 403);
             let resp = g
@@ -287,10 +303,12 @@ async fn recorded_trail() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     traffic("the secret is 42").await;
     // Set B forbids remembering secrets.
     std::fs::write(live.join("secrets.cedar"), NO_SECRETS).unwrap();
-    let (s, body) = g
-        .admin(Method::POST, "/admin/policies/reload", None)
-        .await;
-    assert_eq!((s, body["result"].as_str()), (200, Some("applied")), "{body}");
+    let (s, body) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(
+        (s, body["result"].as_str()),
+        (200, Some("applied")),
+        "{body}"
+    );
     let set_b = live.clone();
     traffic("another secret").await;
     let records = g.decisions().await;
@@ -311,7 +329,11 @@ async fn recorded_trail() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
             "missing {kind:?} in {kinds:?}"
         );
     }
-    assert!(records.iter().any(|d| d.record.errors.contains("overflowing-forbid")));
+    assert!(
+        records
+            .iter()
+            .any(|d| d.record.errors.contains("overflowing-forbid"))
+    );
     let dir = g.stop().await;
     (dir, live, set_a, set_b)
 }
@@ -320,8 +342,8 @@ fn replay_json(cfg: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["audit", "replay", "--format", "json"];
     all.extend_from_slice(args);
     let o = run(cfg, &all);
-    let report = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", out(&o), err(&o)));
+    let report =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", out(&o), err(&o)));
     (o.status.code(), report)
 }
 
@@ -358,7 +380,10 @@ async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
     let flip = &r["flips"][0];
     assert_eq!(flip["action"], "call_tool");
     assert_eq!(flip["resource"], "Gateway::Tool::\"af_memory_remember\"");
-    assert_eq!(flip["oldReasons"], json!(["memory-tools-visible-when-memory-enabled"]));
+    assert_eq!(
+        flip["oldReasons"],
+        json!(["memory-tools-visible-when-memory-enabled"])
+    );
     assert_eq!(flip["newReasons"], json!(["no-secrets"]));
     assert_eq!(r["perAction"]["call_tool"]["allowToDeny"], 1);
     assert_eq!(r["perPolicy"]["no-secrets"]["flips"], 1);
@@ -367,13 +392,23 @@ async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
     // Under set A: the secret denied under set B flips back, deny → allow.
     let (code, r) = replay_json(&cfg, &["--policies", set_a.to_str().unwrap()]);
     assert_eq!(code, Some(0), "no --fail-on-flip: flips are reported only");
-    assert_eq!((r["allowToDeny"].as_u64(), r["denyToAllow"].as_u64()), (Some(0), Some(1)), "{r}");
+    assert_eq!(
+        (r["allowToDeny"].as_u64(), r["denyToAllow"].as_u64()),
+        (Some(0), Some(1)),
+        "{r}"
+    );
     assert_eq!(r["flips"][0]["oldReasons"], json!(["no-secrets"]));
 
     // Filters narrow what is replayed.
     let (_, r) = replay_json(
         &cfg,
-        &["--recorded", "--action", "access_session", "--org", "closed"],
+        &[
+            "--recorded",
+            "--action",
+            "access_session",
+            "--org",
+            "closed",
+        ],
     );
     let closed_access = records
         .iter()
@@ -381,31 +416,51 @@ async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
         .count() as u64;
     assert_eq!(r["records"], closed_access);
     assert!(closed_access > 0);
-    let after = records.last().unwrap()["time"].as_str().unwrap().to_string();
+    let after = records.last().unwrap()["time"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (_, r) = replay_json(&cfg, &["--recorded", "--since", "2999-01-01T00:00:00Z"]);
     assert_eq!(r["records"], 0);
     let (_, r) = replay_json(&cfg, &["--recorded", "--until", &after]);
     assert!(r["records"].as_u64().unwrap() < total);
 
     // The table names the flip and the totals.
-    let o = run(&cfg, &["audit", "replay", "--policies", set_b.to_str().unwrap()]);
+    let o = run(
+        &cfg,
+        &["audit", "replay", "--policies", set_b.to_str().unwrap()],
+    );
     let table = out(&o);
     assert!(table.contains("allow→deny 1"), "{table}");
     assert!(table.contains("no-secrets"), "{table}");
     assert!(table.contains("per action:") && table.contains("per policy:"));
 
     // Bad input: a clear error, nothing replayed.
-    let o = run(&cfg, &["audit", "replay", "--recorded", "--since", "yesterday"]);
+    let o = run(
+        &cfg,
+        &["audit", "replay", "--recorded", "--since", "yesterday"],
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(err(&o).contains("RFC 3339"), "{}", err(&o));
     let o = run(&cfg, &["audit", "replay", "--recorded", "--action", "fly"]);
     assert_eq!(o.status.code(), Some(2));
     let o = run(&cfg, &["audit", "replay"]);
-    assert_eq!(o.status.code(), Some(2), "--policies or --recorded is required");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "--policies or --recorded is required"
+    );
     let broken = dir.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
-    std::fs::write(broken.join("x.cedar"), "@id(\"x\") permit(principal, action, resource) when { nope };").unwrap();
-    let o = run(&cfg, &["audit", "replay", "--policies", broken.to_str().unwrap()]);
+    std::fs::write(
+        broken.join("x.cedar"),
+        "@id(\"x\") permit(principal, action, resource) when { nope };",
+    )
+    .unwrap();
+    let o = run(
+        &cfg,
+        &["audit", "replay", "--policies", broken.to_str().unwrap()],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("x.cedar:1:"), "{}", err(&o));
 }
@@ -415,12 +470,21 @@ async fn export_and_ranged_verify() {
     let (dir, live, _, _) = recorded_trail().await;
     let cfg = config(dir.path(), &live);
     let jsonl = out(&run(&cfg, &["audit", "export", "--format", "jsonl"]));
-    let rows: Vec<Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert!(rows.len() > 10);
     assert_eq!(rows[0]["seq"], 1);
 
-    let ocsf = out(&run(&cfg, &["audit", "export", "--format", "ocsf", "--org", "closed"]));
-    let events: Vec<Value> = ocsf.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ocsf = out(&run(
+        &cfg,
+        &["audit", "export", "--format", "ocsf", "--org", "closed"],
+    ));
+    let events: Vec<Value> = ocsf
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert!(!events.is_empty());
     for e in &events {
         assert_eq!(e["class_uid"], 3004);
@@ -433,17 +497,30 @@ async fn export_and_ranged_verify() {
         .iter()
         .find(|e| e["activity_name"] == "access_session" && e["status_code"] == "Deny")
         .expect("the closed org's access was denied");
-    assert_eq!(denied["unmapped"]["determined_policies"], json!(["closed-org-sessions"]));
+    assert_eq!(
+        denied["unmapped"]["determined_policies"],
+        json!(["closed-org-sessions"])
+    );
     assert_eq!(denied["entity_result"]["type"], "Gateway::Session");
 
     let o = run(&cfg, &["audit", "verify"]);
     assert!(o.status.success(), "{}", err(&o));
-    let o = run(&cfg, &["audit", "verify", "--from-seq", "3", "--to-seq", "6"]);
-    assert!(out(&o).contains("4 records verified (seq 3..6"), "{}", out(&o));
+    let o = run(
+        &cfg,
+        &["audit", "verify", "--from-seq", "3", "--to-seq", "6"],
+    );
+    assert!(
+        out(&o).contains("4 records verified (seq 3..6"),
+        "{}",
+        out(&o)
+    );
     let mid = rows[5]["time"].as_str().unwrap();
     let o = run(&cfg, &["audit", "verify", "--since", mid]);
     assert!(o.status.success(), "{}", err(&o));
-    let o = run(&cfg, &["audit", "verify", "--since", "2999-01-01T00:00:00Z"]);
+    let o = run(
+        &cfg,
+        &["audit", "verify", "--since", "2999-01-01T00:00:00Z"],
+    );
     assert!(out(&o).contains("no decisions in that range"));
     let o = run(&cfg, &["audit", "verify", "--until", "soon"]);
     assert_eq!(o.status.code(), Some(2));
@@ -455,9 +532,23 @@ async fn export_and_ranged_verify() {
         "DROP TRIGGER decisions_no_update; UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;",
     )
     .unwrap();
-    for (from, to, ok) in [("4", "6", false), ("6", "8", false), ("7", "9", true), ("1", "4", true)] {
-        let o = run(&cfg, &["audit", "verify", "--from-seq", from, "--to-seq", to]);
-        assert_eq!(o.status.success(), ok, "{from}..{to}: {}{}", out(&o), err(&o));
+    for (from, to, ok) in [
+        ("4", "6", false),
+        ("6", "8", false),
+        ("7", "9", true),
+        ("1", "4", true),
+    ] {
+        let o = run(
+            &cfg,
+            &["audit", "verify", "--from-seq", from, "--to-seq", to],
+        );
+        assert_eq!(
+            o.status.success(),
+            ok,
+            "{from}..{to}: {}{}",
+            out(&o),
+            err(&o)
+        );
         if !ok {
             assert!(err(&o).contains("seq 5"), "{}", err(&o));
         }

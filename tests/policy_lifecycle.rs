@@ -80,7 +80,10 @@ async fn a_valid_edit_takes_effect_without_restart() {
     let (s, body) = reload(&g).await;
     assert_eq!(s, 200, "{body}");
     assert_eq!(body["result"], "applied");
-    assert!(body["testsRun"].as_u64().unwrap() > 0, "the shipped policy tests ran: {body}");
+    assert!(
+        body["testsRun"].as_u64().unwrap() > 0,
+        "the shipped policy tests ran: {body}"
+    );
     let after = policies(&g).await;
     assert_ne!(after["hash"], before["hash"]);
     assert_eq!(after["hash"], body["hash"]);
@@ -95,7 +98,10 @@ async fn a_valid_edit_takes_effect_without_restart() {
 
     let denied = remember(&g, &t, "after").await;
     assert_eq!(denied["error"]["code"], -32003, "{denied}");
-    assert_eq!(denied["error"]["data"]["reasons"], json!(["freeze-remember"]));
+    assert_eq!(
+        denied["error"]["data"]["reasons"],
+        json!(["freeze-remember"])
+    );
     // Every decision records the hash of the set that made it, and the
     // new set is stored for replay.
     let records = g.decisions().await;
@@ -162,7 +168,10 @@ async fn a_broken_file_never_replaces_the_active_set() {
     .unwrap();
     assert_rejected(
         &g,
-        &["misses-typed", "action in Gateway::Action::\\\"call_tool\\\""],
+        &[
+            "misses-typed",
+            "action in Gateway::Action::\\\"call_tool\\\"",
+        ],
     )
     .await;
 
@@ -172,7 +181,14 @@ async fn a_broken_file_never_replaces_the_active_set() {
         "@id(\"no-sessions\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource);\n",
     )
     .unwrap();
-    let now = assert_rejected(&g, &["policy test(s) failed", "a key uses a session of its own org"]).await;
+    let now = assert_rejected(
+        &g,
+        &[
+            "policy test(s) failed",
+            "a key uses a session of its own org",
+        ],
+    )
+    .await;
     assert!(
         now["lastError"]["testFailures"]
             .as_array()
@@ -189,7 +205,11 @@ async fn a_broken_file_never_replaces_the_active_set() {
     assert!(remember(&g, &t, "still works").await["result"].is_object());
     std::fs::remove_file(dir.join("tests/bad.json")).unwrap();
     let (s, body) = reload(&g).await;
-    assert_eq!((s, body["result"].as_str()), (200, Some("unchanged")), "{body}");
+    assert_eq!(
+        (s, body["result"].as_str()),
+        (200, Some("unchanged")),
+        "{body}"
+    );
     // The last error stays visible until the next failure.
     assert_eq!(policies(&g).await["lastReload"]["result"], "unchanged");
 }
@@ -296,7 +316,11 @@ async fn shadow_mode_records_divergences_and_decides_nothing() {
     // A broken candidate is refused with its diagnostics.
     let broken = holder.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
-    std::fs::write(broken.join("x.cedar"), "@id(\"x\") permit(principal, action, resource) when { nope };").unwrap();
+    std::fs::write(
+        broken.join("x.cedar"),
+        "@id(\"x\") permit(principal, action, resource) when { nope };",
+    )
+    .unwrap();
     let (s, body) = g
         .admin(
             Method::PUT,
@@ -305,7 +329,12 @@ async fn shadow_mode_records_divergences_and_decides_nothing() {
         )
         .await;
     assert_eq!(s, 422, "{body}");
-    assert!(body["diagnostics"][0].as_str().unwrap().contains("x.cedar:1:"));
+    assert!(
+        body["diagnostics"][0]
+            .as_str()
+            .unwrap()
+            .contains("x.cedar:1:")
+    );
     let (s, _) = g.admin(Method::DELETE, "/admin/shadow", None).await;
     assert_eq!(s, 404);
 
@@ -317,12 +346,19 @@ async fn shadow_mode_records_divergences_and_decides_nothing() {
         )
         .await;
     assert_eq!(s, 200, "{body}");
-    let candidate_hash = body["candidate"]["candidateHash"].as_str().unwrap().to_string();
+    let candidate_hash = body["candidate"]["candidateHash"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // Live: allowed (the candidate would deny).
     assert!(remember(&g, &t, "shadowed").await["result"].is_object());
-    g.call_tool(&t, "af_memory_recall", json!({"query": "x", "workType": "chore"}))
-        .await;
+    g.call_tool(
+        &t,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
 
     let (s, body) = g.admin(Method::GET, "/admin/shadow", None).await;
     assert_eq!(s, 200, "{body}");
@@ -345,11 +381,25 @@ async fn shadow_mode_records_divergences_and_decides_nothing() {
     assert_eq!(d["candidateHash"], candidate_hash.as_str());
     // The divergence names the live record.
     let records = g.decisions().await;
-    assert!(records.iter().any(|r| r.record.id == d["decisionId"].as_str().unwrap()));
-
-    let metrics = g.http.get(format!("{}/metrics", g.base)).send().await.unwrap().text().await.unwrap();
     assert!(
-        metrics.contains("cedargate_shadow_divergences_total{action=\"call_tool\",flip=\"allow_to_deny\"} 1"),
+        records
+            .iter()
+            .any(|r| r.record.id == d["decisionId"].as_str().unwrap())
+    );
+
+    let metrics = g
+        .http
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "cedargate_shadow_divergences_total{action=\"call_tool\",flip=\"allow_to_deny\"} 1"
+        ),
         "{metrics}"
     );
 
@@ -366,8 +416,12 @@ async fn decisions_are_listed_with_filters_and_cursor_pages() {
     for i in 0..3 {
         remember(&g, &a, &format!("a{i}")).await;
     }
-    g.call_tool(&b, "af_memory_recall", json!({"query": "x", "workType": "chore"}))
-        .await;
+    g.call_tool(
+        &b,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
     let all = g.decisions().await;
 
     // Cursor pages of 2 walk every acme decision exactly once, in order.
@@ -404,8 +458,16 @@ async fn decisions_are_listed_with_filters_and_cursor_pages() {
         .await;
     let denied = body["decisions"].as_array().unwrap();
     assert_eq!(denied.len(), 3, "{body}");
-    assert!(denied.windows(2).all(|w| w[0]["seq"].as_i64() > w[1]["seq"].as_i64()));
-    assert!(denied.iter().all(|d| d["orgId"] == "initech" && d["reasons"] == "[\"freeze-remember\"]"));
+    assert!(
+        denied
+            .windows(2)
+            .all(|w| w[0]["seq"].as_i64() > w[1]["seq"].as_i64())
+    );
+    assert!(
+        denied
+            .iter()
+            .all(|d| d["orgId"] == "initech" && d["reasons"] == "[\"freeze-remember\"]")
+    );
 
     let principal = format!("Gateway::Agent::\"{}\"", b.agent);
     let (_, body) = g
@@ -478,7 +540,12 @@ async fn metrics_count_decisions_reloads_and_the_active_set() {
     reload(&g).await;
     remember(&g, &t, "two").await;
 
-    let resp = g.http.get(format!("{}/metrics", g.base)).send().await.unwrap();
+    let resp = g
+        .http
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     assert!(
         resp.headers()["content-type"]
@@ -498,11 +565,20 @@ async fn metrics_count_decisions_reloads_and_the_active_set() {
     ] {
         assert!(text.contains(&line), "missing `{line}` in\n{text}");
     }
-    assert_eq!(text.matches("cedargate_policy_set_info{").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("cedargate_policy_set_info{").count(),
+        1,
+        "{text}"
+    );
 
     // Metrics can be turned off.
     let off = TestGateway::start_with(|c| c.lifecycle.metrics = false).await;
-    let resp = off.http.get(format!("{}/metrics", off.base)).send().await.unwrap();
+    let resp = off
+        .http
+        .get(format!("{}/metrics", off.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 404);
 }
 

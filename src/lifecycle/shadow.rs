@@ -174,15 +174,19 @@ fn decision(v: &Verdict) -> String {
 /// The candidate's verdict on the live request.
 fn evaluate(candidate: &PolicyBundle, d: &Observed<'_>) -> Verdict {
     if candidate.schema_hash == d.bundle.schema_hash {
-        return candidate.decide(
-            d.principal,
-            d.action,
-            d.resource,
-            d.context,
-            &d.slice.entities,
-        );
+        return candidate.decide(d.principal, d.action, d.resource, d.context, d.entities);
     }
-    let parsed = serde_json::from_str::<serde_json::Value>(&d.slice.json)
+    let Some(json) = d.entities_json else {
+        return Verdict {
+            allowed: false,
+            reasons: Vec::new(),
+            errors: vec![
+                "the decision's entities cannot be rebuilt for the candidate's schema".into(),
+            ],
+            advice: Vec::new(),
+        };
+    };
+    let parsed = serde_json::from_str::<serde_json::Value>(json)
         .map_err(|e| e.to_string())
         .and_then(|json| candidate.parse_entities(&json));
     let entities = match parsed {

@@ -40,6 +40,20 @@ pub struct ToolEntity {
     pub peer: Option<String>,
 }
 
+/// A registered A2A peer as the PEP sees it (`Gateway::PeerAgent`, child
+/// of its org and of `ToolGroup::"a2a"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerEntity {
+    /// Slug (the entity id).
+    pub slug: String,
+    /// Registered base URL.
+    pub url: String,
+    /// Display name.
+    pub name: String,
+    /// Owning org.
+    pub org_id: String,
+}
+
 /// `{"__entity": {...}}`, the explicit entity-reference form (kept
 /// explicit so replay does not depend on schema-directed parsing).
 pub fn entity_ref(kind: Kind, id: &str) -> Value {
@@ -144,6 +158,17 @@ pub fn session_slice(
     key: &ApiKey,
     tools: &[ToolEntity],
 ) -> Result<EntitySlice, String> {
+    session_slice_with_peers(bundle, tenant, key, tools, &[])
+}
+
+/// [`session_slice`] plus the org's A2A peers (parents of their tools).
+pub fn session_slice_with_peers(
+    bundle: &PolicyBundle,
+    tenant: &SessionTenant,
+    key: &ApiKey,
+    tools: &[ToolEntity],
+    peers: &[PeerEntity],
+) -> Result<EntitySlice, String> {
     let s = &tenant.session;
     let mut values = vec![org_entity(&tenant.org), project_entity(&tenant.project)];
     agent_entities(&tenant.agent, &mut values);
@@ -159,6 +184,17 @@ pub fn session_slice(
         vec![parent(Kind::Project, &s.project_id)],
     ));
     tool_entities(tools, &mut values);
+    if !peers.is_empty() && !tools.iter().any(|t| t.group == "a2a") {
+        values.push(entity(Kind::ToolGroup, "a2a", json!({}), vec![]));
+    }
+    for p in peers {
+        values.push(entity(
+            Kind::PeerAgent,
+            &p.slug,
+            json!({ "slug": p.slug, "url": p.url, "name": p.name }),
+            vec![parent(Kind::Org, &p.org_id), parent(Kind::ToolGroup, "a2a")],
+        ));
+    }
     finish(bundle, values)
 }
 

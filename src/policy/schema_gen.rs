@@ -480,7 +480,9 @@ mod tests {
             json!({"type":"object","required":["branch"],"properties":{"branch":{"type":"string"},"ratio":{"type":"number"}}}),
         )];
         let (effective, _) = crate::policy::load::effective_schema("s", BASE, &tools).unwrap();
-        let _ = cedar_policy::Schema::from_cedarschema_str(&effective).unwrap().0;
+        let _ = cedar_policy::Schema::from_cedarschema_str(&effective)
+            .unwrap()
+            .0;
         let typed = typed_tools(&effective);
         let t = typed.get("deploy").expect("typed");
         assert_eq!(t.group, Action::CallTool);

@@ -21,6 +21,8 @@ pub enum WriteOp {
     Decision(Box<NewDecision>),
     /// Store an observation (agent memory).
     Observation(Box<NewObservation>),
+    /// Write the knowledge graph (ingest or feedback).
+    Graph(Box<super::graph::GraphWrite>),
     /// Record the policy bundle decisions will reference (idempotent).
     PolicySet {
         /// Bundle hash.
@@ -36,6 +38,15 @@ pub enum WriteOp {
     },
     /// Record a shadow-mode divergence (not chained).
     ShadowDivergence(Box<super::shadow::Divergence>),
+    /// One parameterized statement of a module's own tables (telemetry
+    /// rows). Statements must not be able to fail on their data (no foreign
+    /// keys, `OR IGNORE` on keys), because a failure rolls back the batch.
+    Exec {
+        /// The statement (a constant, so prepared statements are cached).
+        sql: &'static str,
+        /// Its parameters.
+        params: Vec<rusqlite::types::Value>,
+    },
     /// Remember the protocol version a session negotiated.
     SessionProtocol {
         /// Session id.
@@ -216,6 +227,7 @@ fn commit(
                 }
                 WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
                 WriteOp::ShadowDivergence(d) => super::shadow::insert(&tx, d)?,
+                WriteOp::Graph(g) => super::graph::apply(&tx, g)?,
                 WriteOp::PolicySet {
                     hash: h,
                     schema_path,
@@ -228,6 +240,10 @@ fn commit(
                          VALUES (?1, ?2, ?3, ?4, ?5)",
                     )?
                     .execute(params![h, schema_path, schema_text, files, loaded_at])?;
+                }
+                WriteOp::Exec { sql, params } => {
+                    tx.prepare_cached(sql)?
+                        .execute(rusqlite::params_from_iter(params.iter()))?;
                 }
                 WriteOp::SessionProtocol {
                     session_id,

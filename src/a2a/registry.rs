@@ -1,0 +1,573 @@
+//! The agent-card registry: stored rows (one registered peer each), the
+//! fetch that turns a peer URL into a validated card and a health, and the
+//! per-org tool set built from the healthy rows.
+//!
+//! **Architecture Invariant:** a peer credential is stored only as the
+//! *name* of an environment variable or file; its value is read when a
+//! request needs it and never written anywhere.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::card::{self, ParsedCard, ProtocolVersion};
+use crate::store::StoreError;
+use crate::tools::{Adapter, ToolSpec};
+
+/// Longest secret accepted from an environment variable or file.
+const MAX_SECRET_BYTES: usize = 8 * 1024;
+
+/// Where a peer's bearer credential is found. Only the name is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PeerAuth {
+    /// Always `bearer`: the credential is sent as `Authorization: Bearer …`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Environment variable holding the token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// Absolute path of a file holding the token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<String>,
+}
+
+impl PeerAuth {
+    /// Checks the shape: `bearer`, exactly one source, a plausible name.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.kind != "bearer" {
+            return Err(format!("`auth.type` must be `bearer`, not `{}`", self.kind));
+        }
+        match (&self.secret_env, &self.secret_file) {
+            (Some(env), None) => {
+                let ok = !env.is_empty()
+                    && env.len() <= 128
+                    && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ok {
+                    return Err(
+                        "`auth.secretEnv` must be an environment variable name (A-Z a-z 0-9 _)"
+                            .into(),
+                    );
+                }
+                Ok(())
+            }
+            (None, Some(path)) => {
+                if !std::path::Path::new(path).is_absolute() || path.len() > 4096 {
+                    return Err("`auth.secretFile` must be an absolute path".into());
+                }
+                Ok(())
+            }
+            _ => Err("`auth` needs exactly one of `secretEnv` or `secretFile`".into()),
+        }
+    }
+
+    /// Reads the credential now.
+    pub fn resolve(&self) -> Result<String, String> {
+        let raw = match (&self.secret_env, &self.secret_file) {
+            (Some(env), _) => std::env::var(env)
+                .map_err(|_| format!("secret environment variable `{env}` is not set"))?,
+            (None, Some(path)) => {
+                let meta = std::fs::metadata(path)
+                    .map_err(|e| format!("cannot read secret file `{path}`: {e}"))?;
+                if meta.len() > MAX_SECRET_BYTES as u64 {
+                    return Err(format!(
+                        "secret file `{path}` is larger than {MAX_SECRET_BYTES} bytes"
+                    ));
+                }
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read secret file `{path}`: {e}"))?
+            }
+            (None, None) => return Err("no secret source configured".into()),
+        };
+        let token = raw.trim();
+        if token.is_empty() {
+            return Err("the peer secret is empty".into());
+        }
+        if token.len() > MAX_SECRET_BYTES || token.chars().any(|c| c.is_control()) {
+            return Err("the peer secret is not a usable bearer token".into());
+        }
+        Ok(token.to_string())
+    }
+}
+
+/// Health of a registered peer.
+pub mod health {
+    /// The card was fetched and is valid: its skills are tools.
+    pub const HEALTHY: &str = "healthy";
+    /// The card could not be fetched: no tools until a refresh succeeds.
+    pub const UNREACHABLE: &str = "unreachable";
+    /// A card was fetched but is not usable: no tools.
+    pub const INVALID: &str = "invalid";
+}
+
+/// One registered peer, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CardRow {
+    /// Row id (the `agentCardId` of events).
+    pub id: String,
+    /// Owning org.
+    pub org_id: String,
+    /// Tool namespace and Cedar `PeerAgent` id; fixed at registration.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Base URL as registered.
+    pub url: String,
+    /// Protocol the operator pinned, if any.
+    pub pinned_version: Option<ProtocolVersion>,
+    /// Where the credential is found.
+    pub auth: Option<PeerAuth>,
+    /// The last valid card (JSON text).
+    pub card: Option<String>,
+    /// Where that card was found.
+    pub card_url: Option<String>,
+    /// `healthy`, `unreachable` or `invalid`.
+    pub health: String,
+    /// Why the last fetch failed.
+    pub last_error: Option<String>,
+    /// When the card was last fetched.
+    pub checked_at: String,
+    /// Registration time.
+    pub created_at: String,
+}
+
+impl CardRow {
+    /// The stored card, parsed (None when none is stored or it no longer
+    /// parses).
+    pub fn parsed(&self) -> Option<ParsedCard> {
+        let text = self.card.as_deref()?;
+        let value: Value = serde_json::from_str(text).ok()?;
+        card::parse(&value).ok()
+    }
+
+    /// The API view: names of where secrets live, never their values.
+    pub fn to_api(&self) -> Value {
+        let parsed = self.parsed();
+        let chosen = parsed
+            .as_ref()
+            .and_then(|p| p.choose(self.pinned_version).ok().cloned());
+        let exposed = self.health == health::HEALTHY;
+        let skills: Vec<Value> = parsed
+            .as_ref()
+            .map(|p| {
+                p.skills
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "id": s.id,
+                            "name": s.name,
+                            "tool": card::tool_name(&self.slug, &s.id),
+                            "legacyAlias": card::legacy_alias(&self.slug, &s.id),
+                            "hasInputSchema": s.input_schema.is_some(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        json!({
+            "id": self.id,
+            "orgId": self.org_id,
+            "slug": self.slug,
+            "name": self.name,
+            "url": self.url,
+            "cardUrl": self.card_url,
+            "interfaceUrl": chosen.as_ref().map(|i| i.url.clone()),
+            "protocolVersion": chosen.as_ref().map(|i| i.version.as_str()),
+            "pinnedProtocolVersion": self.pinned_version.map(ProtocolVersion::as_str),
+            "auth": self.auth,
+            "health": self.health,
+            "lastError": self.last_error,
+            "checkedAt": self.checked_at,
+            "createdAt": self.created_at,
+            "exposed": exposed,
+            "skills": skills,
+            "warnings": parsed.map(|p| p.warnings).unwrap_or_default(),
+        })
+    }
+}
+
+const COLUMNS: &str = "id, org_id, slug, name, url, pinned_version, secret_env, secret_file, card, card_url, health, last_error, checked_at, created_at";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CardRow> {
+    let pinned: Option<String> = r.get(5)?;
+    let secret_env: Option<String> = r.get(6)?;
+    let secret_file: Option<String> = r.get(7)?;
+    let auth = if secret_env.is_some() || secret_file.is_some() {
+        Some(PeerAuth {
+            kind: "bearer".into(),
+            secret_env,
+            secret_file,
+        })
+    } else {
+        None
+    };
+    Ok(CardRow {
+        id: r.get(0)?,
+        org_id: r.get(1)?,
+        slug: r.get(2)?,
+        name: r.get(3)?,
+        url: r.get(4)?,
+        pinned_version: pinned.as_deref().and_then(ProtocolVersion::parse),
+        auth,
+        card: r.get(8)?,
+        card_url: r.get(9)?,
+        health: r.get(10)?,
+        last_error: r.get(11)?,
+        checked_at: r.get(12)?,
+        created_at: r.get(13)?,
+    })
+}
+
+/// Inserts a registration; a taken slug is a conflict.
+pub fn insert(conn: &Connection, c: &CardRow) -> Result<(), StoreError> {
+    let taken: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM agent_cards WHERE org_id = ?1 AND slug = ?2)",
+        params![c.org_id, c.slug],
+        |r| r.get(0),
+    )?;
+    if taken {
+        return Err(StoreError::Conflict(format!(
+            "org `{}` already has an A2A agent named `{}` (slug `{}`); refresh or deregister it, or register under another `name`",
+            c.org_id, c.name, c.slug
+        )));
+    }
+    conn.execute(
+        &format!("INSERT INTO agent_cards ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
+        params![
+            c.id,
+            c.org_id,
+            c.slug,
+            c.name,
+            c.url,
+            c.pinned_version.map(ProtocolVersion::as_str),
+            c.auth.as_ref().and_then(|a| a.secret_env.clone()),
+            c.auth.as_ref().and_then(|a| a.secret_file.clone()),
+            c.card,
+            c.card_url,
+            c.health,
+            c.last_error,
+            c.checked_at,
+            c.created_at,
+        ],
+    )?;
+    Ok(())
+}
+
+/// The peers of an org, oldest registration first.
+pub fn list(conn: &Connection, org_id: &str) -> Result<Vec<CardRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 ORDER BY created_at, id"
+    ))?;
+    let rows = stmt
+        .query_map([org_id], row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Every registered peer (the background refresh).
+pub fn list_all(conn: &Connection) -> Result<Vec<CardRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM agent_cards ORDER BY org_id, created_at, id"
+    ))?;
+    let rows = stmt.query_map([], row)?.collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// One peer of an org.
+pub fn get(conn: &Connection, org_id: &str, id: &str) -> Result<Option<CardRow>, StoreError> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 AND id = ?2"),
+            params![org_id, id],
+            row,
+        )
+        .optional()?)
+}
+
+/// Deregisters a peer.
+pub fn delete(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "DELETE FROM agent_cards WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!(
+            "org `{org_id}` has no A2A agent `{id}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Stores a fetch result. A failed fetch keeps the last valid card (for the
+/// API) but the health hides its tools.
+pub fn record_fetch(conn: &Connection, id: &str, fetched: &Fetched) -> Result<(), StoreError> {
+    match fetched {
+        Fetched::Valid { card, card_url, .. } => conn.execute(
+            "UPDATE agent_cards SET card = ?2, card_url = ?3, health = 'healthy', last_error = NULL, checked_at = ?4 WHERE id = ?1",
+            params![id, card.to_string(), card_url, crate::ids::now_rfc3339()],
+        )?,
+        Fetched::Unreachable(e) => conn.execute(
+            "UPDATE agent_cards SET health = 'unreachable', last_error = ?2, checked_at = ?3 WHERE id = ?1",
+            params![id, e, crate::ids::now_rfc3339()],
+        )?,
+        Fetched::Invalid(e) => conn.execute(
+            "UPDATE agent_cards SET health = 'invalid', last_error = ?2, checked_at = ?3 WHERE id = ?1",
+            params![id, e, crate::ids::now_rfc3339()],
+        )?,
+    };
+    Ok(())
+}
+
+/// An org's bridge timeout, if it set one.
+pub fn timeout_ms(conn: &Connection, org_id: &str) -> Result<Option<u64>, StoreError> {
+    let v: Option<i64> = conn
+        .query_row(
+            "SELECT timeout_ms FROM a2a_settings WHERE org_id = ?1",
+            [org_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(v.and_then(|v| u64::try_from(v).ok()))
+}
+
+/// Sets an org's bridge timeout.
+pub fn set_timeout_ms(conn: &Connection, org_id: &str, ms: u64) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO a2a_settings (org_id, timeout_ms, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (org_id) DO UPDATE SET timeout_ms = excluded.timeout_ms, updated_at = excluded.updated_at",
+        params![org_id, i64::try_from(ms).unwrap_or(i64::MAX), crate::ids::now_rfc3339()],
+    )?;
+    Ok(())
+}
+
+/// What fetching a card found.
+#[derive(Debug, Clone)]
+pub enum Fetched {
+    /// A valid card.
+    Valid {
+        /// The card as served.
+        card: Value,
+        /// Where it was found.
+        card_url: String,
+        /// The parsed card.
+        parsed: Box<ParsedCard>,
+    },
+    /// No card could be fetched (network, HTTP status, timeout).
+    Unreachable(String),
+    /// A card was fetched but is unusable.
+    Invalid(String),
+}
+
+/// The well-known card paths, newest first.
+const CARD_PATHS: [&str; 2] = ["/.well-known/agent-card.json", "/.well-known/agent.json"];
+
+/// Fetches and validates the card of the peer at `base`, falling back from
+/// `agent-card.json` to `agent.json`. `pinned` must be declared by the card.
+pub async fn fetch(
+    client: &reqwest::Client,
+    base: &str,
+    bearer: Option<&str>,
+    pinned: Option<ProtocolVersion>,
+    timeout: Duration,
+    max_bytes: usize,
+) -> Fetched {
+    let base = base.trim_end_matches('/');
+    let mut last = String::new();
+    for path in CARD_PATHS {
+        let url = format!("{base}{path}");
+        // Ask for the newest card shape: SDKs serving both generations
+        // answer the 1.0 card (which keeps skill `inputSchema`s).
+        let mut req = client
+            .get(&url)
+            .header("A2A-Version", "1.0")
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(timeout);
+        if let Some(t) = bearer {
+            req = req.bearer_auth(t);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let mut source: &dyn std::error::Error = &e;
+                while let Some(next) = source.source() {
+                    source = next;
+                }
+                return Fetched::Unreachable(format!("cannot fetch `{url}`: {source}"));
+            }
+        };
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            last = format!("`{url}` answered HTTP 404");
+            continue;
+        }
+        if !status.is_success() {
+            return Fetched::Unreachable(format!("`{url}` answered HTTP {}", status.as_u16()));
+        }
+        let body = match read_limited(resp, max_bytes).await {
+            Ok(b) => b,
+            Err(e) => return Fetched::Unreachable(format!("cannot read `{url}`: {e}")),
+        };
+        let card: Value = match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return Fetched::Invalid(format!("`{url}` is not JSON: {e}")),
+        };
+        let parsed = match card::parse(&card) {
+            Ok(p) => p,
+            Err(e) => return Fetched::Invalid(format!("`{url}`: {e}")),
+        };
+        if let Err(e) = parsed.choose(pinned) {
+            return Fetched::Invalid(format!("`{url}`: {e}"));
+        }
+        return Fetched::Valid {
+            card,
+            card_url: url,
+            parsed: Box::new(parsed),
+        };
+    }
+    Fetched::Unreachable(format!("no agent card found: {last}"))
+}
+
+async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > max {
+            return Err(format!("the card is larger than {max} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Everything the bridge needs to call one peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerTarget {
+    /// Registry row id.
+    pub card_id: String,
+    /// Org.
+    pub org_id: String,
+    /// Slug (Cedar `PeerAgent` id).
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Registered base URL (the `PeerAgent`'s `url`).
+    pub base_url: String,
+    /// Interface URL the card declares for the chosen version.
+    pub interface_url: String,
+    /// Chosen protocol generation.
+    pub version: ProtocolVersion,
+    /// Credential source.
+    pub auth: Option<PeerAuth>,
+}
+
+/// One A2A tool of an org.
+#[derive(Debug)]
+pub struct A2aTool {
+    /// The catalog entry (canonical name).
+    pub spec: Arc<ToolSpec>,
+    /// The peer.
+    pub target: Arc<PeerTarget>,
+    /// The skill it invokes.
+    pub skill_id: String,
+    /// Its legacy alias (None when another tool already took that name).
+    pub alias: Option<String>,
+}
+
+/// The A2A tool set of one org, built from its healthy peers.
+#[derive(Debug, Default)]
+pub struct OrgPeers {
+    /// Tools in registration order, then skill order.
+    pub tools: Vec<Arc<A2aTool>>,
+    /// Canonical name → tool.
+    pub by_name: HashMap<String, Arc<A2aTool>>,
+    /// Legacy alias → canonical name.
+    pub aliases: HashMap<String, String>,
+    /// Peers that expose tools.
+    pub peers: Vec<Arc<PeerTarget>>,
+    /// Wall-clock budget of one call.
+    pub timeout: Duration,
+}
+
+impl OrgPeers {
+    /// Builds the set; names already taken (by an earlier peer or skill)
+    /// are skipped, so registration is idempotent by name.
+    pub fn build(rows: &[CardRow], timeout: Duration) -> OrgPeers {
+        let mut out = OrgPeers {
+            timeout,
+            ..OrgPeers::default()
+        };
+        for row in rows.iter().filter(|r| r.health == health::HEALTHY) {
+            let Some(parsed) = row.parsed() else {
+                continue;
+            };
+            let Ok(iface) = parsed.choose(row.pinned_version) else {
+                continue;
+            };
+            let target = Arc::new(PeerTarget {
+                card_id: row.id.clone(),
+                org_id: row.org_id.clone(),
+                slug: row.slug.clone(),
+                name: row.name.clone(),
+                base_url: row.url.clone(),
+                interface_url: iface.url.clone(),
+                version: iface.version,
+                auth: row.auth.clone(),
+            });
+            let mut any = false;
+            for skill in &parsed.skills {
+                let name = card::tool_name(&row.slug, &skill.id);
+                if out.by_name.contains_key(&name) || out.aliases.contains_key(&name) {
+                    tracing::warn!(tool = %name, "A2A tool name already registered; skipped");
+                    continue;
+                }
+                let mut description = format!(
+                    "Invokes the {} skill on remote A2A agent {}",
+                    skill.id, row.name
+                );
+                if !skill.description.is_empty() {
+                    description.push_str(". ");
+                    description.push_str(&skill.description);
+                }
+                let spec = match ToolSpec::new(
+                    &name,
+                    &description,
+                    card::input_schema(skill),
+                    "a2a",
+                    false,
+                    Adapter::A2a,
+                ) {
+                    Ok(s) => s.with_peer(&row.slug),
+                    Err(e) => {
+                        tracing::warn!(tool = %name, error = %e, "A2A skill skipped");
+                        continue;
+                    }
+                };
+                let alias = card::legacy_alias(&row.slug, &skill.id);
+                let alias = if out.by_name.contains_key(&alias) || out.aliases.contains_key(&alias)
+                {
+                    tracing::warn!(alias = %alias, "A2A legacy alias already registered; skipped");
+                    None
+                } else {
+                    out.aliases.insert(alias.clone(), name.clone());
+                    Some(alias)
+                };
+                let tool = Arc::new(A2aTool {
+                    spec: Arc::new(spec),
+                    target: Arc::clone(&target),
+                    skill_id: skill.id.clone(),
+                    alias,
+                });
+                out.by_name.insert(name, Arc::clone(&tool));
+                out.tools.push(tool);
+                any = true;
+            }
+            if any {
+                out.peers.push(target);
+            }
+        }
+        out
+    }
+}

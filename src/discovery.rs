@@ -1,0 +1,101 @@
+//! `GET /.well-known/mcp.json`: a public descriptor telling a client, before
+//! it has a session, what this server is and how to talk to it: name and
+//! version, the endpoint template, the protocol versions it speaks, its
+//! transports, and how to authenticate. It holds no tenant data and needs
+//! no credential.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::gateway::Gateway;
+use crate::mcp::{SERVER_NAME, protocol, sse};
+
+/// Path of the descriptor.
+pub const PATH: &str = "/.well-known/mcp.json";
+
+/// The base URL to advertise: the configured public URL, else the `Host`
+/// the client used when it is an allowed one, else the listen address.
+fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
+    if gw.config.public_url.is_some() {
+        return gw.config.base_url();
+    }
+    let allowed = &gw.config.http.allowed_hosts;
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            let name = crate::mcp::host_name(h);
+            allowed
+                .iter()
+                .any(|a| a == "*" || a.eq_ignore_ascii_case(name))
+        });
+    match host {
+        Some(h) => format!("http://{h}"),
+        None => gw.config.base_url(),
+    }
+}
+
+/// The descriptor for `base`.
+pub fn descriptor(base: &str) -> Value {
+    let endpoint = format!("{base}/api/mcp/{{sessionId}}");
+    json!({
+        "name": SERVER_NAME,
+        "version": env!("CARGO_PKG_VERSION"),
+        "description": "Policy-first MCP gateway: every session, tool listing and tool call is decided by Cedar policies and recorded in a hash-chained decision trail.",
+        "endpoint": endpoint,
+        "protocolVersions": protocol::SUPPORTED,
+        "preferredProtocolVersion": protocol::LATEST,
+        "transports": [
+            {
+                "type": "streamable-http",
+                "endpoint": endpoint,
+                "methods": ["POST", "DELETE"],
+                "protocolVersions": protocol::SUPPORTED,
+                "responseContentTypes": ["application/json", "text/event-stream"],
+                "sessionHeader": "Mcp-Session-Id",
+            },
+            {
+                "type": "sse",
+                "endpoint": format!("{endpoint}/sse"),
+                "messages": format!("{endpoint}/messages?streamId={{streamId}}"),
+                "protocolVersions": [sse::LEGACY_VERSION],
+            },
+        ],
+        "authentication": {
+            "type": "bearer",
+            "header": "Authorization",
+            "scheme": "Bearer",
+            "tokenFormat": "rsk_live_<16 hex>_<48 hex>",
+            "cookies": false,
+        },
+        "sessions": {
+            "create": format!("POST {base}/api/sessions"),
+            "body": { "projectId": "string", "agentId": "string" },
+        },
+        "capabilities": { "tools": { "listChanged": false } },
+        "errors": {
+            "authDenied": crate::mcp::jsonrpc::AUTH_DENIED,
+            "unauthenticated": crate::mcp::jsonrpc::UNAUTHENTICATED,
+            "sessionNotFound": crate::mcp::jsonrpc::SESSION_NOT_FOUND,
+        },
+    })
+}
+
+/// `GET /.well-known/mcp.json`.
+pub async fn well_known(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let body = descriptor(&base_url(&gw, &headers));
+    let mut resp = (StatusCode::OK, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    resp
+}
