@@ -27,7 +27,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 const DENY_RECALL: &str = r#"
 @id("no-recall")
 @advice("recall is disabled for this test")
-forbid (principal, action == Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_recall");
+forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_recall");
 "#;
 
 fn rpc(id: i64, method: &str, params: Value) -> Value {
