@@ -5,6 +5,8 @@
 //! **Architecture Invariant:** a decision is made only through [`decide`],
 //! so no code path can authorize without producing a record.
 
+pub mod export;
+
 use cedar_policy::EntityUid;
 use serde_json::Value;
 
@@ -74,6 +76,7 @@ pub fn decide(
     scope: Scope<'_>,
     time: &str,
 ) -> Decided {
+    let started = std::time::Instant::now();
     let verdict = if slice.schema_hash == bundle.schema_hash {
         bundle.decide(principal, action, resource, context, &slice.entities)
     } else {
@@ -103,6 +106,20 @@ pub fn decide(
         outcome: "null".to_string(),
         notes: "null".to_string(),
     };
+    if let Some(observer) = bundle.hooks.observer() {
+        observer.observe(&crate::policy::Observed {
+            bundle,
+            entities: &slice.entities,
+            entities_json: Some(&slice.json),
+            principal,
+            action,
+            resource,
+            context,
+            verdict: &verdict,
+            decision_id: &record.id,
+            elapsed: started.elapsed(),
+        });
+    }
     Decided { verdict, record }
 }
 
@@ -147,6 +164,8 @@ pub const NODE_BATCH_FORMAT: u32 = 1;
 /// each decision used.
 #[derive(Debug)]
 pub struct NodeGuard<'a> {
+    /// The batched record's id (known up front so observers can name it).
+    id: String,
     bundle: &'a PolicyBundle,
     slice: &'a EntitySlice,
     principal: EntityUid,
@@ -173,6 +192,7 @@ impl<'a> NodeGuard<'a> {
         time: &str,
     ) -> NodeGuard<'a> {
         NodeGuard {
+            id: uuid::Uuid::now_v7().to_string(),
             bundle,
             slice,
             principal,
@@ -214,14 +234,36 @@ impl<'a> NodeGuard<'a> {
             .iter()
             .map(|n| crate::policy::Kind::GraphNode.uid(n.id))
             .collect();
+        let started = std::time::Instant::now();
         let verdicts = match &built {
-            Ok(entities) => self.bundle.decide_many(
-                &self.principal,
-                Action::ReadNode,
-                &uids,
-                self.context,
-                entities,
-            ),
+            Ok(entities) => {
+                let verdicts = self.bundle.decide_many(
+                    &self.principal,
+                    Action::ReadNode,
+                    &uids,
+                    self.context,
+                    entities,
+                );
+                if let Some(observer) = self.bundle.hooks.observer() {
+                    // One batch: each decision is credited an equal share.
+                    let each = started.elapsed() / u32::try_from(uids.len().max(1)).unwrap_or(1);
+                    for (resource, v) in uids.iter().zip(&verdicts) {
+                        observer.observe(&crate::policy::Observed {
+                            bundle: self.bundle,
+                            entities,
+                            entities_json: None,
+                            principal: &self.principal,
+                            action: Action::ReadNode,
+                            resource,
+                            context: self.context,
+                            verdict: v,
+                            decision_id: &self.id,
+                            elapsed: each,
+                        });
+                    }
+                }
+                verdicts
+            }
             Err(e) => nodes
                 .iter()
                 .map(|_| Verdict {
@@ -293,7 +335,7 @@ impl<'a> NodeGuard<'a> {
             }
         });
         Some(NewDecision {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: self.id,
             time: self.time,
             org_id: self.org_id,
             session_id: self.session_id,
@@ -368,6 +410,8 @@ pub struct ReplayedNode {
     pub decision: String,
     /// The determining policies now.
     pub reasons: Vec<String>,
+    /// Errors now.
+    pub errors: Vec<String>,
 }
 
 /// Re-runs every decision of a batched `read_node` record against `bundle`,
@@ -441,6 +485,7 @@ pub fn replay_node_batch(
                 recorded: recorded.clone(),
                 decision: if v.allowed { "allow" } else { "deny" }.to_string(),
                 reasons: v.reasons,
+                errors: v.errors,
             }
         })
         .collect())
