@@ -121,3 +121,318 @@ pub fn format_line(d: &crate::store::decisions::StoredDecision) -> String {
         id = d.record.id,
     )
 }
+
+/// A knowledge-graph node as `read_node` sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRef<'a> {
+    /// Node UUID (the `GraphNode` entity id).
+    pub id: &'a str,
+    /// `type` attribute.
+    pub node_type: &'a str,
+    /// `name` attribute.
+    pub name: &'a str,
+}
+
+/// Version tag of the batched `read_node` record format.
+pub const NODE_BATCH_FORMAT: u32 = 1;
+
+/// Cedar `read_node` decisions for the nodes one tool call touches, made
+/// one per node and recorded together as one compact, replayable record
+/// (format in `ARCHITECTURE.md`, "Batched read_node records").
+///
+/// Each node's entity (`Gateway::GraphNode::"<id>"` with `type`, `name`
+/// and parent `Gateway::Project::"<project>"`) is added to the session's
+/// entity slice for its decision; the record stores the slice's hash and,
+/// per node, the id, type and name, so replay rebuilds exactly the entities
+/// each decision used.
+#[derive(Debug)]
+pub struct NodeGuard<'a> {
+    bundle: &'a PolicyBundle,
+    slice: &'a EntitySlice,
+    principal: EntityUid,
+    project_id: String,
+    context: &'a PreparedContext,
+    org_id: Option<String>,
+    session_id: Option<String>,
+    time: String,
+    /// `(id, type, name, verdict class)` in decision order.
+    decided: Vec<(String, String, String, usize)>,
+    /// Distinct verdicts (most batches have one or two).
+    classes: Vec<Verdict>,
+}
+
+impl<'a> NodeGuard<'a> {
+    /// A guard deciding for `principal` on nodes of `project_id`.
+    pub fn new(
+        bundle: &'a PolicyBundle,
+        slice: &'a EntitySlice,
+        principal: EntityUid,
+        project_id: &str,
+        context: &'a PreparedContext,
+        scope: Scope<'_>,
+        time: &str,
+    ) -> NodeGuard<'a> {
+        NodeGuard {
+            bundle,
+            slice,
+            principal,
+            project_id: project_id.to_string(),
+            context,
+            org_id: scope.org_id.map(str::to_string),
+            session_id: scope.session_id.map(str::to_string),
+            time: time.to_string(),
+            decided: Vec::new(),
+            classes: Vec::new(),
+        }
+    }
+
+    fn class_of(&mut self, v: Verdict) -> usize {
+        if let Some(i) = self
+            .classes
+            .iter()
+            .position(|c| c.allowed == v.allowed && c.reasons == v.reasons && c.errors == v.errors)
+        {
+            return i;
+        }
+        self.classes.push(v);
+        self.classes.len() - 1
+    }
+
+    /// Decides `read_node` for each node (one Cedar decision each, against
+    /// one entity set holding the session slice and these nodes). Failing
+    /// to build the entities denies them all.
+    pub fn decide(&mut self, nodes: &[NodeRef<'_>]) -> Vec<bool> {
+        if nodes.is_empty() {
+            return Vec::new();
+        }
+        let built = if self.slice.schema_hash != self.bundle.schema_hash {
+            Err("entity slice was built for a different schema".to_string())
+        } else {
+            node_entities(self.bundle, &self.slice.entities, &self.project_id, nodes)
+        };
+        let mut out = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let verdict = match &built {
+                Ok(entities) => self.bundle.decide(
+                    &self.principal,
+                    Action::ReadNode,
+                    &crate::policy::Kind::GraphNode.uid(n.id),
+                    self.context,
+                    entities,
+                ),
+                Err(e) => Verdict {
+                    allowed: false,
+                    reasons: Vec::new(),
+                    errors: vec![e.clone()],
+                    advice: Vec::new(),
+                },
+            };
+            out.push(verdict.allowed);
+            let class = self.class_of(verdict);
+            self.decided.push((
+                n.id.to_string(),
+                n.node_type.to_string(),
+                n.name.to_string(),
+                class,
+            ));
+        }
+        out
+    }
+
+    /// Number of nodes decided so far.
+    pub fn len(&self) -> usize {
+        self.decided.len()
+    }
+
+    /// Whether no node was decided.
+    pub fn is_empty(&self) -> bool {
+        self.decided.is_empty()
+    }
+
+    /// The batched record, or `None` when no node was decided.
+    pub fn record(self) -> Option<NewDecision> {
+        if self.decided.is_empty() {
+            return None;
+        }
+        let allowed = self
+            .decided
+            .iter()
+            .filter(|d| self.classes.get(d.3).is_some_and(|c| c.allowed))
+            .count();
+        let denied = self.decided.len() - allowed;
+        let mut reasons: Vec<String> = self
+            .classes
+            .iter()
+            .flat_map(|c| c.reasons.iter().cloned())
+            .collect();
+        reasons.sort();
+        reasons.dedup();
+        let mut errors: Vec<String> = self
+            .classes
+            .iter()
+            .flat_map(|c| c.errors.iter().cloned())
+            .collect();
+        errors.sort();
+        errors.dedup();
+        let notes = serde_json::json!({
+            "readNodeBatch": {
+                "format": NODE_BATCH_FORMAT,
+                "nodes": self.decided.iter().map(|(id, t, n, c)| serde_json::json!([id, t, n, c])).collect::<Vec<_>>(),
+                "verdicts": self.classes.iter().map(|c| serde_json::json!({
+                    "decision": if c.allowed { "allow" } else { "deny" },
+                    "reasons": c.reasons,
+                    "errors": c.errors,
+                })).collect::<Vec<_>>(),
+            }
+        });
+        Some(NewDecision {
+            id: uuid::Uuid::now_v7().to_string(),
+            time: self.time,
+            org_id: self.org_id,
+            session_id: self.session_id,
+            principal: self.principal.to_string(),
+            action: Action::ReadNode.name().to_string(),
+            resource: crate::policy::Kind::Project
+                .uid(&self.project_id)
+                .to_string(),
+            context: self.context.text.clone(),
+            entities_hash: self.slice.hash.clone(),
+            entities: Some(self.slice.json.clone()),
+            policy_hash: self.bundle.hash.clone(),
+            decision: if denied == 0 { "allow" } else { "deny" }.to_string(),
+            reasons: Value::from(reasons).to_string(),
+            errors: Value::from(errors).to_string(),
+            outcome:
+                serde_json::json!({ "status": "filtered", "allowed": allowed, "denied": denied })
+                    .to_string(),
+            notes: notes.to_string(),
+        })
+    }
+}
+
+/// The session entities plus one `GraphNode` per node.
+fn node_entities(
+    bundle: &PolicyBundle,
+    base: &cedar_policy::Entities,
+    project_id: &str,
+    nodes: &[NodeRef<'_>],
+) -> Result<cedar_policy::Entities, String> {
+    use cedar_policy::{Entity, RestrictedExpression};
+    let project = crate::policy::Kind::Project.uid(project_id);
+    let mut seen = std::collections::HashSet::new();
+    let mut list = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        if !seen.insert(n.id) {
+            continue;
+        }
+        let attrs = std::collections::HashMap::from([
+            (
+                "type".to_string(),
+                RestrictedExpression::new_string(n.node_type.to_string()),
+            ),
+            (
+                "name".to_string(),
+                RestrictedExpression::new_string(n.name.to_string()),
+            ),
+        ]);
+        let entity = Entity::new(
+            crate::policy::Kind::GraphNode.uid(n.id),
+            attrs,
+            std::collections::HashSet::from([project.clone()]),
+        )
+        .map_err(|e| format!("cannot build node entity `{}`: {e}", n.id))?;
+        list.push(entity);
+    }
+    base.clone()
+        .add_entities(list, Some(&bundle.schema))
+        .map_err(|e| format!("cannot build node entities: {e}"))
+}
+
+/// One node's verdict on replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayedNode {
+    /// Node id.
+    pub id: String,
+    /// What was recorded.
+    pub recorded: String,
+    /// What the bundle decides now.
+    pub decision: String,
+    /// The determining policies now.
+    pub reasons: Vec<String>,
+}
+
+/// Re-runs every decision of a batched `read_node` record against `bundle`,
+/// with `slice` being the record's entity snapshot (JSON array text).
+pub fn replay_node_batch(
+    bundle: &PolicyBundle,
+    record: &NewDecision,
+    slice: &str,
+) -> Result<Vec<ReplayedNode>, String> {
+    let notes: Value =
+        serde_json::from_str(&record.notes).map_err(|e| format!("notes are not JSON: {e}"))?;
+    let batch = notes
+        .get("readNodeBatch")
+        .ok_or("the record is not a batched read_node record")?;
+    let verdicts = batch
+        .get("verdicts")
+        .and_then(Value::as_array)
+        .ok_or("batch has no verdicts")?;
+    let nodes = batch
+        .get("nodes")
+        .and_then(Value::as_array)
+        .ok_or("batch has no nodes")?;
+    let mut parsed = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let field = |i: usize| n.get(i).and_then(Value::as_str).unwrap_or_default();
+        let class = n.get(3).and_then(Value::as_u64).unwrap_or(u64::MAX) as usize;
+        let recorded = verdicts
+            .get(class)
+            .and_then(|v| v.get("decision"))
+            .and_then(Value::as_str)
+            .ok_or("a node refers to a missing verdict")?;
+        parsed.push((field(0), field(1), field(2), recorded.to_string()));
+    }
+    let project: EntityUid = record
+        .resource
+        .parse()
+        .map_err(|e| format!("resource is not an entity uid: {e}"))?;
+    let principal: EntityUid = record
+        .principal
+        .parse()
+        .map_err(|e| format!("principal is not an entity uid: {e}"))?;
+    let project_id = project.id().unescaped().to_string();
+    let base = bundle.parse_entities(
+        &serde_json::from_str(slice).map_err(|e| format!("snapshot is not JSON: {e}"))?,
+    )?;
+    let refs: Vec<NodeRef<'_>> = parsed
+        .iter()
+        .map(|(id, t, n, _)| NodeRef {
+            id,
+            node_type: t,
+            name: n,
+        })
+        .collect();
+    let entities = node_entities(bundle, &base, &project_id, &refs)?;
+    let context = bundle.prepare_context(
+        Action::ReadNode,
+        serde_json::from_str(&record.context).map_err(|e| format!("context is not JSON: {e}"))?,
+    );
+    Ok(parsed
+        .iter()
+        .map(|(id, _, _, recorded)| {
+            let v = bundle.decide(
+                &principal,
+                Action::ReadNode,
+                &crate::policy::Kind::GraphNode.uid(id),
+                &context,
+                &entities,
+            );
+            ReplayedNode {
+                id: (*id).to_string(),
+                recorded: recorded.clone(),
+                decision: if v.allowed { "allow" } else { "deny" }.to_string(),
+                reasons: v.reasons,
+            }
+        })
+        .collect())
+}

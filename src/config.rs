@@ -44,6 +44,35 @@ pub struct Config {
     pub cache_ttl_secs: u64,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
     pub a2a: crate::a2a::A2aConfig,
+    /// Knowledge-graph embeddings.
+    pub graph: GraphConfig,
+}
+
+/// Where knowledge-graph embeddings come from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GraphConfig {
+    /// Full URL of an OpenAI-compatible embeddings endpoint (e.g.
+    /// `https://api.openai.com/v1/embeddings`). Unset: the built-in local
+    /// embedder, which needs no network.
+    pub embedding_url: Option<String>,
+    /// Model name sent to the endpoint.
+    pub embedding_model: String,
+    /// Bearer key for the endpoint (prefer `CEDARGATE_GRAPH__EMBEDDING_API_KEY`).
+    pub embedding_api_key: Option<String>,
+    /// Timeout of one embeddings request, in seconds.
+    pub embedding_timeout_secs: u64,
+}
+
+impl Default for GraphConfig {
+    fn default() -> Self {
+        Self {
+            embedding_url: None,
+            embedding_model: "text-embedding-3-small".into(),
+            embedding_api_key: None,
+            embedding_timeout_secs: 10,
+        }
+    }
 }
 
 /// Log output format.
@@ -124,6 +153,7 @@ impl Default for Config {
             sse: SseConfig::default(),
             cache_ttl_secs: 30,
             a2a: crate::a2a::A2aConfig::default(),
+            graph: GraphConfig::default(),
         }
     }
 }

@@ -81,6 +81,8 @@ pub struct Gateway {
     pub pep: Pep,
     /// Built-in tools.
     pub catalog: Catalog,
+    /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
+    pub graphs: Arc<crate::graph::Graphs>,
     /// Remote A2A peers: registry cache, bridge client, hook bus.
     pub a2a: A2a,
     /// Open streams of the HTTP+SSE transport.
@@ -106,6 +108,10 @@ impl Gateway {
     ) -> Result<Self, String> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
         let a2a = A2a::new(config.a2a.clone(), store.clone(), ttl)?;
+        let graphs = Arc::new(
+            crate::graph::from_config(&config.graph)
+                .map_err(|e| format!("graph embeddings: {e}"))?,
+        );
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
         }
@@ -125,6 +131,7 @@ impl Gateway {
             store,
             pep: Pep::new(bundle),
             catalog,
+            graphs,
             a2a,
         })
     }

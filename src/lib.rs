@@ -16,6 +16,7 @@ pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod gateway;
+pub mod graph;
 pub mod ids;
 pub mod mcp;
 pub mod operator;

@@ -9,6 +9,7 @@
 //! committed; a failed commit is answered -32603, never success.
 
 mod a2a;
+mod graph;
 pub mod jsonrpc;
 pub mod protocol;
 pub mod sse;
@@ -571,6 +572,11 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         )
     };
     let Some(spec) = call.view.tool(&name).cloned() else {
+        // Gate first: a graph tool of a project without the graph answers
+        // a normal result, not an error.
+        if crate::tools::graph::is_graph_tool(&name) && !crate::graph::enabled(&call.view.tenant) {
+            return Ok(tool_result(&call.version, crate::tools::graph::disabled()));
+        }
         return Err(unknown());
     };
     let agent = call.agent_uid();
@@ -645,20 +651,57 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         ));
     }
 
+    // Graph writes need `write_node` on the project; a deny changes nothing.
+    let mut write_decision = None;
+    if matches!(spec.adapter, Adapter::GraphIngest | Adapter::GraphImprove) {
+        let project = Kind::Project.uid(&call.view.tenant.session.project_id);
+        let write = call.decide(&agent, Action::WriteNode, &project, &call.context);
+        if !write.allowed() {
+            let data = json!({
+                "decisionId": write.id(),
+                "tool": name,
+                "reasons": write.verdict.reasons,
+                "advice": write.verdict.advice,
+            });
+            let outcome =
+                json!({ "status": "denied", "deniedBy": "write_node", "decisionId": write.id() });
+            call.commit(vec![
+                WriteOp::Decision(Box::new(decided.finish(outcome))),
+                WriteOp::Decision(Box::new(write.finish_default())),
+            ])
+            .await?;
+            return Err(RpcError::with_data(
+                jsonrpc::AUTH_DENIED,
+                format!("`{name}` may not write the knowledge graph of this project"),
+                data,
+            ));
+        }
+        write_decision = Some(write);
+    }
+
     let started = std::time::Instant::now();
     let executed = execute(call, spec.adapter, &args_value).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     match executed {
-        Ok((output, mut ops)) => {
+        Ok((output, mut ops, pending)) => {
             let outcome = json!({ "status": "completed", "durationMs": duration_ms, "result": outcome_summary(&output) });
+            if let Some(write) = write_decision {
+                ops.push(WriteOp::Decision(Box::new(write.finish(outcome.clone()))));
+            }
             ops.push(WriteOp::Decision(Box::new(decided.finish(outcome))));
             call.commit(ops).await?;
+            if let Some(p) = pending {
+                p.apply();
+            }
             Ok(tool_result(&call.version, output))
         }
-        Err(e) => {
+        Err((e, mut ops)) => {
             let outcome = json!({ "status": "failed", "durationMs": duration_ms, "error": e.0 });
-            call.commit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
-                .await?;
+            if let Some(write) = write_decision {
+                ops.push(WriteOp::Decision(Box::new(write.finish(outcome.clone()))));
+            }
+            ops.push(WriteOp::Decision(Box::new(decided.finish(outcome))));
+            call.commit(ops).await?;
             tracing::warn!(tool = %name, error = %e, "tool execution failed");
             Err(RpcError::with_data(
                 jsonrpc::INTERNAL_ERROR,
@@ -682,27 +725,84 @@ fn outcome_summary(output: &ToolOutput) -> Value {
     if let Some(t) = s.get("tokensUsed") {
         summary.insert("tokensUsed".into(), t.clone());
     }
+    for key in [
+        "processed",
+        "totalNodesCreated",
+        "totalEdgesCreated",
+        "mergedCount",
+        "nodeUpdates",
+        "edgeUpdates",
+        "tripletEmbeddings",
+        "disabled",
+    ] {
+        if let Some(v) = s.get(key) {
+            summary.insert(key.into(), v.clone());
+        }
+    }
+    for key in ["triplets", "nodes", "edges", "graph"] {
+        if let Some(v) = s.get(key).and_then(Value::as_array) {
+            summary.insert(key.into(), v.len().into());
+        }
+    }
+    if let Some(p) = s.get("path") {
+        summary.insert(
+            "pathLength".into(),
+            p.get("length").cloned().unwrap_or(Value::Null),
+        );
+    }
     Value::Object(summary)
 }
 
-/// Runs the adapter; returns the output and the writes to commit with the
-/// decision record.
+/// Runs the adapter; returns the output, the writes to commit with the
+/// decision record, and a graph write to apply to the in-memory view once
+/// committed. On failure, records of decisions made meanwhile come back too.
 async fn execute(
     call: &Call,
     adapter: Adapter,
     args: &Value,
-) -> Result<(ToolOutput, Vec<WriteOp>), crate::tools::ToolError> {
+) -> Result<
+    (
+        ToolOutput,
+        Vec<WriteOp>,
+        Option<crate::tools::graph::PendingWrite>,
+    ),
+    (crate::tools::ToolError, Vec<WriteOp>),
+> {
     match adapter {
         Adapter::MemoryRemember => {
-            let (obs, output) = memory::remember(&call.view.tenant, args)?;
-            Ok((output, vec![WriteOp::Observation(Box::new(obs))]))
+            let (obs, output) =
+                memory::remember(&call.view.tenant, args).map_err(|e| (e, Vec::new()))?;
+            Ok((output, vec![WriteOp::Observation(Box::new(obs))], None))
         }
         Adapter::MemoryRecall => {
-            let output = memory::recall(&call.gw.store, &call.view.tenant, args, None).await?;
-            Ok((output, Vec::new()))
+            if crate::graph::enabled(&call.view.tenant) {
+                let source = Arc::new(graph::GraphRecall::new(call));
+                let dynamic: Arc<dyn memory::RecallSource> = source.clone();
+                let out =
+                    memory::recall(&call.gw.store, &call.view.tenant, args, Some(&dynamic)).await;
+                let records = source.take_records();
+                match out {
+                    Ok(output) => Ok((output, records, None)),
+                    Err(e) => Err((e, records)),
+                }
+            } else {
+                let output = memory::recall(&call.gw.store, &call.view.tenant, args, None)
+                    .await
+                    .map_err(|e| (e, Vec::new()))?;
+                Ok((output, Vec::new(), None))
+            }
         }
-        Adapter::A2a => Err(crate::tools::ToolError(
-            "A2A tools are served by the bridge".into(),
+        Adapter::GraphQuery
+        | Adapter::GraphNeighbors
+        | Adapter::GraphPath
+        | Adapter::GraphIngest
+        | Adapter::GraphImprove => {
+            let done = graph::execute(call, adapter, args).await?;
+            Ok((done.output, done.ops, done.pending))
+        }
+        Adapter::A2a => Err((
+            crate::tools::ToolError("A2A tools are served by the bridge".into()),
+            Vec::new(),
         )),
     }
 }

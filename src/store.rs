@@ -8,6 +8,7 @@
 //! commit that contains its rows before it is acknowledged.
 
 pub mod decisions;
+pub mod graph;
 pub mod observations;
 pub mod tenants;
 pub mod writer;
@@ -61,6 +62,7 @@ pub enum StoreError {
 /// entry: add a new version.
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("store/migrations/0001_init.sql")),
+    (2, include_str!("store/migrations/0002_graph.sql")),
     (3, include_str!("store/migrations/0003_a2a.sql")),
 ];
 

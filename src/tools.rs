@@ -6,6 +6,7 @@
 //! HTTP; it answers "which tools exist for this tenant" and "are these
 //! arguments well-formed".
 
+pub mod graph;
 pub mod memory;
 
 use std::sync::Arc;
@@ -22,6 +23,16 @@ pub enum Adapter {
     MemoryRecall,
     /// `af_memory_remember`
     MemoryRemember,
+    /// `graph_query`
+    GraphQuery,
+    /// `graph_neighbors`
+    GraphNeighbors,
+    /// `graph_path`
+    GraphPath,
+    /// `graph_ingest`
+    GraphIngest,
+    /// `graph_improve`
+    GraphImprove,
     /// A skill of a remote A2A peer (`<agentSlug>.<skillId>`).
     A2a,
 }
@@ -146,22 +157,28 @@ impl ToolSpec {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     memory: Vec<Arc<ToolSpec>>,
+    graph: Vec<Arc<ToolSpec>>,
 }
 
 impl Catalog {
-    /// The built-in catalog (memory tools).
+    /// The built-in catalog (memory and graph tools).
     pub fn builtin() -> Result<Catalog, String> {
         Ok(Catalog {
             memory: memory::specs()?.into_iter().map(Arc::new).collect(),
+            graph: graph::specs()?.into_iter().map(Arc::new).collect(),
         })
     }
 
     /// Tools the session's org and project enable, before Cedar visibility:
-    /// memory tools when the project's memory is on.
+    /// memory tools when the project's memory is on; graph tools when the
+    /// per-project graph gate is on ([`crate::graph::enabled`]).
     pub fn for_session(&self, tenant: &SessionTenant) -> Vec<Arc<ToolSpec>> {
         let mut tools = Vec::new();
         if tenant.project.memory_enabled {
             tools.extend(self.memory.iter().cloned());
+        }
+        if crate::graph::enabled(tenant) {
+            tools.extend(self.graph.iter().cloned());
         }
         tools
     }

@@ -140,7 +140,9 @@ async fn tenant_lifecycle_through_the_admin_api() {
         )
         .await;
     assert_eq!(s, 200);
-    assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 2);
+    // Two memory tools plus the five graph tools: the org's `kg_enabled`
+    // entitlement turns the graph on for a project with memory.
+    assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 7);
     let records = g.decisions().await;
     assert!(records.iter().any(|d| d.record.action == "create_session"
         && d.record.decision == "allow"

@@ -6,6 +6,13 @@
 //!
 //! The decision chain (`seq`, `prev_hash`) is assigned here, in commit
 //! order, so concurrent requests never race on it.
+//!
+//! Only a batch that someone waits on pays for an fsync: a batch made of
+//! enqueued jobs alone (records whose answer never promised durability)
+//! commits with `synchronous = NORMAL`. In WAL mode that appends the frames
+//! without syncing; the next durable commit's fsync of the same WAL file
+//! covers them, so they become durable at the next `submit` or `flush`,
+//! which is exactly what `enqueue` promises.
 
 use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
@@ -21,6 +28,8 @@ pub enum WriteOp {
     Decision(Box<NewDecision>),
     /// Store an observation (agent memory).
     Observation(Box<NewObservation>),
+    /// Write the knowledge graph (ingest or feedback).
+    Graph(Box<super::graph::GraphWrite>),
     /// Record the policy bundle decisions will reference (idempotent).
     PolicySet {
         /// Bundle hash.
@@ -149,6 +158,10 @@ fn run(
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
     let mut known: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // The connection opens with `synchronous = FULL`.
+    let mut synced = true;
+    // Whether a commit since the last fsync of the WAL skipped its sync.
+    let mut unsynced = false;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < batch_max {
@@ -157,7 +170,21 @@ fn run(
                 Err(_) => break,
             }
         }
-        let result = commit(&mut conn, &batch, seq, &hash, &known);
+        let durable = batch.iter().any(|job| job.ack.is_some());
+        let result = set_durability(&conn, durable, &mut synced)
+            .and_then(|()| commit(&mut conn, &batch, seq, &hash, &known))
+            .and_then(|done| {
+                if !durable {
+                    unsynced = true;
+                } else if unsynced {
+                    // A durable batch may write no WAL frame (a flush, an
+                    // idempotent insert), so SQLite would not sync: sync
+                    // the earlier unsynced frames explicitly.
+                    sync_wal(&conn)?;
+                    unsynced = false;
+                }
+                Ok(done)
+            });
         let outcome = match result {
             Ok((new_seq, new_hash, snapshots)) => {
                 seq = new_seq;
@@ -185,6 +212,34 @@ fn run(
                 let _ = ack.send(outcome.clone());
             }
         }
+    }
+}
+
+/// Switches the connection between `synchronous = FULL` (a commit that
+/// someone waits on) and `NORMAL` (no fsync), only when it changes.
+fn set_durability(conn: &Connection, durable: bool, synced: &mut bool) -> Result<(), StoreError> {
+    if durable != *synced {
+        let mode = if durable { "FULL" } else { "NORMAL" };
+        conn.execute_batch(&format!("PRAGMA synchronous = {mode};"))?;
+        *synced = durable;
+    }
+    Ok(())
+}
+
+/// Fsyncs the WAL file itself (Linux flushes an inode's dirty pages
+/// whichever descriptor asks).
+fn sync_wal(conn: &Connection) -> Result<(), StoreError> {
+    let Some(path) = conn.path().filter(|p| !p.is_empty()) else {
+        return Ok(()); // in-memory database: nothing to make durable
+    };
+    let wal = format!("{path}-wal");
+    match std::fs::File::open(&wal) {
+        Ok(file) => file
+            .sync_all()
+            .map_err(|e| StoreError::Write(format!("fsync {wal}: {e}"))),
+        // No WAL file: everything was checkpointed (and synced) already.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::Write(format!("open {wal}: {e}"))),
     }
 }
 
@@ -216,6 +271,7 @@ fn commit(
                     hash = decisions::insert(&tx, seq, &hash, d)?;
                 }
                 WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
+                WriteOp::Graph(g) => super::graph::apply(&tx, g)?,
                 WriteOp::PolicySet {
                     hash: h,
                     schema_path,
