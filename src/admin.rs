@@ -38,7 +38,7 @@ pub fn routes(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/orgs/{org}/sessions", get(list_sessions))
         .route("/orgs/{org}/sessions/{id}", delete(delete_session))
         .route("/decisions/{id}", get(get_decision))
-        .route("/policies", get(active_policies))
+        .merge(crate::lifecycle::admin::routes())
         .merge(crate::a2a::admin::routes())
         .route_layer(middleware::from_fn_with_state(gw, require_admin))
 }
@@ -240,16 +240,4 @@ async fn get_decision(
         Some(d) => Ok(Json(d)),
         None => Err(AppError::NotFound(format!("decision `{id}` not found"))),
     }
-}
-
-async fn active_policies(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
-    let b = gw.pep.current();
-    Json(json!({
-        "hash": b.hash,
-        "loadedAt": b.loaded_at,
-        "policyIds": b.policy_ids,
-        "files": b.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
-        "schema": b.schema_path,
-        "warnings": b.warnings,
-    }))
 }

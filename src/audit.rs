@@ -5,6 +5,8 @@
 //! **Architecture Invariant:** a decision is made only through [`decide`],
 //! so no code path can authorize without producing a record.
 
+pub mod export;
+
 use cedar_policy::EntityUid;
 use serde_json::Value;
 
@@ -74,6 +76,7 @@ pub fn decide(
     scope: Scope<'_>,
     time: &str,
 ) -> Decided {
+    let started = std::time::Instant::now();
     let verdict = if slice.schema_hash == bundle.schema_hash {
         bundle.decide(principal, action, resource, context, &slice.entities)
     } else {
@@ -103,6 +106,20 @@ pub fn decide(
         outcome: "null".to_string(),
         notes: "null".to_string(),
     };
+    if let Some(observer) = bundle.hooks.observer() {
+        observer.observe(&crate::policy::Observed {
+            bundle,
+            entities: &slice.entities,
+            entities_json: Some(&slice.json),
+            principal,
+            action,
+            resource,
+            context,
+            verdict: &verdict,
+            decision_id: &record.id,
+            elapsed: started.elapsed(),
+        });
+    }
     Decided { verdict, record }
 }
 
@@ -147,6 +164,8 @@ pub const NODE_BATCH_FORMAT: u32 = 1;
 /// each decision used.
 #[derive(Debug)]
 pub struct NodeGuard<'a> {
+    /// The batched record's id (known up front so observers can name it).
+    id: String,
     bundle: &'a PolicyBundle,
     slice: &'a EntitySlice,
     principal: EntityUid,
@@ -173,6 +192,7 @@ impl<'a> NodeGuard<'a> {
         time: &str,
     ) -> NodeGuard<'a> {
         NodeGuard {
+            id: uuid::Uuid::now_v7().to_string(),
             bundle,
             slice,
             principal,
@@ -212,14 +232,33 @@ impl<'a> NodeGuard<'a> {
         };
         let mut out = Vec::with_capacity(nodes.len());
         for n in nodes {
+            let started = std::time::Instant::now();
+            let resource = crate::policy::Kind::GraphNode.uid(n.id);
             let verdict = match &built {
-                Ok(entities) => self.bundle.decide(
-                    &self.principal,
-                    Action::ReadNode,
-                    &crate::policy::Kind::GraphNode.uid(n.id),
-                    self.context,
-                    entities,
-                ),
+                Ok(entities) => {
+                    let v = self.bundle.decide(
+                        &self.principal,
+                        Action::ReadNode,
+                        &resource,
+                        self.context,
+                        entities,
+                    );
+                    if let Some(observer) = self.bundle.hooks.observer() {
+                        observer.observe(&crate::policy::Observed {
+                            bundle: self.bundle,
+                            entities,
+                            entities_json: None,
+                            principal: &self.principal,
+                            action: Action::ReadNode,
+                            resource: &resource,
+                            context: self.context,
+                            verdict: &v,
+                            decision_id: &self.id,
+                            elapsed: started.elapsed(),
+                        });
+                    }
+                    v
+                }
                 Err(e) => Verdict {
                     allowed: false,
                     reasons: Vec::new(),
@@ -286,7 +325,7 @@ impl<'a> NodeGuard<'a> {
             }
         });
         Some(NewDecision {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: self.id,
             time: self.time,
             org_id: self.org_id,
             session_id: self.session_id,
@@ -359,6 +398,8 @@ pub struct ReplayedNode {
     pub decision: String,
     /// The determining policies now.
     pub reasons: Vec<String>,
+    /// Errors now.
+    pub errors: Vec<String>,
 }
 
 /// Re-runs every decision of a batched `read_node` record against `bundle`,
@@ -432,6 +473,7 @@ pub fn replay_node_batch(
                 recorded: recorded.clone(),
                 decision: if v.allowed { "allow" } else { "deny" }.to_string(),
                 reasons: v.reasons,
+                errors: v.errors,
             }
         })
         .collect())

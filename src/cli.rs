@@ -8,9 +8,12 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
+pub mod lifecycle;
+
 use crate::config::{Config, LogFormat};
 use crate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
 use crate::store::{Store, StoreError, decisions, tenants};
+pub use lifecycle::{PolicyCmd, SchemaCmd};
 
 /// cedargate: a policy-first MCP gateway for AI agents.
 #[derive(Debug, Parser)]
@@ -50,6 +53,9 @@ pub enum Command {
     /// Work with the policy set.
     #[command(subcommand)]
     Policy(PolicyCmd),
+    /// Inspect the Cedar schema.
+    #[command(subcommand)]
+    Schema(SchemaCmd),
 }
 
 /// `serve` flags.
@@ -218,15 +224,12 @@ pub enum AuditCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Verify the hash chain; exits 1 on any problem.
-    Verify,
-}
-
-/// `policy …`
-#[derive(Debug, Subcommand)]
-pub enum PolicyCmd {
-    /// Strictly validate the policies against the schema.
-    Validate,
+    /// Verify the hash chain (all of it, or a range); exits 1 on any problem.
+    Verify(lifecycle::VerifyArgs),
+    /// Re-evaluate recorded decisions under a candidate policy set.
+    Replay(lifecycle::ReplayArgs),
+    /// Export decisions as JSON lines or OCSF events.
+    Export(lifecycle::ExportArgs),
 }
 
 /// Entry point of the binary.
@@ -247,25 +250,11 @@ pub fn main() -> ExitCode {
             }
             serve(config)
         }
-        Command::Policy(PolicyCmd::Validate) => {
-            match crate::policy::load_bundle(&config.schema_file, &config.policies_dir) {
-                Ok(b) => {
-                    for w in &b.warnings {
-                        eprintln!("warning: {w}");
-                    }
-                    println!(
-                        "policy set valid: {} policies, hash {}",
-                        b.policy_ids.len(),
-                        b.hash
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{}", e.render());
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Policy(cmd) => lifecycle::policy(&config, &cmd),
+        Command::Schema(cmd) => lifecycle::schema(&config, &cmd),
+        Command::Audit(AuditCmd::Replay(args)) => lifecycle::replay(&config, &args),
+        Command::Audit(AuditCmd::Export(args)) => lifecycle::export(&config, &args),
+        Command::Audit(AuditCmd::Verify(args)) => lifecycle::verify(&config, &args),
         other => match operate(&config, other) {
             Ok(code) => code,
             Err(e) => {
@@ -472,26 +461,10 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
                 }
             }
         }
-        Command::Audit(AuditCmd::Verify) => {
-            let report = store.read_blocking(|c| decisions::verify(c))?;
-            if report.problems.is_empty() {
-                println!(
-                    "decision trail intact: {} records verified (last seq {}, head hash {})",
-                    report.checked, report.last_seq, report.head_hash
-                );
-            } else {
-                for p in &report.problems {
-                    eprintln!("tampered: {p}");
-                }
-                eprintln!(
-                    "decision trail verification FAILED: {} problem(s) in {} records",
-                    report.problems.len(),
-                    report.checked
-                );
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-        Command::Serve(_) | Command::Policy(_) => {}
+        Command::Serve(_)
+        | Command::Policy(_)
+        | Command::Schema(_)
+        | Command::Audit(AuditCmd::Verify(_) | AuditCmd::Replay(_) | AuditCmd::Export(_)) => {}
     }
     Ok(ExitCode::SUCCESS)
 }

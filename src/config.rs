@@ -42,10 +42,40 @@ pub struct Config {
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
+    /// Policy lifecycle: reload on file changes, shadow mode, metrics.
+    pub lifecycle: LifecycleConfig,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
     pub a2a: crate::a2a::A2aConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
+}
+
+/// How the policy set is reloaded and observed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LifecycleConfig {
+    /// Reload when a file under `policies_dir` or the schema file changes
+    /// (SIGHUP and `POST /admin/policies/reload` always work).
+    pub watch: bool,
+    /// Quiet period after a file change before reloading, so an editor's
+    /// several writes become one reload.
+    pub watch_debounce_ms: u64,
+    /// A candidate policy directory evaluated beside the active set from
+    /// start-up (shadow mode); it decides nothing, divergences are recorded.
+    pub shadow_policies_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on `GET /metrics`.
+    pub metrics: bool,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self {
+            watch: true,
+            watch_debounce_ms: 250,
+            shadow_policies_dir: None,
+            metrics: true,
+        }
+    }
 }
 
 /// Where knowledge-graph embeddings come from.
@@ -152,6 +182,7 @@ impl Default for Config {
             http: HttpSecurity::default(),
             sse: SseConfig::default(),
             cache_ttl_secs: 30,
+            lifecycle: LifecycleConfig::default(),
             a2a: crate::a2a::A2aConfig::default(),
             graph: GraphConfig::default(),
         }

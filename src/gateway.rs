@@ -81,6 +81,8 @@ pub struct Gateway {
     pub pep: Pep,
     /// Built-in tools.
     pub catalog: Catalog,
+    /// Reload status, shadow evaluation and metrics.
+    pub lifecycle: crate::lifecycle::Lifecycle,
     /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
     pub graphs: Arc<crate::graph::Graphs>,
     /// Remote A2A peers: registry cache, bridge client, hook bus.
@@ -115,7 +117,11 @@ impl Gateway {
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
         }
+        let lifecycle = crate::lifecycle::Lifecycle::new(&catalog, store.writer().clone());
+        let pep = Pep::new(bundle);
+        pep.set_observer(lifecycle.observer());
         Ok(Gateway {
+            lifecycle,
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
@@ -129,7 +135,7 @@ impl Gateway {
             terminated: crate::mcp::streamable::Terminated::default(),
             config,
             store,
-            pep: Pep::new(bundle),
+            pep,
             catalog,
             graphs,
             a2a,

@@ -633,7 +633,15 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
         return a2a::call_tool(call, &spec, &name, args_value, notes).await;
     }
 
-    let mut decided = call.decide(&agent, Action::CallTool, &tool_uid, &call.context);
+    // Typed tools are decided under their own action, with `context.args`.
+    let tool_context = call.bundle.prepare_tool_context(
+        Action::CallTool,
+        &spec.name,
+        &tenant.session.id,
+        &call.time,
+        &args_value,
+    );
+    let mut decided = call.decide(&agent, Action::CallTool, &tool_uid, &tool_context);
     decided.record.notes = notes.to_string();
     if !decided.allowed() {
         let data = json!({

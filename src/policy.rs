@@ -7,7 +7,11 @@
 //! request that cannot be built, all deny.
 
 pub mod entities;
+pub mod fmt;
 pub mod load;
+pub mod recorded;
+pub mod schema_gen;
+pub mod tests_runner;
 
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -89,6 +93,11 @@ impl Action {
                 EntityId::new(self.name()),
             ),
         }
+    }
+
+    /// The uid of any action id (typed tool actions are named after their tool).
+    pub fn uid_of(id: &str) -> EntityUid {
+        EntityUid::from_type_name_and_id(type_names().action.clone(), EntityId::new(id))
     }
 
     /// Parses an action name as stored in the decision trail.
@@ -241,6 +250,56 @@ pub struct PolicyBundle {
     /// `@advice` of each policy that has one, looked up once at load
     /// (Cedar's annotation lookup re-parses the key on every call).
     pub advice: std::collections::HashMap<PolicyId, String>,
+    /// Tools decided under their own typed action (read from the schema).
+    pub typed: std::collections::HashMap<String, schema_gen::TypedTool>,
+    /// Observers of every decision made with this bundle (metrics, shadow
+    /// evaluation); shared by every bundle a [`Pep`] activates.
+    pub hooks: Arc<Hooks>,
+}
+
+/// What a decision observer sees: the request, the verdict and the record id.
+#[derive(Debug)]
+pub struct Observed<'a> {
+    /// The bundle that decided.
+    pub bundle: &'a PolicyBundle,
+    /// The entities it decided with.
+    pub entities: &'a Entities,
+    /// The JSON those entities were parsed from, when it holds all of
+    /// them (a shadow set with another schema re-parses it).
+    pub entities_json: Option<&'a str>,
+    /// Principal.
+    pub principal: &'a EntityUid,
+    /// Action (group action for typed tools).
+    pub action: Action,
+    /// Resource.
+    pub resource: &'a EntityUid,
+    /// The context it decided with.
+    pub context: &'a PreparedContext,
+    /// The verdict.
+    pub verdict: &'a Verdict,
+    /// The decision record's id.
+    pub decision_id: &'a str,
+    /// How long the decision took.
+    pub elapsed: std::time::Duration,
+}
+
+/// Something that watches every decision (never changes it).
+pub trait DecisionObserver: Send + Sync + std::fmt::Debug {
+    /// Called once per decision, after the verdict.
+    fn observe(&self, decision: &Observed<'_>);
+}
+
+/// The observer slot shared by the bundles of one [`Pep`].
+#[derive(Debug, Default)]
+pub struct Hooks {
+    observer: std::sync::OnceLock<Arc<dyn DecisionObserver>>,
+}
+
+impl Hooks {
+    /// The observer, once one is installed.
+    pub fn observer(&self) -> Option<&Arc<dyn DecisionObserver>> {
+        self.observer.get()
+    }
 }
 
 /// A request's Cedar context, parsed once and shared by its decisions.
@@ -252,6 +311,8 @@ pub struct PreparedContext {
     pub text: String,
     cedar: Result<Context, String>,
     schema_hash: String,
+    /// The typed tool action the context was checked against, if any.
+    action: Option<EntityUid>,
 }
 
 /// The outcome of one authorization, before it is recorded.
@@ -312,7 +373,66 @@ impl PolicyBundle {
             json,
             cedar,
             schema_hash: self.schema_hash.clone(),
+            action: None,
         }
+    }
+
+    /// The context of a `call_tool` / `a2a_invoke` decision. When this
+    /// bundle has a typed action for `tool`, the context carries the
+    /// arguments projected onto its Cedar type as `args`, and the decision
+    /// is made under that action; otherwise it is the session context.
+    pub fn prepare_tool_context(
+        &self,
+        group: Action,
+        tool: &str,
+        session_id: &str,
+        time: &str,
+        args: &serde_json::Value,
+    ) -> PreparedContext {
+        match self.typed.get(tool).filter(|t| t.group == group) {
+            None => self.prepare_session_context(session_id, time),
+            Some(typed) => {
+                let mut json = entities::session_context(session_id, time);
+                let projected = schema_gen::project(&typed.args, args);
+                let fits = projected.is_some();
+                if let (Some(a), serde_json::Value::Object(map)) = (projected, &mut json) {
+                    map.insert("args".into(), a);
+                }
+                self.typed_context(typed, json, fits)
+            }
+        }
+    }
+
+    fn typed_context(
+        &self,
+        typed: &schema_gen::TypedTool,
+        json: serde_json::Value,
+        fits: bool,
+    ) -> PreparedContext {
+        let cedar = if fits {
+            Context::from_json_value(json.clone(), Some((&self.schema, &typed.action)))
+                .map_err(|e| format!("cannot build context: {e}"))
+        } else {
+            Err(format!(
+                "arguments do not fit the Cedar type of `context.args` of `{}`",
+                typed.action
+            ))
+        };
+        let mut prepared = self.prepared(json, cedar);
+        prepared.action = Some(typed.action.clone());
+        prepared
+    }
+
+    /// The typed action of a tool resource for `group`, if this bundle has one.
+    fn typed_for(&self, group: Action, resource: &EntityUid) -> Option<&schema_gen::TypedTool> {
+        if !matches!(group, Action::CallTool | Action::A2aInvoke)
+            || resource.type_name() != &type_names().tool
+        {
+            return None;
+        }
+        self.typed
+            .get(resource.id().unescaped())
+            .filter(|t| t.group == group)
     }
 
     /// Decides one request against a prepared context. A context or request
@@ -328,13 +448,30 @@ impl PolicyBundle {
         if context.schema_hash != self.schema_hash {
             return Verdict::denied_with("context was prepared for a different schema".into());
         }
+        let typed = self.typed_for(action, resource);
+        let action_uid = match (&context.action, typed) {
+            (None, None) => action.uid(),
+            (Some(used), Some(t)) if *used == t.action => t.action.clone(),
+            (None, Some(t)) => {
+                return Verdict::denied_with(format!(
+                    "`{resource}` is decided under its typed action `{}`, but the context carries no arguments",
+                    t.action
+                ));
+            }
+            (Some(used), _) => {
+                return Verdict::denied_with(format!(
+                    "context was prepared for `{used}`, not for `{}` on `{resource}`",
+                    action.name()
+                ));
+            }
+        };
         let ctx = match &context.cedar {
             Ok(c) => c.clone(),
             Err(e) => return Verdict::denied_with(e.clone()),
         };
         let request = match Request::new(
             principal.clone(),
-            action.uid(),
+            action_uid,
             resource.clone(),
             ctx,
             Some(&self.schema),
@@ -388,14 +525,23 @@ impl PolicyBundle {
 #[derive(Debug)]
 pub struct Pep {
     active: ArcSwap<PolicyBundle>,
+    hooks: Arc<Hooks>,
 }
 
 impl Pep {
     /// A PEP starting with `bundle`.
-    pub fn new(bundle: PolicyBundle) -> Self {
+    pub fn new(mut bundle: PolicyBundle) -> Self {
+        let hooks = Arc::new(Hooks::default());
+        bundle.hooks = Arc::clone(&hooks);
         Pep {
             active: ArcSwap::from_pointee(bundle),
+            hooks,
         }
+    }
+
+    /// Installs the observer of every decision (once; later calls are ignored).
+    pub fn set_observer(&self, observer: Arc<dyn DecisionObserver>) {
+        let _ = self.hooks.observer.set(observer);
     }
 
     /// The bundle to decide a whole request with.
@@ -403,8 +549,12 @@ impl Pep {
         self.active.load_full()
     }
 
-    /// Makes `bundle` the active set.
-    pub fn swap(&self, bundle: PolicyBundle) {
-        self.active.store(Arc::new(bundle));
+    /// Makes `bundle` the active set; requests in flight keep the bundle
+    /// they loaded.
+    pub fn swap(&self, mut bundle: PolicyBundle) -> Arc<PolicyBundle> {
+        bundle.hooks = Arc::clone(&self.hooks);
+        let bundle = Arc::new(bundle);
+        self.active.store(Arc::clone(&bundle));
+        bundle
     }
 }

@@ -19,16 +19,20 @@ use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::policy::{PolicyLoadError, load_bundle};
+use crate::lifecycle::{CandidateError, load_candidate, tool_schemas};
+use crate::policy::PolicyLoadError;
 use crate::store::{Store, StoreError};
 use crate::tools::Catalog;
 
 /// Why the gateway refused to start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The policy set or schema is invalid.
-    #[error("{}", .0.render())]
-    Policies(#[from] PolicyLoadError),
+    /// The policy set or schema is invalid, or its policy tests fail.
+    #[error("{0}")]
+    Policies(#[from] CandidateError),
+    /// The shadow candidate directory is invalid.
+    #[error("shadow policies: {}", .0.render())]
+    Shadow(PolicyLoadError),
     /// The database could not be opened or migrated.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
@@ -47,7 +51,12 @@ pub enum StartError {
 
 /// Loads policies, opens the store and records the active policy set.
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
-    let bundle = load_bundle(&config.schema_file, &config.policies_dir)?;
+    let catalog = Catalog::builtin().map_err(StartError::Catalog)?;
+    let (bundle, tests) = load_candidate(
+        &config.schema_file,
+        &config.policies_dir,
+        &tool_schemas(&catalog),
+    )?;
     for w in &bundle.warnings {
         tracing::warn!(warning = %w, "policy validation warning");
     }
@@ -60,10 +69,17 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         .writer()
         .submit(vec![Gateway::policy_set_op(&bundle)])
         .await?;
-    tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), "policy set active");
-    let catalog = Catalog::builtin().map_err(StartError::Catalog)?;
-    let gw = Gateway::new(config, store, bundle, catalog).map_err(StartError::Catalog)?;
-    Ok(Arc::new(gw))
+    tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
+    let gw = Arc::new(Gateway::new(config, store, bundle, catalog).map_err(StartError::Catalog)?);
+    gw.lifecycle
+        .started(&gw.pep.current(), tests.outcomes.len());
+    if let Some(dir) = &gw.config.lifecycle.shadow_policies_dir {
+        gw.lifecycle
+            .shadow
+            .start(&gw.config.schema_file, dir, &gw.lifecycle.tools)
+            .map_err(StartError::Shadow)?;
+    }
+    Ok(gw)
 }
 
 /// The full router.
@@ -87,6 +103,9 @@ pub fn app(gw: Arc<Gateway>) -> Router {
             post(crate::mcp::sse::post_message),
         )
         .route(crate::discovery::PATH, get(crate::discovery::well_known));
+    if gw.config.lifecycle.metrics {
+        router = router.route("/metrics", get(metrics));
+    }
     if gw
         .config
         .admin_token
@@ -96,6 +115,16 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         router = router.nest("/admin", crate::admin::routes(Arc::clone(&gw)));
     }
     router.layer(TraceLayer::new_for_http()).with_state(gw)
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        gw.lifecycle.metrics.render(),
+    )
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -140,6 +169,7 @@ pub async fn run(
     if gw.config.admin_token.is_none() {
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
+    let triggers = crate::lifecycle::watch::start(&gw);
     let refresher = tokio::spawn(crate::a2a::refresh_loop(Arc::clone(&gw)));
     // Open SSE streams never end on their own: end them when shutdown
     // begins, or the drain would wait for them forever.
@@ -152,6 +182,7 @@ pub async fn run(
         .with_graceful_shutdown(shutdown)
         .await;
     refresher.abort();
+    drop(triggers);
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }

@@ -7,9 +7,11 @@
 //! requests share one transaction and one fsync, and each waits for the
 //! commit that contains its rows before it is acknowledged.
 
+pub mod audit_query;
 pub mod decisions;
 pub mod graph;
 pub mod observations;
+pub mod shadow;
 pub mod tenants;
 pub mod writer;
 
@@ -64,6 +66,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("store/migrations/0001_init.sql")),
     (2, include_str!("store/migrations/0002_graph.sql")),
     (3, include_str!("store/migrations/0003_a2a.sql")),
+    (4, include_str!("store/migrations/0004_lifecycle.sql")),
 ];
 
 /// The store: read pool plus the group-commit writer.

@@ -169,6 +169,12 @@ impl Catalog {
         })
     }
 
+    /// Every built-in tool (whatever a session enables): the tools whose
+    /// arguments the effective Cedar schema types.
+    pub fn all(&self) -> Vec<Arc<ToolSpec>> {
+        self.memory.iter().chain(&self.graph).cloned().collect()
+    }
+
     /// Tools the session's org and project enable, before Cedar visibility:
     /// memory tools when the project's memory is on; graph tools when the
     /// per-project graph gate is on ([`crate::graph::enabled`]).

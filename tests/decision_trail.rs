@@ -69,7 +69,7 @@ async fn every_decision_is_one_record() {
 
 #[tokio::test]
 async fn recorded_decisions_replay_to_the_same_verdict() {
-    let g = TestGateway::start_with_policy("deny.cedar", "@id(\"no-remember\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
+    let g = TestGateway::start_with_policy("deny.cedar", "@id(\"no-remember\")\nforbid (principal, action in Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
     let t = g.tenant("acme").await;
     g.mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
         .await;
@@ -89,14 +89,14 @@ async fn recorded_decisions_replay_to_the_same_verdict() {
         let entities = bundle
             .parse_entities(&serde_json::from_str(&entities).unwrap())
             .unwrap();
-        let action = cedargate::policy::Action::from_name(&d.record.action).unwrap();
-        let verdict = bundle.decide(
-            &d.record.principal.parse().unwrap(),
-            action,
-            &d.record.resource.parse().unwrap(),
-            &bundle.prepare_context(action, serde_json::from_str(&d.record.context).unwrap()),
-            &entities,
-        );
+        let request = cedargate::policy::recorded::RecordedRequest::parse(
+            &d.record.principal,
+            &d.record.action,
+            &d.record.resource,
+            &d.record.context,
+        )
+        .unwrap();
+        let verdict = bundle.decide_recorded(&request, &entities);
         assert_eq!(
             if verdict.allowed { "allow" } else { "deny" },
             d.record.decision,
@@ -117,7 +117,7 @@ async fn an_erroring_forbid_denies() {
     // Cedar skips a policy whose evaluation errors; the gateway must not
     // let that turn a forbid into an allow. Integer overflow passes strict
     // validation and errors at evaluation time.
-    let g = TestGateway::start_with_policy("overflow.cedar", "@id(\"overflowing-forbid\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { 9223372036854775807 + 1 > 0 };\n").await;
+    let g = TestGateway::start_with_policy("overflow.cedar", "@id(\"overflowing-forbid\")\nforbid (principal, action in Gateway::Action::\"call_tool\", resource)\nwhen { 9223372036854775807 + 1 > 0 };\n").await;
     let t = g.tenant("acme").await;
     let body = g
         .call_tool(
@@ -161,7 +161,7 @@ async fn add_a_forbid_restart_and_see_it_decide() {
 
     std::fs::write(
         policies.join("incident.cedar"),
-        "@id(\"incident-freeze\")\n@advice(\"writes are frozen during incident 42\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource)\nwhen { !resource.readOnly };\n",
+        "@id(\"incident-freeze\")\n@advice(\"writes are frozen during incident 42\")\nforbid (principal, action in Gateway::Action::\"call_tool\", resource)\nwhen { !resource.readOnly };\n",
     )
     .unwrap();
     let p = policies.clone();

@@ -500,7 +500,7 @@ async fn cedar_hidden_tool_is_absent_and_answers_as_unknown() {
 
 #[tokio::test]
 async fn policy_forbid_answers_32003_with_decision_and_advice() {
-    let g = TestGateway::start_with_policy("freeze.cedar", "@id(\"freeze-memory-writes\")\n@advice(\"memory is read-only during the incident\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
+    let g = TestGateway::start_with_policy("freeze.cedar", "@id(\"freeze-memory-writes\")\n@advice(\"memory is read-only during the incident\")\nforbid (principal, action in Gateway::Action::\"call_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n").await;
     let t = g.tenant("acme").await;
     let body = g
         .call_tool(

@@ -32,7 +32,7 @@ use serde_json::Value;
 const DENY_RECALL: &str = r#"
 @id("no-recall")
 @advice("recall is disabled for this test")
-forbid (principal, action == Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_recall");
+forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_recall");
 "#;
 
 /// Upper bound on one client run (a hang fails instead of blocking).

@@ -30,7 +30,7 @@ const CONTENT: &str =
 const FREEZE_POLICY: &str = r#"
 @id("no-remember")
 @advice("memory writes are frozen")
-forbid (principal, action == Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_remember");
+forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_remember");
 "#;
 
 /// Connects an rmcp client to the tenant's session: `initialize` and

@@ -49,11 +49,20 @@ pub(super) async fn call_tool(
         map.remove("context");
     }
 
+    // A tool the schema declares a typed action for is decided under it,
+    // with its arguments as `context.args`.
+    let tool_context = call.bundle.prepare_tool_context(
+        Action::A2aInvoke,
+        &spec.name,
+        &call.view.tenant.session.id,
+        &call.time,
+        &args,
+    );
     let mut decided = call.decide(
         &call.agent_uid(),
         Action::A2aInvoke,
         &Kind::Tool.uid(&spec.name),
-        &call.context,
+        &tool_context,
     );
     let mut notes = notes;
     if called_as != spec.name {

@@ -13,6 +13,7 @@ use cedar_policy::{PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, NamedSource};
 use sha2::{Digest, Sha256};
 
+use super::schema_gen::{self, ToolSchema};
 use super::{PolicyBundle, PolicyFile};
 
 /// One problem found while loading, located in a file.
@@ -164,7 +165,98 @@ pub fn load_bundle(
     bundle_from_sources(&schema_file, &schema_text, files)
 }
 
-fn read_policy_files(dir: &Path) -> Result<Vec<PolicyFile>, PolicyLoadError> {
+/// The effective schema: the schema file plus one typed action per tool
+/// that can be typed (see [`schema_gen`]). Errors in the schema file are
+/// reported against it.
+pub fn effective_schema(
+    schema_file: &str,
+    schema_text: &str,
+    tools: &[ToolSchema],
+) -> Result<(String, schema_gen::Generated), PolicyLoadError> {
+    let (fragment, _) =
+        cedar_policy::SchemaFragment::from_cedarschema_str(schema_text).map_err(|e| {
+            PolicyLoadError {
+                diagnostics: vec![diagnose(schema_file, schema_text, &e)],
+            }
+        })?;
+    let base_json = fragment.to_json_value().map_err(|e| {
+        PolicyLoadError::single(schema_file, format!("cannot read the schema: {e}"))
+    })?;
+    let existing: Vec<String> = Some(&base_json)
+        .and_then(|v| {
+            v.as_object().map(|namespaces| {
+                namespaces
+                    .values()
+                    .filter_map(|ns| ns.get("actions").and_then(|a| a.as_object()))
+                    .flat_map(|a| a.keys().cloned())
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    let generated = schema_gen::generate(tools, &existing);
+    if generated.text.is_empty() {
+        return Ok((schema_text.to_string(), generated));
+    }
+    // One text may declare a namespace only once: merge the generated
+    // actions into the schema file's namespace and print the result.
+    let merged = merge_actions(base_json, &generated.text).map_err(|e| {
+        PolicyLoadError::single(
+            schema_file,
+            format!("cannot merge the generated tool actions: {e}"),
+        )
+    })?;
+    Ok((
+        format!(
+            "// Effective schema: `{schema_file}` plus one typed action per tool (generated).\n{merged}"
+        ),
+        generated,
+    ))
+}
+
+fn merge_actions(mut base: serde_json::Value, generated: &str) -> Result<String, String> {
+    let (extra, _) =
+        cedar_policy::SchemaFragment::from_cedarschema_str(generated).map_err(|e| e.to_string())?;
+    let extra = extra.to_json_value().map_err(|e| e.to_string())?;
+    if let (Some(base_ns), Some(extra_ns)) = (base.as_object_mut(), extra.as_object()) {
+        for (ns, body) in extra_ns {
+            let target = base_ns
+                .entry(ns.clone())
+                .or_insert_with(|| serde_json::json!({ "entityTypes": {}, "actions": {} }));
+            if let (Some(actions), Some(new)) = (
+                target.as_object_mut().and_then(|t| {
+                    t.entry("actions")
+                        .or_insert_with(|| serde_json::json!({}))
+                        .as_object_mut()
+                }),
+                body.get("actions").and_then(|a| a.as_object()),
+            ) {
+                for (id, a) in new {
+                    actions.insert(id.clone(), a.clone());
+                }
+            }
+        }
+    }
+    let merged = cedar_policy::SchemaFragment::from_json_value(base).map_err(|e| e.to_string())?;
+    merged.to_cedarschema().map_err(|e| e.to_string())
+}
+
+/// Loads a bundle whose schema is the effective schema for `tools`.
+pub fn load_bundle_with_tools(
+    schema_path: &Path,
+    policies_dir: &Path,
+    tools: &[ToolSchema],
+) -> Result<PolicyBundle, PolicyLoadError> {
+    let schema_file = schema_path.display().to_string();
+    let schema_text = std::fs::read_to_string(schema_path)
+        .map_err(|e| PolicyLoadError::single(&schema_file, format!("cannot read schema: {e}")))?;
+    let (effective, _) = effective_schema(&schema_file, &schema_text, tools)?;
+    let mut files = read_policy_files(policies_dir)?;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    bundle_from_sources(&schema_file, &effective, files)
+}
+
+/// The `*.cedar` files directly inside `dir`, sorted by path.
+pub fn read_policy_files(dir: &Path) -> Result<Vec<PolicyFile>, PolicyLoadError> {
     let dir_name = dir.display().to_string();
     let entries = std::fs::read_dir(dir).map_err(|e| {
         PolicyLoadError::single(&dir_name, format!("cannot read policy directory: {e}"))
@@ -275,6 +367,46 @@ pub fn bundle_from_sources(
         return Err(PolicyLoadError { diagnostics });
     }
 
+    // A policy scoped to `action == call_tool` (or `a2a_invoke`) would
+    // silently stop matching the tools decided under their own typed
+    // action: refuse it rather than let a forbid fall away.
+    let typed = schema_gen::typed_tools(schema_text);
+    for policy in pset.policies() {
+        let cedar_policy::ActionConstraint::Eq(uid) = policy.action_constraint() else {
+            continue;
+        };
+        let group = uid.id().unescaped();
+        let mut members: Vec<&str> = typed
+            .iter()
+            .filter(|(_, t)| t.group.name() == group && uid.type_name().basename() == "Action")
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        members.sort_unstable();
+        let id = policy.id().to_string();
+        let Some(file) = origin.get(&id).and_then(|i| files.get(*i)) else {
+            continue;
+        };
+        let (line, column) = file
+            .text
+            .find(&format!("\"{id}\""))
+            .map(|off| line_col(&file.text, off))
+            .unwrap_or((0, 0));
+        let message = format!(
+            "policy `{id}` is scoped to `action == {uid}`, which does not match the tools decided under their own typed action ({}); write `action in {uid}` to cover every tool, or `action == Gateway::Action::\"<tool>\"` for one",
+            members.join(", ")
+        );
+        diagnostics.push(SourceDiagnostic {
+            file: file.path.clone(),
+            line,
+            column,
+            rendered: format!("error: {}:{line}:{column}: {message}", file.path),
+            message,
+        });
+    }
+
     let result = Validator::new(schema.clone()).validate(&pset, ValidationMode::Strict);
     for e in result.validation_errors() {
         let file = origin
@@ -324,6 +456,8 @@ pub fn bundle_from_sources(
         })
         .collect();
     Ok(PolicyBundle {
+        typed,
+        hooks: std::sync::Arc::default(),
         advice,
         schema,
         policies: pset,

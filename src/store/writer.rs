@@ -43,6 +43,8 @@ pub enum WriteOp {
         /// When it was loaded.
         loaded_at: String,
     },
+    /// Record a shadow-mode divergence (not chained).
+    ShadowDivergence(Box<super::shadow::Divergence>),
     /// One parameterized statement of a module's own tables (telemetry
     /// rows). Statements must not be able to fail on their data (no foreign
     /// keys, `OR IGNORE` on keys), because a failure rolls back the batch.
@@ -120,6 +122,12 @@ impl Writer {
             .send(Job { ops, ack: None })
             .await
             .map_err(|_| StoreError::Write("writer is stopped".into()))
+    }
+
+    /// Queues `ops` only if there is room now (for observers on the
+    /// decision path, which must never wait); `false` when the queue is full.
+    pub fn try_enqueue(&self, ops: Vec<WriteOp>) -> bool {
+        self.tx.try_send(Job { ops, ack: None }).is_ok()
     }
 
     /// Blocking variant of [`Writer::submit`] for synchronous callers (CLI).
@@ -271,6 +279,7 @@ fn commit(
                     hash = decisions::insert(&tx, seq, &hash, d)?;
                 }
                 WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
+                WriteOp::ShadowDivergence(d) => super::shadow::insert(&tx, d)?,
                 WriteOp::Graph(g) => super::graph::apply(&tx, g)?,
                 WriteOp::PolicySet {
                     hash: h,

@@ -1,0 +1,509 @@
+//! The policy-lifecycle and auditor commands: `policy validate|fmt|test`,
+//! `schema print`, `audit replay|export|verify`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+
+use crate::config::Config;
+use crate::lifecycle::{CandidateError, tool_schemas};
+use crate::policy::load;
+use crate::policy::tests_runner;
+use crate::store::audit_query::{self, DecisionFilter, Order};
+use crate::store::{Store, decisions};
+use crate::tools::Catalog;
+
+/// `policy …`
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Strictly validate the policies against the effective schema.
+    Validate(PolicyDir),
+    /// Format the policy files with the Cedar formatter.
+    Fmt {
+        /// The directory (default: the configured one).
+        #[command(flatten)]
+        dir: PolicyDir,
+        /// Change nothing; exit 1 when a file is not formatted.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the policy tests under `<policies>/tests` (Cedar `run-tests` format).
+    Test {
+        /// The directory (default: the configured one).
+        #[command(flatten)]
+        dir: PolicyDir,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--policies DIR`
+#[derive(Debug, Args)]
+pub struct PolicyDir {
+    /// Policy directory (default: `policies_dir` of the config).
+    #[arg(long, value_name = "DIR")]
+    pub policies: Option<PathBuf>,
+}
+
+impl PolicyDir {
+    fn resolve(&self, config: &Config) -> PathBuf {
+        self.policies
+            .clone()
+            .unwrap_or_else(|| config.policies_dir.clone())
+    }
+}
+
+/// `schema …`
+#[derive(Debug, Subcommand)]
+pub enum SchemaCmd {
+    /// Print the effective schema (the schema file plus the typed tool actions).
+    Print,
+}
+
+/// Time, org and action filters shared by the audit commands.
+#[derive(Debug, Args, Clone)]
+pub struct RangeArgs {
+    /// Earliest decision time (RFC 3339, inclusive).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Latest decision time (RFC 3339, exclusive).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only this org.
+    #[arg(long)]
+    pub org: Option<String>,
+    /// Only this action (e.g. `call_tool`).
+    #[arg(long)]
+    pub action: Option<String>,
+}
+
+impl RangeArgs {
+    fn filter(&self) -> Result<DecisionFilter, String> {
+        DecisionFilter {
+            org: self.org.clone(),
+            action: self.action.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+            ..DecisionFilter::default()
+        }
+        .normalized()
+    }
+}
+
+/// Replay output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayFormat {
+    /// A readable table.
+    Table,
+    /// The full report as JSON.
+    Json,
+}
+
+/// `audit replay` flags.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The candidate policy directory to replay under.
+    #[arg(long, value_name = "DIR", required_unless_present = "recorded")]
+    pub policies: Option<PathBuf>,
+    /// Replay each decision under the policy set that made it instead.
+    #[arg(long, conflicts_with = "policies")]
+    pub recorded: bool,
+    /// Which decisions.
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ReplayFormat::Table)]
+    pub format: ReplayFormat,
+    /// Exit 1 when any decision flips (for CI gates on policy changes).
+    #[arg(long)]
+    pub fail_on_flip: bool,
+}
+
+/// `audit export` flags.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// `jsonl` (stored records) or `ocsf` (OCSF events).
+    #[arg(long, value_enum, default_value_t = crate::audit::export::Format::Jsonl)]
+    pub format: crate::audit::export::Format,
+    /// Which decisions.
+    #[command(flatten)]
+    pub range: RangeArgs,
+}
+
+/// `audit verify` flags.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Verify from the first decision at or after this time.
+    #[arg(long, conflicts_with = "from_seq")]
+    pub since: Option<String>,
+    /// Verify up to the last decision before this time.
+    #[arg(long, conflicts_with = "to_seq")]
+    pub until: Option<String>,
+    /// Verify from this chain position.
+    #[arg(long)]
+    pub from_seq: Option<i64>,
+    /// Verify up to this chain position.
+    #[arg(long)]
+    pub to_seq: Option<i64>,
+}
+
+fn catalog() -> Result<Catalog, String> {
+    Catalog::builtin()
+}
+
+/// Runs a `policy` command.
+pub fn policy(config: &Config, cmd: &PolicyCmd) -> ExitCode {
+    match cmd {
+        PolicyCmd::Validate(dir) => validate(config, &dir.resolve(config)),
+        PolicyCmd::Fmt { dir, check } => fmt(&dir.resolve(config), *check),
+        PolicyCmd::Test { dir, json } => test(config, &dir.resolve(config), *json),
+    }
+}
+
+fn validate(config: &Config, dir: &Path) -> ExitCode {
+    let tools = match catalog() {
+        Ok(c) => tool_schemas(&c),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match load::load_bundle_with_tools(&config.schema_file, dir, &tools) {
+        Ok(b) => {
+            for w in &b.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "policy set valid: {} policies, hash {}",
+                b.policy_ids.len(),
+                b.hash
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}", e.render());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn fmt(dir: &Path, check: bool) -> ExitCode {
+    let files = match load::read_policy_files(dir) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{}", e.render());
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut unformatted = 0;
+    let mut failed = false;
+    for file in &files {
+        match crate::policy::fmt::format_file(file) {
+            Err(e) => {
+                eprintln!("error: {e}");
+                failed = true;
+            }
+            Ok(f) if !f.changed => {}
+            Ok(f) if check => {
+                unformatted += 1;
+                println!("would reformat {}", f.path);
+            }
+            Ok(f) => match std::fs::write(&f.path, &f.text) {
+                Ok(()) => println!("formatted {}", f.path),
+                Err(e) => {
+                    eprintln!("error: cannot write `{}`: {e}", f.path);
+                    failed = true;
+                }
+            },
+        }
+    }
+    if failed || (check && unformatted > 0) {
+        if check && unformatted > 0 {
+            eprintln!("{unformatted} file(s) are not formatted; run `cedargate policy fmt`");
+        }
+        return ExitCode::FAILURE;
+    }
+    if check {
+        println!("{} file(s) formatted", files.len());
+    }
+    ExitCode::SUCCESS
+}
+
+fn test(config: &Config, dir: &Path, json: bool) -> ExitCode {
+    let tools = match catalog() {
+        Ok(c) => tool_schemas(&c),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bundle = match load::load_bundle_with_tools(&config.schema_file, dir, &tools) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{}", CandidateError::Policies(e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match tests_runner::run_dir(&bundle, dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        println!("running {} test(s)", report.outcomes.len());
+        for o in &report.outcomes {
+            match &o.message {
+                None => println!("  test {} :: {} ... ok", o.file, o.name),
+                Some(m) => println!("  test {} :: {} ... FAILED: {m}", o.file, o.name),
+            }
+        }
+        println!("{} passed, {} failed", report.passed(), report.failed());
+    }
+    if report.outcomes.is_empty() {
+        eprintln!(
+            "warning: no policy tests under `{}`",
+            dir.join(tests_runner::TESTS_DIR).display()
+        );
+    }
+    if report.failed() > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs a `schema` command.
+pub fn schema(config: &Config, cmd: &SchemaCmd) -> ExitCode {
+    let SchemaCmd::Print = cmd;
+    let tools = match catalog() {
+        Ok(c) => tool_schemas(&c),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let file = config.schema_file.display().to_string();
+    let text = match std::fs::read_to_string(&config.schema_file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read schema `{file}`: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match load::effective_schema(&file, &text, &tools) {
+        Ok((effective, generated)) => {
+            print!("{effective}");
+            if !effective.ends_with('\n') {
+                println!();
+            }
+            for n in &generated.notes {
+                eprintln!("note: {n}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}", e.render());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn open_store(config: &Config) -> Result<Store, String> {
+    Store::open(
+        &config.database_path(),
+        config.limits.write_queue,
+        config.limits.group_commit_max,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// `audit replay`.
+pub fn replay(config: &Config, args: &ReplayArgs) -> ExitCode {
+    let filter = match args.range.filter() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let against = match &args.policies {
+        None => crate::replay::Against::Recorded,
+        Some(dir) => {
+            let tools = match catalog() {
+                Ok(c) => tool_schemas(&c),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match load::load_bundle_with_tools(&config.schema_file, dir, &tools) {
+                Ok(b) => crate::replay::Against::Candidate(Arc::new(b)),
+                Err(e) => {
+                    eprintln!("{}", e.render());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let store = match open_store(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match store.read_blocking(|c| {
+        crate::replay::replay(c, &filter, &against).map_err(|e| match e {
+            crate::replay::ReplayError::Store(s) => s,
+            crate::replay::ReplayError::Filter(f) => crate::store::StoreError::Invalid(f),
+        })
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match args.format {
+        ReplayFormat::Table => print!("{}", crate::replay::render_table(&report)),
+        ReplayFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        ),
+    }
+    if !report.unreplayable.is_empty() {
+        eprintln!(
+            "error: {} decision(s) could not be replayed",
+            report.unreplayable.len()
+        );
+        return ExitCode::FAILURE;
+    }
+    if args.fail_on_flip && report.flip_count() > 0 {
+        eprintln!("{} decision(s) flipped", report.flip_count());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `audit export`.
+pub fn export(config: &Config, args: &ExportArgs) -> ExitCode {
+    let filter = match args.range.filter() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let store = match open_store(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut cursor = None;
+    loop {
+        let rows = match store
+            .read_blocking(|c| audit_query::page_filtered(c, &filter, cursor, Order::Asc, 4096))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let Some(last) = rows.last() else { break };
+        cursor = Some(last.seq);
+        if crate::audit::export::write(&mut out, &rows, args.format).is_err() {
+            // A closed pipe (`| head`) ends the export quietly.
+            return ExitCode::SUCCESS;
+        }
+    }
+    use std::io::Write as _;
+    let _ = out.flush();
+    ExitCode::SUCCESS
+}
+
+/// `audit verify`.
+pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
+    let store = match open_store(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut times = Vec::new();
+    for (name, t) in [("since", &args.since), ("until", &args.until)] {
+        match t {
+            None => times.push(None),
+            Some(t) => match crate::ids::parse_rfc3339(t) {
+                Ok(p) => times.push(Some(crate::ids::rfc3339(p))),
+                Err(_) => {
+                    eprintln!("error: `--{name}` must be an RFC 3339 time, not `{t}`");
+                    return ExitCode::from(2);
+                }
+            },
+        }
+    }
+    let (since, until) = (
+        times.first().cloned().flatten(),
+        times.get(1).cloned().flatten(),
+    );
+    let ranged = since.is_some() || until.is_some();
+    let result = store.read_blocking(|c| {
+        let (from, to) = if ranged {
+            match audit_query::seq_range(c, since.as_deref(), until.as_deref())? {
+                Some(r) => r,
+                None => return Ok(None),
+            }
+        } else {
+            (args.from_seq.unwrap_or(1), args.to_seq.unwrap_or(i64::MAX))
+        };
+        decisions::verify_range(c, from, to).map(|r| Some((from, r)))
+    });
+    match result {
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+        Ok(None) => {
+            println!("no decisions in that range");
+            ExitCode::SUCCESS
+        }
+        Ok(Some((from, report))) => {
+            if report.problems.is_empty() {
+                println!(
+                    "decision trail intact: {} records verified (seq {}..{}, head hash {})",
+                    report.checked,
+                    if report.checked == 0 { 0 } else { from },
+                    report.last_seq,
+                    report.head_hash
+                );
+                ExitCode::SUCCESS
+            } else {
+                for p in &report.problems {
+                    eprintln!("tampered: {p}");
+                }
+                eprintln!(
+                    "decision trail verification FAILED: {} problem(s) in {} records",
+                    report.problems.len(),
+                    report.checked
+                );
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

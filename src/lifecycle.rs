@@ -1,0 +1,286 @@
+//! The policy lifecycle around the PEP: loading a candidate set (effective
+//! schema → parse → strict validation → policy tests), hot reload (file
+//! watch, SIGHUP, `POST /admin/policies/reload`) with an atomic swap,
+//! shadow evaluation of a candidate directory, and the decision observer
+//! that feeds metrics and shadow mode.
+//!
+//! **Architecture Invariant:** a set becomes active only through
+//! [`reload`] (or start-up), and only after every step passed; any failure
+//! leaves the last good set active and is reported in [`ReloadStatus`].
+
+pub mod admin;
+pub mod shadow;
+pub mod watch;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::gateway::Gateway;
+use crate::metrics::Metrics;
+use crate::policy::schema_gen::ToolSchema;
+use crate::policy::tests_runner::{self, TestReport};
+use crate::policy::{Action, DecisionObserver, Observed, PolicyBundle, PolicyLoadError};
+use crate::tools::Catalog;
+
+/// Why a candidate set was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum CandidateError {
+    /// Parse or strict-validation errors.
+    #[error("{}", .0.render())]
+    Policies(#[from] PolicyLoadError),
+    /// The policy tests could not be read.
+    #[error("policy tests: {0}")]
+    TestFiles(String),
+    /// Some policy tests failed.
+    #[error("{} of {} policy test(s) failed:\n{}", .0.failed(), .0.outcomes.len(), .0.failures().join("\n"))]
+    Tests(TestReport),
+}
+
+impl CandidateError {
+    /// One-line summary.
+    pub fn summary(&self) -> String {
+        match self {
+            CandidateError::Policies(e) => e.to_string(),
+            CandidateError::TestFiles(e) => format!("policy tests: {e}"),
+            CandidateError::Tests(r) => format!(
+                "{} of {} policy test(s) failed: {}",
+                r.failed(),
+                r.outcomes.len(),
+                r.failures().join("; ")
+            ),
+        }
+    }
+}
+
+/// The tools whose arguments the effective schema types: every catalog
+/// tool, in the group action that decides it.
+pub fn tool_schemas(catalog: &Catalog) -> Vec<ToolSchema> {
+    catalog
+        .all()
+        .iter()
+        .map(|t| ToolSchema {
+            name: t.name.clone(),
+            group: if t.group == "a2a" {
+                Action::A2aInvoke
+            } else {
+                Action::CallTool
+            },
+            input_schema: t.input_schema.clone(),
+        })
+        .collect()
+}
+
+/// Loads a set the way every activation does: effective schema, parse,
+/// strict validation, then the policy tests under `policies_dir/tests`.
+pub fn load_candidate(
+    schema_file: &Path,
+    policies_dir: &Path,
+    tools: &[ToolSchema],
+) -> Result<(PolicyBundle, TestReport), CandidateError> {
+    let bundle = crate::policy::load::load_bundle_with_tools(schema_file, policies_dir, tools)?;
+    let report = tests_runner::run_dir(&bundle, policies_dir).map_err(CandidateError::TestFiles)?;
+    if report.failed() > 0 {
+        return Err(CandidateError::Tests(report));
+    }
+    Ok((bundle, report))
+}
+
+/// One reload attempt as reported by `GET /admin/policies`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// When it ran.
+    pub at: String,
+    /// `startup`, `file-watch`, `sighup`, `admin`.
+    pub trigger: String,
+    /// `applied`, `unchanged` or `rejected`.
+    pub result: String,
+    /// Hash of the set it loaded (absent when rejected).
+    pub hash: Option<String>,
+    /// Why it was rejected.
+    pub message: Option<String>,
+    /// Located problems (`file:line:col: message`).
+    pub diagnostics: Vec<String>,
+    /// Failed policy tests.
+    pub test_failures: Vec<String>,
+    /// Policy tests that ran.
+    pub tests_run: usize,
+}
+
+/// What reloads have done so far.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadStatus {
+    /// The latest attempt.
+    pub last_attempt: Option<Attempt>,
+    /// The latest rejected attempt.
+    pub last_error: Option<Attempt>,
+}
+
+/// Lifecycle state shared by the gateway.
+#[derive(Debug)]
+pub struct Lifecycle {
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Shadow evaluation.
+    pub shadow: Arc<shadow::Shadow>,
+    /// The tools whose arguments are typed (fixed for the process).
+    pub tools: Vec<ToolSchema>,
+    status: Mutex<ReloadStatus>,
+    /// One reload at a time, so two triggers never race on the swap.
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl Lifecycle {
+    /// State for a gateway whose catalog is `catalog`.
+    pub fn new(catalog: &Catalog, writer: crate::store::Writer) -> Lifecycle {
+        let metrics = Arc::new(Metrics::new());
+        Lifecycle {
+            shadow: Arc::new(shadow::Shadow::new(Arc::clone(&metrics), writer)),
+            metrics,
+            tools: tool_schemas(catalog),
+            status: Mutex::new(ReloadStatus::default()),
+            reload_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The observer to install on the PEP.
+    pub fn observer(&self) -> Arc<dyn DecisionObserver> {
+        Arc::new(GatewayObserver {
+            metrics: Arc::clone(&self.metrics),
+            shadow: Arc::clone(&self.shadow),
+        })
+    }
+
+    /// A copy of the reload status.
+    pub fn status(&self) -> ReloadStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, attempt: &Attempt) {
+        self.metrics.reload(&attempt.result);
+        if let Ok(mut s) = self.status.lock() {
+            if attempt.result == "rejected" {
+                s.last_error = Some(attempt.clone());
+            }
+            s.last_attempt = Some(attempt.clone());
+        }
+    }
+
+    /// Notes the set activated at start-up.
+    pub fn started(&self, bundle: &PolicyBundle, tests_run: usize) {
+        self.metrics
+            .active_set(&bundle.hash, unix(&bundle.loaded_at));
+        self.record(&Attempt {
+            at: bundle.loaded_at.clone(),
+            trigger: "startup".into(),
+            result: "applied".into(),
+            hash: Some(bundle.hash.clone()),
+            message: None,
+            diagnostics: Vec::new(),
+            test_failures: Vec::new(),
+            tests_run,
+        });
+    }
+}
+
+fn unix(rfc3339: &str) -> i64 {
+    crate::ids::parse_rfc3339(rfc3339)
+        .map(|t| t.unix_timestamp())
+        .unwrap_or(0)
+}
+
+/// Reloads the policy set: load → validate → test → record → swap. The
+/// returned attempt says what happened; on `Err` the active set is
+/// unchanged.
+pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt> {
+    let lifecycle = &gw.lifecycle;
+    let _one_at_a_time = lifecycle.reload_lock.lock().await;
+    let (schema, dir, tools) = (
+        gw.config.schema_file.clone(),
+        gw.config.policies_dir.clone(),
+        lifecycle.tools.clone(),
+    );
+    let loaded = tokio::task::spawn_blocking(move || load_candidate(&schema, &dir, &tools)).await;
+    let mut attempt = Attempt {
+        at: crate::ids::now_rfc3339(),
+        trigger: trigger.to_string(),
+        result: "rejected".into(),
+        hash: None,
+        message: None,
+        diagnostics: Vec::new(),
+        test_failures: Vec::new(),
+        tests_run: 0,
+    };
+    let (bundle, report) = match loaded {
+        Ok(Ok(ok)) => ok,
+        Ok(Err(e)) => {
+            attempt.message = Some(e.summary());
+            match &e {
+                CandidateError::Policies(p) => {
+                    attempt.diagnostics = p.diagnostics.iter().map(ToString::to_string).collect();
+                }
+                CandidateError::Tests(r) => {
+                    attempt.tests_run = r.outcomes.len();
+                    attempt.test_failures = r.failures();
+                }
+                CandidateError::TestFiles(_) => {}
+            }
+            tracing::warn!(trigger, error = %e, "policy reload rejected; the active set is unchanged");
+            lifecycle.record(&attempt);
+            return Err(attempt);
+        }
+        Err(join) => {
+            attempt.message = Some(format!("reload task failed: {join}"));
+            lifecycle.record(&attempt);
+            return Err(attempt);
+        }
+    };
+    attempt.tests_run = report.outcomes.len();
+    attempt.hash = Some(bundle.hash.clone());
+    if bundle.hash == gw.pep.current().hash {
+        attempt.result = "unchanged".into();
+        lifecycle.record(&attempt);
+        return Ok(attempt);
+    }
+    // The set is recorded before it decides anything, so every decision's
+    // policy hash can be resolved for replay.
+    if let Err(e) = gw
+        .store
+        .writer()
+        .submit(vec![Gateway::policy_set_op(&bundle)])
+        .await
+    {
+        attempt.message = Some(format!("cannot record the policy set: {e}"));
+        lifecycle.record(&attempt);
+        return Err(attempt);
+    }
+    for w in &bundle.warnings {
+        tracing::warn!(warning = %w, "policy validation warning");
+    }
+    let active = gw.pep.swap(bundle);
+    lifecycle
+        .metrics
+        .active_set(&active.hash, unix(&active.loaded_at));
+    attempt.result = "applied".into();
+    tracing::info!(trigger, hash = %active.hash, policies = active.policy_ids.len(), "policy set reloaded");
+    lifecycle.record(&attempt);
+    Ok(attempt)
+}
+
+/// Feeds every decision to the metrics and the shadow candidate.
+#[derive(Debug)]
+struct GatewayObserver {
+    metrics: Arc<Metrics>,
+    shadow: Arc<shadow::Shadow>,
+}
+
+impl DecisionObserver for GatewayObserver {
+    fn observe(&self, d: &Observed<'_>) {
+        self.metrics
+            .decision(d.action.name(), d.verdict.allowed, d.elapsed.as_secs_f64());
+        self.shadow.observe(d);
+    }
+}

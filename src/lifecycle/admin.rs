@@ -1,0 +1,228 @@
+//! Operator API of the policy lifecycle and auditor access, nested under
+//! `/admin` behind the admin token:
+//! `GET /admin/policies`, `POST /admin/policies/reload`,
+//! `GET|PUT|DELETE /admin/shadow`, `GET /admin/decisions`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::AppError;
+use crate::gateway::Gateway;
+use crate::store::audit_query::{self, DecisionFilter, Order};
+
+/// Most decisions one page returns.
+pub const MAX_PAGE: usize = 1000;
+
+/// The lifecycle routes (merged into the admin router).
+pub fn routes() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/policies", get(active_policies))
+        .route("/policies/reload", post(reload))
+        .route(
+            "/shadow",
+            get(shadow_status).put(shadow_start).delete(shadow_stop),
+        )
+        .route("/decisions", get(list_decisions))
+}
+
+async fn active_policies(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    let b = gw.pep.current();
+    let status = gw.lifecycle.status();
+    let mut typed: Vec<&String> = b.typed.keys().collect();
+    typed.sort();
+    Json(json!({
+        "hash": b.hash,
+        "loadedAt": b.loaded_at,
+        "policyIds": b.policy_ids,
+        "files": b.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
+        "schema": b.schema_path,
+        "typedTools": typed,
+        "warnings": b.warnings,
+        "lastReload": status.last_attempt,
+        "lastError": status.last_error,
+    }))
+}
+
+fn rejected(attempt: crate::lifecycle::Attempt, active: &str) -> Response {
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(json!({
+            "error": {
+                "code": "policy_set_rejected",
+                "message": attempt.message.clone().unwrap_or_default(),
+            },
+            "attempt": attempt,
+            "activeHash": active,
+        })),
+    )
+        .into_response()
+}
+
+async fn reload(State(gw): State<Arc<Gateway>>) -> Response {
+    match crate::lifecycle::reload(&gw, "admin").await {
+        Ok(attempt) => Json(json!({
+            "result": attempt.result,
+            "hash": attempt.hash,
+            "testsRun": attempt.tests_run,
+            "policyIds": gw.pep.current().policy_ids,
+        }))
+        .into_response(),
+        Err(attempt) => rejected(attempt, &gw.pep.current().hash),
+    }
+}
+
+/// `PUT /admin/shadow` body.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ShadowStart {
+    policies_dir: String,
+}
+
+/// `GET /admin/shadow` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShadowQuery {
+    limit: Option<usize>,
+}
+
+async fn shadow_status(
+    State(gw): State<Arc<Gateway>>,
+    query: Result<Query<ShadowQuery>, QueryRejection>,
+) -> Result<impl IntoResponse, AppError> {
+    let Query(q) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let limit = q.limit.unwrap_or(100).min(MAX_PAGE);
+    let status = gw.lifecycle.shadow.status();
+    let hash = status.as_ref().map(|s| s.candidate_hash.clone());
+    gw.store.writer().flush().await?;
+    let recent = gw
+        .store
+        .read(move |c| crate::store::shadow::recent(c, hash.as_deref(), limit))
+        .await?;
+    Ok(Json(json!({
+        "active": status.is_some(),
+        "candidate": status,
+        "divergences": recent,
+    })))
+}
+
+async fn shadow_start(
+    State(gw): State<Arc<Gateway>>,
+    payload: Result<Json<ShadowStart>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let Json(req) = payload.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let (gw2, dir) = (Arc::clone(&gw), std::path::PathBuf::from(&req.policies_dir));
+    let started = tokio::task::spawn_blocking(move || {
+        gw2.lifecycle
+            .shadow
+            .start(&gw2.config.schema_file, &dir, &gw2.lifecycle.tools)
+    })
+    .await
+    .map_err(|_| AppError::Internal)?;
+    Ok(match started {
+        Ok(status) => Json(json!({ "active": true, "candidate": status })).into_response(),
+        Err(e) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({
+                "error": { "code": "policy_set_rejected", "message": e.to_string() },
+                "diagnostics": e.diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            })),
+        )
+            .into_response(),
+    })
+}
+
+async fn shadow_stop(State(gw): State<Arc<Gateway>>) -> Result<impl IntoResponse, AppError> {
+    match gw.lifecycle.shadow.stop() {
+        Some(status) => Ok(Json(json!({ "active": false, "candidate": status }))),
+        None => Err(AppError::NotFound("no shadow candidate is running".into())),
+    }
+}
+
+/// `GET /admin/decisions` query: the filters plus paging.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DecisionsQuery {
+    org: Option<String>,
+    session: Option<String>,
+    principal: Option<String>,
+    action: Option<String>,
+    resource: Option<String>,
+    decision: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+    limit: Option<usize>,
+    /// `asc` (oldest first, default) or `desc`.
+    order: Option<String>,
+}
+
+async fn list_decisions(
+    State(gw): State<Arc<Gateway>>,
+    query: Result<Query<DecisionsQuery>, QueryRejection>,
+) -> Result<impl IntoResponse, AppError> {
+    let Query(q) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let filter = DecisionFilter {
+        org: q.org,
+        session: q.session,
+        principal: q.principal,
+        action: q.action,
+        resource: q.resource,
+        decision: q.decision,
+        since: q.since,
+        until: q.until,
+    }
+    .normalized()
+    .map_err(AppError::BadRequest)?;
+    let order = match q.order.as_deref() {
+        None | Some("asc") => Order::Asc,
+        Some("desc") => Order::Desc,
+        Some(o) => {
+            return Err(AppError::BadRequest(format!(
+                "`order` must be `asc` or `desc`, not `{o}`"
+            )));
+        }
+    };
+    let cursor = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => Some(
+            c.parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| AppError::BadRequest(format!("invalid `cursor` `{c}`")))?,
+        ),
+    };
+    let limit = match q.limit {
+        None => 100,
+        Some(0) => return Err(AppError::BadRequest("`limit` must be at least 1".into())),
+        Some(n) if n > MAX_PAGE => {
+            return Err(AppError::BadRequest(format!(
+                "`limit` must be at most {MAX_PAGE}"
+            )));
+        }
+        Some(n) => n,
+    };
+    gw.store.writer().flush().await?;
+    // One extra row tells whether another page exists.
+    let mut rows = gw
+        .store
+        .read(move |c| audit_query::page_filtered(c, &filter, cursor, order, limit + 1))
+        .await?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = if more {
+        rows.last().map(|d| d.seq.to_string())
+    } else {
+        None
+    };
+    Ok(Json(json!({ "decisions": rows, "nextCursor": next })))
+}

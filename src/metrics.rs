@@ -1,0 +1,210 @@
+//! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
+//! decisions by action and outcome, decision latency, policy reloads by
+//! result, the active policy set, and shadow-mode divergences.
+//!
+//! **Architecture Invariant:** metrics only count; nothing reads them back
+//! to decide anything.
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// `action`, `outcome` (`allow` / `deny`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// Action name.
+    pub action: String,
+    /// `allow` or `deny`.
+    pub outcome: String,
+}
+
+/// `action`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    /// Action name.
+    pub action: String,
+}
+
+/// `result` (`applied`, `unchanged`, `rejected`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// Reload result.
+    pub result: String,
+}
+
+/// `hash`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HashLabel {
+    /// Policy-set hash.
+    pub hash: String,
+}
+
+/// `action`, `flip` (`allow_to_deny` / `deny_to_allow`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlipLabels {
+    /// Action name.
+    pub action: String,
+    /// Direction of the flip.
+    pub flip: String,
+}
+
+/// Every metric the gateway exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Decisions made.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// Time spent deciding (Cedar evaluation plus request building).
+    pub decision_seconds: Family<ActionLabel, Histogram>,
+    /// Reload attempts.
+    pub reloads: Family<ResultLabel, Counter>,
+    /// 1 for the active policy set's hash.
+    pub policy_info: Family<HashLabel, Gauge>,
+    /// Unix time the active set was loaded.
+    pub policy_loaded: Gauge,
+    /// Decisions also evaluated by a shadow candidate.
+    pub shadow_decisions: Counter,
+    /// Shadow decisions that differed from the live one.
+    pub shadow_divergences: Family<FlipLabels, Counter>,
+    /// Divergences that could not be queued for storage.
+    pub shadow_dropped: Counter,
+    active_hash: Mutex<Option<String>>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 µs … ~0.5 s.
+    Histogram::new(exponential_buckets(1e-6, 2.0, 20))
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("cedargate");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Cedar decisions by action and outcome",
+            decisions.clone(),
+        );
+        let decision_seconds = Family::<ActionLabel, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "Time to build and evaluate one Cedar request",
+            decision_seconds.clone(),
+        );
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "policy_reloads",
+            "Policy reload attempts by result (applied, unchanged, rejected)",
+            reloads.clone(),
+        );
+        let policy_info = Family::<HashLabel, Gauge>::default();
+        registry.register(
+            "policy_set_info",
+            "The active policy set (value 1, labelled by its hash)",
+            policy_info.clone(),
+        );
+        let policy_loaded = Gauge::default();
+        registry.register(
+            "policy_set_loaded_timestamp_seconds",
+            "When the active policy set was loaded (Unix time)",
+            policy_loaded.clone(),
+        );
+        let shadow_decisions = Counter::default();
+        registry.register(
+            "shadow_decisions",
+            "Decisions also evaluated by the shadow candidate set",
+            shadow_decisions.clone(),
+        );
+        let shadow_divergences = Family::<FlipLabels, Counter>::default();
+        registry.register(
+            "shadow_divergences",
+            "Shadow decisions that differed from the live decision",
+            shadow_divergences.clone(),
+        );
+        let shadow_dropped = Counter::default();
+        registry.register(
+            "shadow_divergences_dropped",
+            "Shadow divergences counted but not stored (write queue full)",
+            shadow_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            decision_seconds,
+            reloads,
+            policy_info,
+            policy_loaded,
+            shadow_decisions,
+            shadow_divergences,
+            shadow_dropped,
+            active_hash: Mutex::new(None),
+        }
+    }
+
+    /// Counts one decision.
+    pub fn decision(&self, action: &str, allowed: bool, seconds: f64) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                action: action.to_string(),
+                outcome: if allowed { "allow" } else { "deny" }.to_string(),
+            })
+            .inc();
+        self.decision_seconds
+            .get_or_create(&ActionLabel {
+                action: action.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// Counts one reload attempt.
+    pub fn reload(&self, result: &str) {
+        self.reloads
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Marks `hash` as the active set.
+    pub fn active_set(&self, hash: &str, loaded_unix: i64) {
+        if let Ok(mut active) = self.active_hash.lock() {
+            if let Some(old) = active.take() {
+                self.policy_info.remove(&HashLabel { hash: old });
+            }
+            *active = Some(hash.to_string());
+        }
+        self.policy_info
+            .get_or_create(&HashLabel {
+                hash: hash.to_string(),
+            })
+            .set(1);
+        self.policy_loaded.set(loaded_unix);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

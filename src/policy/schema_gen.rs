@@ -1,0 +1,523 @@
+//! Typed tool arguments: from each tool's JSON Schema `inputSchema`, one
+//! Cedar action per tool (its id is the tool's canonical name) inside the
+//! `call_tool` or `a2a_invoke` action group, whose context carries the
+//! arguments as `context.args` with Cedar types. Policies written with
+//! `action in Gateway::Action::"call_tool"` keep matching every tool;
+//! `action == Gateway::Action::"af_memory_remember"` can read
+//! `context.args.content` and still pass strict validation.
+//!
+//! The mapping (also in `ARCHITECTURE.md`):
+//!
+//! | JSON Schema                          | Cedar                        |
+//! |--------------------------------------|------------------------------|
+//! | `string` (any `format`), string `enum`/`const` | `String`           |
+//! | `integer`                            | `Long`                       |
+//! | `number`                             | `decimal` (rounded to 4 places) |
+//! | `boolean`                            | `Bool`                       |
+//! | `array` of a mappable `items`        | `Set<T>` (order and duplicates are lost) |
+//! | `object` with `properties`           | record; `required` → required attribute, others optional |
+//!
+//! What it cannot express is left out of `context.args` (the tool still
+//! works, policies just cannot see it): `null`, type unions (`["string",
+//! "null"]`), `oneOf`/`anyOf`/`allOf`, `$ref`, tuples, `additionalProperties`
+//! maps, attributes named `__entity`/`__extn`/`__expr`, and nesting deeper
+//! than [`MAX_DEPTH`]. A tool whose `inputSchema` is not an object, or whose
+//! name is already an action of the vocabulary, gets no typed action: it is
+//! decided under its group action with the plain session context.
+//!
+//! Which tools are typed is read back from the *effective schema* (see
+//! [`typed_tools`]), not from the JSON Schemas: a schema file may declare a
+//! typed action by hand (for a dynamic A2A tool, say), and a recorded policy
+//! set replays with exactly the types it was loaded with.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use cedar_policy::{EntityUid, SchemaFragment};
+use serde_json::{Map, Value, json};
+
+use super::{Action, NAMESPACE};
+
+/// Deepest nesting of arrays and objects mapped into Cedar types.
+pub const MAX_DEPTH: usize = 8;
+
+/// A tool whose arguments should be typed.
+#[derive(Debug, Clone)]
+pub struct ToolSchema {
+    /// Canonical tool name (becomes the action id).
+    pub name: String,
+    /// The group action the typed action belongs to (`call_tool` or `a2a_invoke`).
+    pub group: Action,
+    /// The tool's JSON Schema.
+    pub input_schema: Value,
+}
+
+/// The generated part of the effective schema.
+#[derive(Debug, Clone, Default)]
+pub struct Generated {
+    /// Cedar schema text (a `namespace Gateway { … }` block), empty when no
+    /// tool could be typed.
+    pub text: String,
+    /// What could not be typed, one line each (shown by `schema print`).
+    pub notes: Vec<String>,
+}
+
+/// Generates typed actions for `tools`; `existing_actions` are action ids the
+/// base schema already declares (never redeclared).
+pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated {
+    let mut out = Generated::default();
+    let mut body = String::new();
+    let mut sorted: Vec<&ToolSchema> = tools.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut seen = std::collections::HashSet::new();
+    for tool in sorted {
+        if !matches!(tool.group, Action::CallTool | Action::A2aInvoke) {
+            out.notes.push(format!(
+                "`{}`: group `{}` takes no arguments; not typed",
+                tool.name,
+                tool.group.name()
+            ));
+            continue;
+        }
+        if Action::from_name(&tool.name).is_some()
+            || existing_actions.iter().any(|a| a == &tool.name)
+        {
+            out.notes.push(format!(
+                "`{}`: an action of that name already exists; not typed",
+                tool.name
+            ));
+            continue;
+        }
+        if !seen.insert(tool.name.clone()) {
+            out.notes.push(format!(
+                "`{}`: declared twice; the first declaration is typed",
+                tool.name
+            ));
+            continue;
+        }
+        let mut notes = Vec::new();
+        let Some(args) = object_type(&tool.input_schema, "args", 0, &mut notes) else {
+            out.notes.push(format!(
+                "`{}`: inputSchema is not an object schema; not typed",
+                tool.name
+            ));
+            continue;
+        };
+        for n in notes {
+            out.notes.push(format!("`{}`: {n}", tool.name));
+        }
+        let _ = write!(
+            body,
+            "  action {} in [{}] appliesTo {{\n    principal: [Agent],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args} }},\n  }};\n",
+            quote(&tool.name),
+            tool.group.name()
+        );
+    }
+    if !body.is_empty() {
+        out.text = format!(
+            "// Generated from the tools' inputSchema: one action per tool, typed `context.args`.\nnamespace {NAMESPACE} {{\n{body}}}\n"
+        );
+    }
+    out
+}
+
+fn quote(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+/// The Cedar type of a JSON Schema, or `None` (with a note) when it has none.
+fn cedar_type(schema: &Value, path: &str, depth: usize, notes: &mut Vec<String>) -> Option<String> {
+    if depth > MAX_DEPTH {
+        notes.push(format!("`{path}` nests deeper than {MAX_DEPTH}; left out"));
+        return None;
+    }
+    let ty = schema.get("type");
+    let ty = match ty {
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => {
+            notes.push(format!("`{path}` has a union type; left out"));
+            return None;
+        }
+        None => {
+            let strings = |v: Option<&Value>| match v {
+                Some(Value::Array(a)) => !a.is_empty() && a.iter().all(Value::is_string),
+                Some(Value::String(_)) => true,
+                _ => false,
+            };
+            if strings(schema.get("enum")) || strings(schema.get("const")) {
+                "string"
+            } else if schema.get("properties").is_some() {
+                "object"
+            } else {
+                notes.push(format!("`{path}` has no single type; left out"));
+                return None;
+            }
+        }
+    };
+    match ty {
+        "string" => Some("String".into()),
+        "integer" => Some("Long".into()),
+        "number" => Some("decimal".into()),
+        "boolean" => Some("Bool".into()),
+        "array" => {
+            let items = schema.get("items").filter(|i| i.is_object());
+            match items.and_then(|i| cedar_type(i, &format!("{path}[]"), depth + 1, notes)) {
+                Some(t) => Some(format!("Set<{t}>")),
+                None => {
+                    notes.push(format!(
+                        "`{path}`: array items have no Cedar type; left out"
+                    ));
+                    None
+                }
+            }
+        }
+        "object" => object_type(schema, path, depth, notes),
+        other => {
+            notes.push(format!("`{path}` has type `{other}`; left out"));
+            None
+        }
+    }
+}
+
+fn object_type(
+    schema: &Value,
+    path: &str,
+    depth: usize,
+    notes: &mut Vec<String>,
+) -> Option<String> {
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "object" => {}
+        None if schema.get("properties").is_some() => {}
+        _ => return None,
+    }
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut attrs: Vec<(String, String)> = Vec::new();
+    if let Some(Value::Object(props)) = schema.get("properties") {
+        let mut names: Vec<&String> = props.keys().collect();
+        names.sort();
+        for name in names {
+            if matches!(name.as_str(), "__entity" | "__extn" | "__expr") {
+                notes.push(format!("`{path}.{name}` is a reserved name; left out"));
+                continue;
+            }
+            let Some(prop) = props.get(name) else {
+                continue;
+            };
+            let child = format!("{path}.{name}");
+            if let Some(t) = cedar_type(prop, &child, depth + 1, notes) {
+                let opt = if required.contains(&name.as_str()) {
+                    ""
+                } else {
+                    "?"
+                };
+                attrs.push((format!("{}{opt}", quote(name)), t));
+            }
+        }
+    }
+    if attrs.is_empty() {
+        return Some("{}".into());
+    }
+    let inner = attrs
+        .iter()
+        .map(|(n, t)| format!("{n}: {t}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!("{{ {inner} }}"))
+}
+
+/// The Cedar type of `context.args` of a typed action, read from the schema.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArgType {
+    /// `String`
+    String,
+    /// `Long`
+    Long,
+    /// `Bool`
+    Bool,
+    /// `decimal`
+    Decimal,
+    /// `Set<T>`
+    Set(Box<ArgType>),
+    /// A record: `(name, type, required)`.
+    Record(Vec<(String, ArgType, bool)>),
+    /// Anything else (entities, other extensions): arguments never carry it.
+    Unsupported,
+}
+
+/// A tool decided under its own typed action.
+#[derive(Debug, Clone)]
+pub struct TypedTool {
+    /// The group it belongs to.
+    pub group: Action,
+    /// `Gateway::Action::"<tool>"`.
+    pub action: EntityUid,
+    /// The type of `context.args`.
+    pub args: ArgType,
+}
+
+/// Tools with a typed action in the effective schema, by tool name: every
+/// action that is a member of `call_tool` or `a2a_invoke` and whose context
+/// declares `args`.
+pub fn typed_tools(effective_schema: &str) -> HashMap<String, TypedTool> {
+    let mut out = HashMap::new();
+    let Ok((fragment, _)) = SchemaFragment::from_cedarschema_str(effective_schema) else {
+        return out;
+    };
+    let Ok(json) = fragment.to_json_value() else {
+        return out;
+    };
+    let Some(namespaces) = json.as_object() else {
+        return out;
+    };
+    for (ns, body) in namespaces {
+        if ns != NAMESPACE {
+            continue;
+        }
+        let common = body.get("commonTypes").cloned().unwrap_or(Value::Null);
+        let Some(actions) = body.get("actions").and_then(Value::as_object) else {
+            continue;
+        };
+        for (id, action) in actions {
+            let group = action
+                .get("memberOf")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("id").and_then(Value::as_str))
+                .find_map(|g| match Action::from_name(g) {
+                    Some(a @ (Action::CallTool | Action::A2aInvoke)) => Some(a),
+                    _ => None,
+                });
+            let Some(group) = group else { continue };
+            let args = action
+                .pointer("/appliesTo/context/attributes/args")
+                .map(|t| arg_type(t, &common, 0));
+            let Some(args) = args else { continue };
+            out.insert(
+                id.clone(),
+                TypedTool {
+                    group,
+                    action: Action::uid_of(id),
+                    args,
+                },
+            );
+        }
+    }
+    out
+}
+
+fn arg_type(t: &Value, common: &Value, depth: usize) -> ArgType {
+    if depth > MAX_DEPTH * 2 {
+        return ArgType::Unsupported;
+    }
+    let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
+    let named = |name: &str| -> ArgType {
+        let bare = name.trim_start_matches("__cedar::");
+        match bare {
+            "String" => ArgType::String,
+            "Long" => ArgType::Long,
+            "Bool" | "Boolean" => ArgType::Bool,
+            "decimal" => ArgType::Decimal,
+            other => match common.get(other) {
+                Some(def) => arg_type(def, common, depth + 1),
+                None => ArgType::Unsupported,
+            },
+        }
+    };
+    match kind {
+        "String" => ArgType::String,
+        "Long" => ArgType::Long,
+        "Boolean" => ArgType::Bool,
+        "Extension" => match t.get("name").and_then(Value::as_str) {
+            Some("decimal") => ArgType::Decimal,
+            _ => ArgType::Unsupported,
+        },
+        "Set" => match t.get("element") {
+            Some(e) => ArgType::Set(Box::new(arg_type(e, common, depth + 1))),
+            None => ArgType::Unsupported,
+        },
+        "Record" => {
+            let mut attrs = Vec::new();
+            if let Some(map) = t.get("attributes").and_then(Value::as_object) {
+                for (name, a) in map {
+                    let required = a.get("required").and_then(Value::as_bool).unwrap_or(true);
+                    attrs.push((name.clone(), arg_type(a, common, depth + 1), required));
+                }
+            }
+            ArgType::Record(attrs)
+        }
+        "EntityOrCommon" => t
+            .get("name")
+            .and_then(Value::as_str)
+            .map(named)
+            .unwrap_or(ArgType::Unsupported),
+        _ => t
+            .get("type")
+            .and_then(Value::as_str)
+            .map(named)
+            .unwrap_or(ArgType::Unsupported),
+    }
+}
+
+/// Projects validated tool arguments onto `ty`, as Cedar context JSON:
+/// attributes the type does not declare are dropped, numbers become
+/// `decimal`s. `None` when a value does not fit (a required attribute
+/// missing or of another type): the context then fails to build and the
+/// decision denies.
+pub fn project(ty: &ArgType, v: &Value) -> Option<Value> {
+    match ty {
+        ArgType::String => v.as_str().map(|s| Value::String(s.to_string())),
+        ArgType::Long => match v {
+            Value::Number(n) => n
+                .as_i64()
+                .or_else(|| {
+                    n.as_f64().and_then(|f| {
+                        // Peers turn 2 into 2.0; an integral float is still an integer.
+                        let in_range = f.fract() == 0.0 && f.abs() < 9.0e15;
+                        in_range.then_some(f as i64)
+                    })
+                })
+                .map(Value::from),
+            _ => None,
+        },
+        ArgType::Bool => v.as_bool().map(Value::Bool),
+        ArgType::Decimal => decimal(v),
+        ArgType::Set(elem) => {
+            let items = v.as_array()?;
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                out.push(project(elem, item)?);
+            }
+            Some(Value::Array(out))
+        }
+        ArgType::Record(attrs) => {
+            let obj = v.as_object()?;
+            let mut out = Map::new();
+            for (name, t, required) in attrs {
+                match obj.get(name).and_then(|x| project(t, x)) {
+                    Some(x) => {
+                        out.insert(name.clone(), x);
+                    }
+                    None if *required => return None,
+                    None => {}
+                }
+            }
+            Some(Value::Object(out))
+        }
+        ArgType::Unsupported => None,
+    }
+}
+
+/// A JSON number as a Cedar `decimal` (4 fractional digits, rounded).
+fn decimal(v: &Value) -> Option<Value> {
+    let f = v.as_f64()?;
+    // Cedar decimals are i64 / 10^4.
+    if !f.is_finite() || f.abs() >= 922_337_203_685_477.0 {
+        return None;
+    }
+    let text = format!("{f:.4}");
+    Some(json!({ "__extn": { "fn": "decimal", "arg": text } }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = include_str!("../../schemas/gateway.cedarschema");
+
+    fn tool(name: &str, schema: Value) -> ToolSchema {
+        ToolSchema {
+            name: name.into(),
+            group: Action::CallTool,
+            input_schema: schema,
+        }
+    }
+
+    #[test]
+    fn maps_every_supported_json_schema_type() {
+        let g = generate(
+            &[tool(
+                "deploy",
+                json!({"type":"object","required":["branch"],"properties":{
+                    "branch":{"type":"string"},
+                    "replicas":{"type":"integer"},
+                    "ratio":{"type":"number"},
+                    "dry":{"type":"boolean"},
+                    "tags":{"type":"array","items":{"type":"string"}},
+                    "env":{"enum":["prod","dev"]},
+                    "meta":{"type":"object","properties":{"owner":{"type":"string"}}},
+                    "maybe":{"type":["string","null"]},
+                    "any":{"oneOf":[{"type":"string"}]}
+                }}),
+            )],
+            &[],
+        );
+        assert!(
+            g.text.contains("action \"deploy\" in [call_tool]"),
+            "{}",
+            g.text
+        );
+        for part in [
+            "\"branch\": String",
+            "\"replicas\"?: Long",
+            "\"ratio\"?: decimal",
+            "\"dry\"?: Bool",
+            "\"tags\"?: Set<String>",
+            "\"env\"?: String",
+            "\"meta\"?: { \"owner\"?: String }",
+        ] {
+            assert!(g.text.contains(part), "missing {part} in {}", g.text);
+        }
+        assert!(!g.text.contains("maybe") && !g.text.contains("\"any\""));
+        assert!(g.notes.iter().any(|n| n.contains("args.maybe")));
+        assert!(g.notes.iter().any(|n| n.contains("args.any")));
+        let tools = [tool(
+            "deploy",
+            json!({"type":"object","required":["branch"],"properties":{"branch":{"type":"string"},"ratio":{"type":"number"}}}),
+        )];
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &tools).unwrap();
+        let _ = cedar_policy::Schema::from_cedarschema_str(&effective)
+            .unwrap()
+            .0;
+        let typed = typed_tools(&effective);
+        let t = typed.get("deploy").expect("typed");
+        assert_eq!(t.group, Action::CallTool);
+        let ArgType::Record(attrs) = &t.args else {
+            panic!("record expected")
+        };
+        assert!(attrs.contains(&("branch".into(), ArgType::String, true)));
+        assert!(attrs.contains(&("ratio".into(), ArgType::Decimal, false)));
+    }
+
+    #[test]
+    fn non_object_and_clashing_tools_stay_untyped() {
+        let g = generate(
+            &[
+                tool("call_tool", json!({"type":"object"})),
+                tool("scalar", json!({"type":"string"})),
+            ],
+            &[],
+        );
+        assert!(g.text.is_empty());
+        assert_eq!(g.notes.len(), 2, "{:?}", g.notes);
+    }
+
+    #[test]
+    fn projection_drops_undeclared_and_converts_numbers() {
+        let ty = ArgType::Record(vec![
+            ("branch".into(), ArgType::String, true),
+            ("n".into(), ArgType::Long, false),
+            ("c".into(), ArgType::Decimal, false),
+        ]);
+        let v = project(&ty, &json!({"branch":"main","n":2.0,"c":0.9,"extra":1})).unwrap();
+        assert_eq!(
+            v,
+            json!({"branch":"main","n":2,"c":{"__extn":{"fn":"decimal","arg":"0.9000"}}})
+        );
+        assert_eq!(project(&ty, &json!({"n": 1})), None);
+    }
+}

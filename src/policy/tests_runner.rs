@@ -1,0 +1,268 @@
+//! Policy tests in the Cedar CLI's `run-tests` format, so the same files
+//! run under `cedar run-tests --schema … --policies … --tests …` and under
+//! any other Cedar implementation.
+//!
+//! A test file is a JSON array of cases:
+//! `{"name"?, "request": {"principal", "action", "resource", "context"},
+//!   "entities": [ … ] | "relative/path.json", "decision": "allow"|"deny",
+//!   "reason": [policy ids, a subset of the actual reasons], "num_errors": n}`.
+//! As in the Cedar CLI, the verdict is Cedar's own (an erroring `forbid`
+//! is skipped there; the gateway additionally denies on it, which a test
+//! sees as `num_errors`).
+
+use std::path::{Path, PathBuf};
+
+use cedar_policy::{Authorizer, Context, Decision, Entities, EntityUid, PolicyId, Request};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::PolicyBundle;
+
+/// Test files live here, relative to the policy directory.
+pub const TESTS_DIR: &str = "tests";
+
+/// One test's result.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TestOutcome {
+    /// The test file.
+    pub file: String,
+    /// The case's name (or `#index`).
+    pub name: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Why it failed.
+    pub message: Option<String>,
+    /// The actual decision (`allow`/`deny`), when it ran.
+    pub decision: Option<String>,
+    /// The actual determining policy ids.
+    pub reasons: Vec<String>,
+    /// The actual number of evaluation errors.
+    pub num_errors: usize,
+}
+
+/// All results of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TestReport {
+    /// Every case, in file order.
+    pub outcomes: Vec<TestOutcome>,
+}
+
+impl TestReport {
+    /// How many passed.
+    pub fn passed(&self) -> usize {
+        self.outcomes.iter().filter(|o| o.passed).count()
+    }
+
+    /// How many failed.
+    pub fn failed(&self) -> usize {
+        self.outcomes.len() - self.passed()
+    }
+
+    /// Failures, one line each.
+    pub fn failures(&self) -> Vec<String> {
+        self.outcomes
+            .iter()
+            .filter(|o| !o.passed)
+            .map(|o| {
+                format!(
+                    "{} :: {}: {}",
+                    o.file,
+                    o.name,
+                    o.message.as_deref().unwrap_or("failed")
+                )
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RequestJson {
+    principal: String,
+    action: String,
+    resource: String,
+    #[serde(default)]
+    context: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct CaseJson {
+    request: RequestJson,
+    entities: Value,
+    decision: String,
+    #[serde(default)]
+    reason: Vec<String>,
+    #[serde(default)]
+    num_errors: usize,
+}
+
+/// The `*.json` test files under `policies_dir/tests`, sorted (none when
+/// the directory does not exist).
+pub fn test_files(policies_dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let dir = policies_dir.join(TESTS_DIR);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("cannot read `{}`: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Runs every test file under `policies_dir/tests` against `bundle`.
+pub fn run_dir(bundle: &PolicyBundle, policies_dir: &Path) -> Result<TestReport, String> {
+    let mut report = TestReport::default();
+    for file in test_files(policies_dir)? {
+        run_file(bundle, &file, &mut report);
+    }
+    Ok(report)
+}
+
+/// Runs one test file; a file that cannot be read or parsed is one failure.
+pub fn run_file(bundle: &PolicyBundle, file: &Path, report: &mut TestReport) {
+    let name = file.display().to_string();
+    let fail = |report: &mut TestReport, case: String, message: String| {
+        report.outcomes.push(TestOutcome {
+            file: name.clone(),
+            name: case,
+            passed: false,
+            message: Some(message),
+            decision: None,
+            reasons: Vec::new(),
+            num_errors: 0,
+        })
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return fail(report, "(file)".into(), format!("cannot read: {e}")),
+    };
+    let cases: Vec<Value> = match serde_json::from_str(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            return fail(
+                report,
+                "(file)".into(),
+                format!("not a JSON array of tests: {e}"),
+            );
+        }
+    };
+    let dir = file.parent().unwrap_or(Path::new("."));
+    for (index, raw) in cases.into_iter().enumerate() {
+        let label = raw
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("#{index}"));
+        match run_case(bundle, dir, raw) {
+            Ok(mut outcome) => {
+                outcome.file = name.clone();
+                outcome.name = label;
+                report.outcomes.push(outcome);
+            }
+            Err(message) => fail(report, label, message),
+        }
+    }
+}
+
+fn run_case(bundle: &PolicyBundle, dir: &Path, raw: Value) -> Result<TestOutcome, String> {
+    let case: CaseJson =
+        serde_json::from_value(raw).map_err(|e| format!("malformed test case: {e}"))?;
+    let expected = match case.decision.as_str() {
+        "allow" => Decision::Allow,
+        "deny" => Decision::Deny,
+        other => {
+            return Err(format!(
+                "`decision` must be `allow` or `deny`, not `{other}`"
+            ));
+        }
+    };
+    let uid = |field: &str, text: &str| -> Result<EntityUid, String> {
+        text.parse()
+            .map_err(|e| format!("failed to parse {field} `{text}`: {e}"))
+    };
+    let principal = uid("principal", &case.request.principal)?;
+    let action = uid("action", &case.request.action)?;
+    let resource = uid("resource", &case.request.resource)?;
+    let context_json = if case.request.context.is_null() {
+        Value::Object(Default::default())
+    } else {
+        case.request.context
+    };
+    let context = Context::from_json_value(context_json, Some((&bundle.schema, &action)))
+        .map_err(|e| format!("failed to parse context: {e}"))?;
+    let request = Request::new(principal, action, resource, context, Some(&bundle.schema))
+        .map_err(|e| format!("failed to create request: {e}"))?;
+    let entities_json = match &case.entities {
+        Value::String(rel) => {
+            let path = dir.join(rel);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read entities `{}`: {e}", path.display()))?;
+            serde_json::from_str(&text)
+                .map_err(|e| format!("entities `{}` are not JSON: {e}", path.display()))?
+        }
+        other => other.clone(),
+    };
+    let entities = Entities::from_json_value(entities_json, Some(&bundle.schema))
+        .map_err(|e| format!("failed to parse entities: {e}"))?;
+    let response = Authorizer::new().is_authorized(&request, &bundle.policies, &entities);
+    let reasons: Vec<String> = response
+        .diagnostics()
+        .reason()
+        .map(PolicyId::to_string)
+        .collect();
+    let num_errors = response.diagnostics().errors().count();
+    let mut problems = Vec::new();
+    if response.decision() != expected {
+        problems.push(format!(
+            "expected {}, got {}",
+            case.decision,
+            decision_name(response.decision())
+        ));
+    } else {
+        let missing: Vec<String> = case
+            .reason
+            .iter()
+            .filter(|r| !reasons.contains(r))
+            .map(|r| format!("`{r}`"))
+            .collect();
+        if !missing.is_empty() {
+            problems.push(format!("missing reason(s): {}", missing.join(", ")));
+        }
+        if num_errors != case.num_errors {
+            let errors: Vec<String> = response
+                .diagnostics()
+                .errors()
+                .map(ToString::to_string)
+                .collect();
+            problems.push(format!(
+                "expected {} error(s), got {num_errors}{}",
+                case.num_errors,
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", errors.join(", "))
+                }
+            ));
+        }
+    }
+    Ok(TestOutcome {
+        file: String::new(),
+        name: String::new(),
+        passed: problems.is_empty(),
+        message: (!problems.is_empty()).then(|| problems.join("; ")),
+        decision: Some(decision_name(response.decision()).into()),
+        reasons,
+        num_errors,
+    })
+}
+
+fn decision_name(d: Decision) -> &'static str {
+    match d {
+        Decision::Allow => "allow",
+        Decision::Deny => "deny",
+    }
+}

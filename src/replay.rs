@@ -1,0 +1,440 @@
+//! Decision replay: re-evaluate recorded decisions exactly (their recorded
+//! principal, action, resource, context and entity snapshot) under a
+//! candidate policy set, or under the set that made each of them, and
+//! report every flip with the old and new deciding policies, plus totals
+//! per action and per policy.
+//!
+//! Fast by construction: parsed policy sets and entity snapshots are cached
+//! by hash (a trail holds few distinct ones), records are read in pages,
+//! and each page is evaluated in parallel (rayon).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cedar_policy::Entities;
+use rayon::prelude::*;
+use rusqlite::Connection;
+use serde::Serialize;
+
+use crate::policy::recorded::RecordedRequest;
+use crate::policy::{PolicyBundle, PolicyFile, Verdict};
+use crate::store::StoreError;
+use crate::store::audit_query::{self, DecisionFilter, Order};
+use crate::store::decisions::StoredDecision;
+
+/// Records read and evaluated per batch.
+const PAGE: usize = 16_384;
+
+/// Which policies to replay under.
+#[derive(Debug, Clone)]
+pub enum Against {
+    /// One candidate set for every record.
+    Candidate(Arc<PolicyBundle>),
+    /// Each record under the set that made it (from `policy_sets`).
+    Recorded,
+}
+
+/// One decision whose verdict changed.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Flip {
+    /// Chain position.
+    pub seq: i64,
+    /// Decision id.
+    pub id: String,
+    /// When it was made.
+    pub time: String,
+    /// Org.
+    pub org_id: Option<String>,
+    /// Action.
+    pub action: String,
+    /// Principal.
+    pub principal: String,
+    /// Resource.
+    pub resource: String,
+    /// `allow_to_deny` or `deny_to_allow`.
+    pub flip: String,
+    /// Recorded decision.
+    pub old_decision: String,
+    /// Replayed decision.
+    pub new_decision: String,
+    /// Recorded determining policies.
+    pub old_reasons: Vec<String>,
+    /// Replayed determining policies.
+    pub new_reasons: Vec<String>,
+    /// Replayed errors.
+    pub new_errors: Vec<String>,
+}
+
+/// Totals of one action.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionTotals {
+    /// Records replayed.
+    pub records: u64,
+    /// Allow → deny.
+    pub allow_to_deny: u64,
+    /// Deny → allow.
+    pub deny_to_allow: u64,
+    /// Same decision, other deciding policies or errors.
+    pub changed_reasons: u64,
+}
+
+/// Totals of one policy id.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTotals {
+    /// Records it determined as recorded.
+    pub determined_before: u64,
+    /// Records it determines on replay.
+    pub determined_after: u64,
+    /// Flips it took part in (on either side).
+    pub flips: u64,
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayReport {
+    /// Hash of the candidate set (absent when replaying under the recorded sets).
+    pub candidate_hash: Option<String>,
+    /// Records replayed.
+    pub records: u64,
+    /// Records whose decision, deciding policies and errors all match.
+    pub identical: u64,
+    /// Allow → deny.
+    pub allow_to_deny: u64,
+    /// Deny → allow.
+    pub deny_to_allow: u64,
+    /// Same decision, other deciding policies or errors.
+    pub changed_reasons: u64,
+    /// Every flip, in chain order.
+    pub flips: Vec<Flip>,
+    /// Per action.
+    pub per_action: BTreeMap<String, ActionTotals>,
+    /// Per policy id.
+    pub per_policy: BTreeMap<String, PolicyTotals>,
+    /// Records that could not be replayed (and why).
+    pub unreplayable: Vec<String>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl ReplayReport {
+    /// Flips in total.
+    pub fn flip_count(&self) -> u64 {
+        self.allow_to_deny + self.deny_to_allow
+    }
+
+    /// Records per second.
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.records as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Why a replay could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The store failed.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// A filter is invalid.
+    #[error("{0}")]
+    Filter(String),
+}
+
+/// The bundle and entities a record replays with, or why it cannot.
+type Resolved = Result<(Arc<PolicyBundle>, Arc<Entities>, Arc<str>), String>;
+
+/// An entity snapshot parsed for one schema, with its text.
+type ParsedSnapshot = (Arc<Entities>, Arc<str>);
+
+/// Parsed bundles and entity snapshots, by hash.
+#[derive(Default)]
+struct Caches {
+    bundles: HashMap<String, Result<Arc<PolicyBundle>, String>>,
+    entities: HashMap<(String, String), Result<ParsedSnapshot, String>>,
+}
+
+/// A bundle from a recorded policy set, exactly as it was loaded.
+pub fn recorded_bundle(
+    conn: &Connection,
+    hash: &str,
+) -> Result<Result<PolicyBundle, String>, StoreError> {
+    let Some((schema_path, schema_text, files)) = audit_query::policy_set(conn, hash)? else {
+        return Ok(Err(format!("policy set `{hash}` is not recorded")));
+    };
+    let files: Vec<PolicyFile> = match serde_json::from_str(&files) {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(format!("policy set `{hash}` is unreadable: {e}"))),
+    };
+    Ok(
+        crate::policy::load::bundle_from_sources(&schema_path, &schema_text, files)
+            .map_err(|e| format!("policy set `{hash}` no longer loads: {e}")),
+    )
+}
+
+/// Replays every record matching `filter`.
+pub fn replay(
+    conn: &Connection,
+    filter: &DecisionFilter,
+    against: &Against,
+) -> Result<ReplayReport, ReplayError> {
+    let started = Instant::now();
+    let mut report = ReplayReport {
+        candidate_hash: match against {
+            Against::Candidate(b) => Some(b.hash.clone()),
+            Against::Recorded => None,
+        },
+        ..ReplayReport::default()
+    };
+    let mut caches = Caches::default();
+    let mut cursor = None;
+    loop {
+        let rows = audit_query::page_filtered(conn, filter, cursor, Order::Asc, PAGE)?;
+        let Some(last) = rows.last() else { break };
+        cursor = Some(last.seq);
+        // Resolve bundles and snapshots for the page (sequential: SQLite).
+        let mut jobs: Vec<(&StoredDecision, Resolved)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let bundle = match against {
+                Against::Candidate(b) => Ok(Arc::clone(b)),
+                Against::Recorded => {
+                    let h = &row.record.policy_hash;
+                    if !caches.bundles.contains_key(h) {
+                        let b = recorded_bundle(conn, h)?.map(Arc::new);
+                        caches.bundles.insert(h.clone(), b);
+                    }
+                    caches
+                        .bundles
+                        .get(h)
+                        .cloned()
+                        .unwrap_or_else(|| Err("unreachable".into()))
+                }
+            };
+            let resolved = match bundle {
+                Err(e) => Err(e),
+                Ok(bundle) => {
+                    let key = (bundle.schema_hash.clone(), row.record.entities_hash.clone());
+                    if !caches.entities.contains_key(&key) {
+                        let parsed = match crate::store::decisions::entity_snapshot(
+                            conn,
+                            &row.record.entities_hash,
+                        )? {
+                            None => Err(format!(
+                                "entity snapshot `{}` is missing",
+                                row.record.entities_hash
+                            )),
+                            Some(text) => serde_json::from_str(&text)
+                                .map_err(|e| e.to_string())
+                                .and_then(|json| bundle.parse_entities(&json))
+                                .map(|e| (Arc::new(e), Arc::from(text))),
+                        };
+                        caches.entities.insert(key.clone(), parsed);
+                    }
+                    match caches.entities.get(&key) {
+                        Some(Ok((e, text))) => Ok((bundle, Arc::clone(e), Arc::clone(text))),
+                        Some(Err(e)) => Err(format!("entity snapshot does not load: {e}")),
+                        None => Err("unreachable".into()),
+                    }
+                }
+            };
+            jobs.push((row, resolved));
+        }
+        let verdicts: Vec<Result<Verdict, String>> = jobs
+            .par_iter()
+            .map(|(row, resolved)| {
+                let (bundle, entities, text) = resolved.as_ref().map_err(Clone::clone)?;
+                let r = &row.record;
+                if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
+                    return replay_batch(bundle, r, text);
+                }
+                let req = RecordedRequest::parse(&r.principal, &r.action, &r.resource, &r.context)?;
+                Ok(bundle.decide_recorded(&req, entities))
+            })
+            .collect();
+        for ((row, _), verdict) in jobs.iter().zip(verdicts) {
+            tally(&mut report, row, verdict);
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// A batched `read_node` record (one Cedar decision per node) replayed as
+/// the record states it: allowed when every node is, with the union of the
+/// nodes' deciding policies and errors.
+fn replay_batch(
+    bundle: &PolicyBundle,
+    record: &crate::store::decisions::NewDecision,
+    slice: &str,
+) -> Result<Verdict, String> {
+    let nodes = crate::audit::replay_node_batch(bundle, record, slice)?;
+    let mut reasons: Vec<String> = nodes.iter().flat_map(|n| n.reasons.clone()).collect();
+    reasons.sort();
+    reasons.dedup();
+    let mut errors: Vec<String> = nodes.iter().flat_map(|n| n.errors.clone()).collect();
+    errors.sort();
+    errors.dedup();
+    Ok(Verdict {
+        allowed: nodes.iter().all(|n| n.decision == "allow"),
+        reasons,
+        errors,
+        advice: Vec::new(),
+    })
+}
+
+fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdict, String>) {
+    let r = &row.record;
+    let verdict = match verdict {
+        Ok(v) => v,
+        Err(e) => {
+            report
+                .unreplayable
+                .push(format!("seq {} (decision `{}`): {e}", row.seq, r.id));
+            return;
+        }
+    };
+    report.records += 1;
+    let old_reasons: Vec<String> = serde_json::from_str(&r.reasons).unwrap_or_default();
+    let old_errors: Vec<String> = serde_json::from_str(&r.errors).unwrap_or_default();
+    let old_allowed = r.decision == "allow";
+    let totals = report.per_action.entry(r.action.clone()).or_default();
+    totals.records += 1;
+    for id in &old_reasons {
+        report
+            .per_policy
+            .entry(id.clone())
+            .or_default()
+            .determined_before += 1;
+    }
+    for id in &verdict.reasons {
+        report
+            .per_policy
+            .entry(id.clone())
+            .or_default()
+            .determined_after += 1;
+    }
+    if old_allowed == verdict.allowed {
+        if old_reasons == verdict.reasons && old_errors == verdict.errors {
+            report.identical += 1;
+        } else {
+            report.changed_reasons += 1;
+            totals.changed_reasons += 1;
+        }
+        return;
+    }
+    let flip = if old_allowed {
+        report.allow_to_deny += 1;
+        totals.allow_to_deny += 1;
+        "allow_to_deny"
+    } else {
+        report.deny_to_allow += 1;
+        totals.deny_to_allow += 1;
+        "deny_to_allow"
+    };
+    let mut involved: Vec<&String> = old_reasons.iter().chain(&verdict.reasons).collect();
+    involved.sort();
+    involved.dedup();
+    for id in involved {
+        report.per_policy.entry(id.clone()).or_default().flips += 1;
+    }
+    report.flips.push(Flip {
+        seq: row.seq,
+        id: r.id.clone(),
+        time: r.time.clone(),
+        org_id: r.org_id.clone(),
+        action: r.action.clone(),
+        principal: r.principal.clone(),
+        resource: r.resource.clone(),
+        flip: flip.into(),
+        old_decision: r.decision.clone(),
+        new_decision: if verdict.allowed { "allow" } else { "deny" }.into(),
+        old_reasons,
+        new_reasons: verdict.reasons,
+        new_errors: verdict.errors,
+    });
+}
+
+/// The report as a human-readable table.
+pub fn render_table(r: &ReplayReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "replayed {} decision(s) under {} in {:.3}s ({:.0}/s)",
+        r.records,
+        r.candidate_hash
+            .as_deref()
+            .map(|h| format!("candidate {h}"))
+            .unwrap_or_else(|| "the recorded policy sets".into()),
+        r.seconds,
+        r.rate()
+    );
+    let _ = writeln!(
+        out,
+        "identical {}  allow→deny {}  deny→allow {}  same decision, other reasons {}  unreplayable {}",
+        r.identical,
+        r.allow_to_deny,
+        r.deny_to_allow,
+        r.changed_reasons,
+        r.unreplayable.len()
+    );
+    if !r.flips.is_empty() {
+        let _ = writeln!(out, "\nflips:");
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<24}  {:<14}  {:<13}  {:<40}  {:<40}  old reasons → new reasons",
+            "seq", "time", "action", "flip", "principal", "resource"
+        );
+        for f in &r.flips {
+            let _ = writeln!(
+                out,
+                "{:>8}  {:<24}  {:<14}  {:<13}  {:<40}  {:<40}  [{}] → [{}]",
+                f.seq,
+                f.time,
+                f.action,
+                f.flip,
+                f.principal,
+                f.resource,
+                f.old_reasons.join(", "),
+                f.new_reasons.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(out, "\nper action:");
+    let _ = writeln!(
+        out,
+        "{:<16} {:>9} {:>11} {:>11} {:>14}",
+        "action", "records", "allow→deny", "deny→allow", "other reasons"
+    );
+    for (a, t) in &r.per_action {
+        let _ = writeln!(
+            out,
+            "{:<16} {:>9} {:>11} {:>11} {:>14}",
+            a, t.records, t.allow_to_deny, t.deny_to_allow, t.changed_reasons
+        );
+    }
+    let _ = writeln!(out, "\nper policy:");
+    let _ = writeln!(
+        out,
+        "{:<48} {:>10} {:>10} {:>7}",
+        "policy", "before", "after", "flips"
+    );
+    for (p, t) in &r.per_policy {
+        let _ = writeln!(
+            out,
+            "{:<48} {:>10} {:>10} {:>7}",
+            p, t.determined_before, t.determined_after, t.flips
+        );
+    }
+    for u in &r.unreplayable {
+        let _ = writeln!(out, "unreplayable: {u}");
+    }
+    out
+}

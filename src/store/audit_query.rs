@@ -1,0 +1,171 @@
+//! Filtered reads of the decision trail for auditors: `GET /admin/decisions`
+//! (cursor pagination by `seq`), `audit replay`, `audit export`, and the
+//! time → seq resolution behind `audit verify --since/--until`.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension};
+use serde::Deserialize;
+
+use super::StoreError;
+use super::decisions::{StoredDecision, row_to_decision};
+
+/// Which decisions to read. Every field narrows; `None` means any.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DecisionFilter {
+    /// Org id.
+    pub org: Option<String>,
+    /// Session id.
+    pub session: Option<String>,
+    /// Principal uid, e.g. `Gateway::Agent::"claude"`.
+    pub principal: Option<String>,
+    /// Action name, e.g. `call_tool`.
+    pub action: Option<String>,
+    /// Resource uid.
+    pub resource: Option<String>,
+    /// `allow` or `deny`.
+    pub decision: Option<String>,
+    /// Earliest time (RFC 3339, inclusive).
+    pub since: Option<String>,
+    /// Latest time (RFC 3339, exclusive).
+    pub until: Option<String>,
+}
+
+/// Read order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Oldest first.
+    #[default]
+    Asc,
+    /// Newest first.
+    Desc,
+}
+
+impl DecisionFilter {
+    /// Rejects values that can never match (a typo should not look like
+    /// "no decisions") and writes times the way the trail stores them
+    /// (UTC), so they compare as text.
+    pub fn normalized(mut self) -> Result<Self, String> {
+        if let Some(d) = &self.decision
+            && d != "allow"
+            && d != "deny"
+        {
+            return Err(format!("`decision` must be `allow` or `deny`, not `{d}`"));
+        }
+        if let Some(a) = &self.action
+            && crate::policy::Action::from_name(a).is_none()
+        {
+            return Err(format!("unknown action `{a}`"));
+        }
+        for (name, t) in [("since", &mut self.since), ("until", &mut self.until)] {
+            if let Some(text) = t {
+                let parsed = crate::ids::parse_rfc3339(text)
+                    .map_err(|_| format!("`{name}` must be an RFC 3339 time, not `{text}`"))?;
+                *text = crate::ids::rfc3339(parsed);
+            }
+        }
+        Ok(self)
+    }
+
+    fn clauses(&self) -> (Vec<String>, Vec<SqlValue>) {
+        let mut sql = Vec::new();
+        let mut args: Vec<SqlValue> = Vec::new();
+        let mut eq = |col: &str, v: &Option<String>, op: &str| {
+            if let Some(v) = v {
+                args.push(SqlValue::Text(v.clone()));
+                sql.push(format!("{col} {op} ?{}", args.len()));
+            }
+        };
+        eq("org_id", &self.org, "=");
+        eq("session_id", &self.session, "=");
+        eq("principal", &self.principal, "=");
+        eq("action", &self.action, "=");
+        eq("resource", &self.resource, "=");
+        eq("decision", &self.decision, "=");
+        eq("time", &self.since, ">=");
+        eq("time", &self.until, "<");
+        (sql, args)
+    }
+}
+
+/// Up to `limit` decisions matching `filter` strictly after (ascending) or
+/// before (descending) the `cursor` seq.
+pub fn page_filtered(
+    conn: &Connection,
+    filter: &DecisionFilter,
+    cursor: Option<i64>,
+    order: Order,
+    limit: usize,
+) -> Result<Vec<StoredDecision>, StoreError> {
+    let (mut clauses, mut args) = filter.clauses();
+    if let Some(c) = cursor {
+        args.push(SqlValue::Integer(c));
+        let op = if order == Order::Asc { ">" } else { "<" };
+        clauses.push(format!("seq {op} ?{}", args.len()));
+    }
+    args.push(SqlValue::Integer(limit as i64));
+    let where_sql = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    let dir = if order == Order::Asc { "ASC" } else { "DESC" };
+    let sql = format!(
+        "SELECT {} FROM decisions {where_sql} ORDER BY seq {dir} LIMIT ?{}",
+        super::decisions::COLUMNS,
+        args.len()
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), row_to_decision)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The seq range `[from, to]` of decisions in a time window (`None` when
+/// the window holds none).
+pub fn seq_range(
+    conn: &Connection,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<Option<(i64, i64)>, StoreError> {
+    let range: Option<(Option<i64>, Option<i64>)> = conn
+        .query_row(
+            "SELECT MIN(seq), MAX(seq) FROM decisions
+             WHERE (?1 IS NULL OR time >= ?1) AND (?2 IS NULL OR time < ?2)",
+            rusqlite::params![since, until],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(match range {
+        Some((Some(a), Some(b))) => Some((a, b)),
+        _ => None,
+    })
+}
+
+/// Every entity snapshot with one of `hashes`.
+pub fn snapshots(
+    conn: &Connection,
+    hashes: &[String],
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut out = Vec::with_capacity(hashes.len());
+    let mut stmt = conn.prepare_cached("SELECT entities FROM entity_snapshots WHERE hash = ?1")?;
+    for h in hashes {
+        if let Some(text) = stmt.query_row([h], |r| r.get::<_, String>(0)).optional()? {
+            out.push((h.clone(), text));
+        }
+    }
+    Ok(out)
+}
+
+/// A recorded policy set: `(schema_path, schema_text, files JSON)`.
+pub fn policy_set(
+    conn: &Connection,
+    hash: &str,
+) -> Result<Option<(String, String, String)>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT schema_path, schema_text, files FROM policy_sets WHERE hash = ?1",
+            [hash],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?)
+}

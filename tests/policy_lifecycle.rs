@@ -1,0 +1,595 @@
+//! The policy lifecycle through the real server: hot reload (admin API,
+//! file watch, SIGHUP) that never activates a broken set, typed tool
+//! arguments, shadow mode, the auditor's decision listing, and metrics.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{TestGateway, repo};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// Copies the shipped policies *and their tests* into `dest/policies`.
+/// (`FREEZE` targets org `initech`, which the shipped tests do not use.)
+fn copy_policies_with_tests(dest: &Path) -> PathBuf {
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let target = to.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy_dir(&path, &target);
+            } else {
+                std::fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+    let dir = dest.join("policies");
+    copy_dir(&repo().join("policies"), &dir);
+    dir
+}
+
+/// A gateway on an editable copy of the shipped policies (with tests).
+async fn gateway(watch: bool) -> (TestGateway, PathBuf, tempfile::TempDir) {
+    let holder = tempfile::tempdir().unwrap();
+    let policies = copy_policies_with_tests(holder.path());
+    let p = policies.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = p;
+        c.lifecycle.watch = watch;
+        c.lifecycle.watch_debounce_ms = 50;
+    })
+    .await;
+    (g, policies, holder)
+}
+
+const FREEZE: &str = "@id(\"freeze-remember\")\n@advice(\"memory writes are frozen\")\nforbid (principal in Gateway::Org::\"initech\", action == Gateway::Action::\"af_memory_remember\", resource);\n";
+
+async fn reload(g: &TestGateway) -> (u16, Value) {
+    g.admin(Method::POST, "/admin/policies/reload", None).await
+}
+
+async fn policies(g: &TestGateway) -> Value {
+    let (s, body) = g.admin(Method::GET, "/admin/policies", None).await;
+    assert_eq!(s, 200, "{body}");
+    body
+}
+
+async fn remember(g: &TestGateway, t: &common::Tenant, content: &str) -> Value {
+    g.call_tool(t, "af_memory_remember", json!({ "content": content }))
+        .await
+}
+
+#[tokio::test]
+async fn a_valid_edit_takes_effect_without_restart() {
+    let (g, dir, _keep) = gateway(false).await;
+    let t = g.tenant("initech").await;
+    let before = policies(&g).await;
+    assert!(remember(&g, &t, "before").await["result"].is_object());
+
+    std::fs::write(dir.join("freeze.cedar"), FREEZE).unwrap();
+    let (s, body) = reload(&g).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["result"], "applied");
+    assert!(
+        body["testsRun"].as_u64().unwrap() > 0,
+        "the shipped policy tests ran: {body}"
+    );
+    let after = policies(&g).await;
+    assert_ne!(after["hash"], before["hash"]);
+    assert_eq!(after["hash"], body["hash"]);
+    assert!(
+        after["policyIds"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("freeze-remember"))
+    );
+    assert_eq!(after["lastReload"]["trigger"], "admin");
+    assert_eq!(after["lastError"], Value::Null);
+
+    let denied = remember(&g, &t, "after").await;
+    assert_eq!(denied["error"]["code"], -32003, "{denied}");
+    assert_eq!(
+        denied["error"]["data"]["reasons"],
+        json!(["freeze-remember"])
+    );
+    // Every decision records the hash of the set that made it, and the
+    // new set is stored for replay.
+    let records = g.decisions().await;
+    let last = records.last().unwrap();
+    assert_eq!(last.record.policy_hash, after["hash"].as_str().unwrap());
+    assert!(
+        records
+            .iter()
+            .any(|d| d.record.policy_hash == before["hash"].as_str().unwrap())
+    );
+    assert_eq!(g.count("policy_sets").await, 2);
+
+    // Reloading the same files changes nothing.
+    let (s, body) = reload(&g).await;
+    assert_eq!((s, body["result"].as_str()), (200, Some("unchanged")));
+}
+
+/// Asserts a reload is rejected, the active set is untouched and the
+/// error is reported by `GET /admin/policies`.
+async fn assert_rejected(g: &TestGateway, expect: &[&str]) -> Value {
+    let active = policies(g).await["hash"].clone();
+    let (s, body) = reload(g).await;
+    assert_eq!(s, 422, "{body}");
+    assert_eq!(body["error"]["code"], "policy_set_rejected");
+    assert_eq!(body["activeHash"], active);
+    let now = policies(g).await;
+    assert_eq!(now["hash"], active, "the last good set stays active");
+    let err = &now["lastError"];
+    assert_eq!(err["result"], "rejected");
+    let text = err.to_string();
+    for e in expect {
+        assert!(text.contains(e), "`{e}` missing in {text}");
+    }
+    now
+}
+
+#[tokio::test]
+async fn a_broken_file_never_replaces_the_active_set() {
+    let (g, dir, _keep) = gateway(false).await;
+    let t = g.tenant("initech").await;
+
+    // Syntax error: located by file, line and column.
+    std::fs::write(
+        dir.join("broken.cedar"),
+        "@id(\"broken\")\nforbid (principal, action, resource)\nwhen { principal == };\n",
+    )
+    .unwrap();
+    assert_rejected(&g, &["broken.cedar:3:"]).await;
+    assert!(remember(&g, &t, "still works").await["result"].is_object());
+
+    // Schema violation (strict validation).
+    std::fs::write(
+        dir.join("broken.cedar"),
+        "@id(\"typo\")\nforbid (principal, action in Gateway::Action::\"call_tool\", resource)\nwhen { resource.readOnlly };\n",
+    )
+    .unwrap();
+    assert_rejected(&g, &["broken.cedar:3:", "readOnlly"]).await;
+
+    // `action == call_tool` would silently miss typed tool actions.
+    std::fs::write(
+        dir.join("broken.cedar"),
+        "@id(\"misses-typed\")\nforbid (principal, action == Gateway::Action::\"call_tool\", resource);\n",
+    )
+    .unwrap();
+    assert_rejected(
+        &g,
+        &[
+            "misses-typed",
+            "action in Gateway::Action::\\\"call_tool\\\"",
+        ],
+    )
+    .await;
+
+    // A valid policy that breaks a shipped policy test.
+    std::fs::write(
+        dir.join("broken.cedar"),
+        "@id(\"no-sessions\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource);\n",
+    )
+    .unwrap();
+    let now = assert_rejected(
+        &g,
+        &[
+            "policy test(s) failed",
+            "a key uses a session of its own org",
+        ],
+    )
+    .await;
+    assert!(
+        now["lastError"]["testFailures"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    );
+
+    // A malformed test file is a failure too.
+    std::fs::remove_file(dir.join("broken.cedar")).unwrap();
+    std::fs::write(dir.join("tests/bad.json"), "{not json").unwrap();
+    assert_rejected(&g, &["bad.json", "not a JSON array of tests"]).await;
+
+    // Nothing of the above ever decided: the gateway still answers with
+    // the original set, and fixing the files reloads cleanly.
+    assert!(remember(&g, &t, "still works").await["result"].is_object());
+    std::fs::remove_file(dir.join("tests/bad.json")).unwrap();
+    let (s, body) = reload(&g).await;
+    assert_eq!(
+        (s, body["result"].as_str()),
+        (200, Some("unchanged")),
+        "{body}"
+    );
+    // The last error stays visible until the next failure.
+    assert_eq!(policies(&g).await["lastReload"]["result"], "unchanged");
+}
+
+async fn wait_for_hash_change(g: &TestGateway, old: &Value) -> Value {
+    for _ in 0..200 {
+        let now = policies(g).await;
+        if now["hash"] != *old {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the policy set was not reloaded");
+}
+
+#[tokio::test]
+async fn a_file_change_is_picked_up_by_the_watch() {
+    let (g, dir, _keep) = gateway(true).await;
+    let t = g.tenant("initech").await;
+    let before = policies(&g).await["hash"].clone();
+    std::fs::write(dir.join("freeze.cedar"), FREEZE).unwrap();
+    let now = wait_for_hash_change(&g, &before).await;
+    assert_eq!(now["lastReload"]["trigger"], "file-watch");
+    assert_eq!(remember(&g, &t, "x").await["error"]["code"], -32003);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads() {
+    let (g, dir, _keep) = gateway(false).await;
+    let before = policies(&g).await["hash"].clone();
+    std::fs::write(dir.join("freeze.cedar"), FREEZE).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let now = wait_for_hash_change(&g, &before).await;
+    assert_eq!(now["lastReload"]["trigger"], "sighup");
+}
+
+#[tokio::test]
+async fn an_argument_conditioned_forbid_denies_only_matching_calls() {
+    let g = TestGateway::start_with_policy(
+        "secrets.cedar",
+        "@id(\"no-secrets-in-memory\")\n@advice(\"do not store credentials\")\nforbid (principal, action == Gateway::Action::\"af_memory_remember\", resource)\nwhen { context.args.content like \"*password*\" || (context.args has type && context.args.type == \"credential\") };\n",
+    )
+    .await;
+    let t = g.tenant("initech").await;
+    let denied = remember(&g, &t, "the db password is hunter2").await;
+    assert_eq!(denied["error"]["code"], -32003, "{denied}");
+    assert_eq!(
+        denied["error"]["data"]["reasons"],
+        json!(["no-secrets-in-memory"])
+    );
+    let typed = g
+        .call_tool(
+            &t,
+            "af_memory_remember",
+            json!({"content": "token abc", "type": "credential", "confidence": 0.5}),
+        )
+        .await;
+    assert_eq!(typed["error"]["code"], -32003, "{typed}");
+    let ok = g
+        .call_tool(
+            &t,
+            "af_memory_remember",
+            json!({"content": "we deploy on Tuesdays", "type": "decision", "confidence": 0.9}),
+        )
+        .await;
+    assert!(ok["result"].is_object(), "{ok}");
+    // Other tools are untouched by the typed policy.
+    let recall = g
+        .call_tool(
+            &t,
+            "af_memory_recall",
+            json!({"query": "password", "workType": "chore"}),
+        )
+        .await;
+    assert!(recall["result"].is_object(), "{recall}");
+
+    // The record carries the typed arguments it was decided with (numbers
+    // as Cedar decimals), under the `call_tool` action.
+    let records = g.decisions().await;
+    let call = records
+        .iter()
+        .rev()
+        .find(|d| d.record.action == "call_tool" && d.record.resource.contains("remember"))
+        .unwrap();
+    let context: Value = serde_json::from_str(&call.record.context).unwrap();
+    assert_eq!(context["args"]["content"], "we deploy on Tuesdays");
+    assert_eq!(context["args"]["confidence"]["__extn"]["arg"], "0.9000");
+    assert!(context["args"].get("context").is_none());
+}
+
+#[tokio::test]
+async fn shadow_mode_records_divergences_and_decides_nothing() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("initech").await;
+    let holder = tempfile::tempdir().unwrap();
+    let candidate = copy_policies_with_tests(holder.path());
+    std::fs::write(candidate.join("freeze.cedar"), FREEZE).unwrap();
+
+    // A broken candidate is refused with its diagnostics.
+    let broken = holder.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(
+        broken.join("x.cedar"),
+        "@id(\"x\") permit(principal, action, resource) when { nope };",
+    )
+    .unwrap();
+    let (s, body) = g
+        .admin(
+            Method::PUT,
+            "/admin/shadow",
+            Some(json!({"policiesDir": broken})),
+        )
+        .await;
+    assert_eq!(s, 422, "{body}");
+    assert!(
+        body["diagnostics"][0]
+            .as_str()
+            .unwrap()
+            .contains("x.cedar:1:")
+    );
+    let (s, _) = g.admin(Method::DELETE, "/admin/shadow", None).await;
+    assert_eq!(s, 404);
+
+    let (s, body) = g
+        .admin(
+            Method::PUT,
+            "/admin/shadow",
+            Some(json!({"policiesDir": candidate})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let candidate_hash = body["candidate"]["candidateHash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Live: allowed (the candidate would deny).
+    assert!(remember(&g, &t, "shadowed").await["result"].is_object());
+    g.call_tool(
+        &t,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
+
+    let (s, body) = g.admin(Method::GET, "/admin/shadow", None).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["active"], true);
+    let c = &body["candidate"];
+    assert_eq!(c["divergences"], 1, "{body}");
+    assert_eq!(c["allowToDeny"], 1);
+    assert_eq!(c["denyToAllow"], 0);
+    assert!(c["evaluated"].as_u64().unwrap() >= 4, "{body}");
+    let d = &body["divergences"][0];
+    assert_eq!(d["action"], "call_tool");
+    assert_eq!(d["resource"], "Gateway::Tool::\"af_memory_remember\"");
+    assert_eq!(d["liveDecision"], "allow");
+    assert_eq!(
+        d["liveReasons"],
+        json!(["memory-tools-visible-when-memory-enabled"])
+    );
+    assert_eq!(d["candidateDecision"], "deny");
+    assert_eq!(d["candidateReasons"], json!(["freeze-remember"]));
+    assert_eq!(d["candidateHash"], candidate_hash.as_str());
+    // The divergence names the live record.
+    let records = g.decisions().await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.record.id == d["decisionId"].as_str().unwrap())
+    );
+
+    let metrics = g
+        .http
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "cedargate_shadow_divergences_total{action=\"call_tool\",flip=\"allow_to_deny\"} 1"
+        ),
+        "{metrics}"
+    );
+
+    let (s, body) = g.admin(Method::DELETE, "/admin/shadow", None).await;
+    assert_eq!((s, body["active"].as_bool()), (200, Some(false)));
+    assert!(remember(&g, &t, "no longer shadowed").await["result"].is_object());
+}
+
+#[tokio::test]
+async fn decisions_are_listed_with_filters_and_cursor_pages() {
+    let g = TestGateway::start_with_policy("freeze.cedar", FREEZE).await;
+    let a = g.tenant("initech").await;
+    let b = g.tenant("globex").await;
+    for i in 0..3 {
+        remember(&g, &a, &format!("a{i}")).await;
+    }
+    g.call_tool(
+        &b,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
+    let all = g.decisions().await;
+
+    // Cursor pages of 2 walk every acme decision exactly once, in order.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/admin/decisions?org=initech&limit=2&cursor={c}"),
+            None => "/admin/decisions?org=initech&limit=2".to_string(),
+        };
+        let (s, body) = g.admin(Method::GET, &path, None).await;
+        assert_eq!(s, 200, "{body}");
+        let page = body["decisions"].as_array().unwrap();
+        assert!(page.len() <= 2);
+        seen.extend(page.iter().map(|d| d["seq"].as_i64().unwrap()));
+        match body["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let expected: Vec<i64> = all
+        .iter()
+        .filter(|d| d.record.org_id.as_deref() == Some("initech"))
+        .map(|d| d.seq)
+        .collect();
+    assert_eq!(seen, expected);
+
+    let (_, body) = g
+        .admin(
+            Method::GET,
+            "/admin/decisions?action=call_tool&decision=deny&order=desc",
+            None,
+        )
+        .await;
+    let denied = body["decisions"].as_array().unwrap();
+    assert_eq!(denied.len(), 3, "{body}");
+    assert!(
+        denied
+            .windows(2)
+            .all(|w| w[0]["seq"].as_i64() > w[1]["seq"].as_i64())
+    );
+    assert!(
+        denied
+            .iter()
+            .all(|d| d["orgId"] == "initech" && d["reasons"] == "[\"freeze-remember\"]")
+    );
+
+    let principal = format!("Gateway::Agent::\"{}\"", b.agent);
+    let (_, body) = g
+        .admin(
+            Method::GET,
+            &format!(
+                "/admin/decisions?principal={}&session={}",
+                urlencode(&principal),
+                b.session_id
+            ),
+            None,
+        )
+        .await;
+    let rows = body["decisions"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert!(rows.iter().all(|d| d["principal"] == principal.as_str()));
+
+    let first_time = all.first().unwrap().record.time.clone();
+    let (_, body) = g
+        .admin(
+            Method::GET,
+            &format!(
+                "/admin/decisions?until={}&resource={}",
+                urlencode(&first_time),
+                urlencode("Gateway::Tool::\"af_memory_remember\"")
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(body["decisions"], json!([]), "until is exclusive");
+
+    for bad in [
+        "decision=maybe",
+        "action=fly",
+        "since=yesterday",
+        "cursor=abc",
+        "limit=0",
+        "limit=100000",
+        "order=sideways",
+        "colour=blue",
+    ] {
+        let (s, body) = g
+            .admin(Method::GET, &format!("/admin/decisions?{bad}"), None)
+            .await;
+        assert_eq!(s, 400, "{bad}: {body}");
+        assert_eq!(body["error"]["code"], "bad_request", "{bad}");
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_count_decisions_reloads_and_the_active_set() {
+    let (g, dir, _keep) = gateway(false).await;
+    let t = g.tenant("initech").await;
+    remember(&g, &t, "one").await;
+    std::fs::write(dir.join("bad.cedar"), "permit(").unwrap();
+    reload(&g).await;
+    std::fs::remove_file(dir.join("bad.cedar")).unwrap();
+    std::fs::write(dir.join("freeze.cedar"), FREEZE).unwrap();
+    reload(&g).await;
+    remember(&g, &t, "two").await;
+
+    let resp = g
+        .http
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = resp.text().await.unwrap();
+    let hash = policies(&g).await["hash"].as_str().unwrap().to_string();
+    for line in [
+        "cedargate_decisions_total{action=\"call_tool\",outcome=\"allow\"} 1".to_string(),
+        "cedargate_decisions_total{action=\"call_tool\",outcome=\"deny\"} 1".to_string(),
+        "cedargate_decision_duration_seconds_count{action=\"call_tool\"} 2".to_string(),
+        "cedargate_policy_reloads_total{result=\"rejected\"} 1".to_string(),
+        "cedargate_policy_reloads_total{result=\"applied\"} 2".to_string(),
+        format!("cedargate_policy_set_info{{hash=\"{hash}\"}} 1"),
+    ] {
+        assert!(text.contains(&line), "missing `{line}` in\n{text}");
+    }
+    assert_eq!(
+        text.matches("cedargate_policy_set_info{").count(),
+        1,
+        "{text}"
+    );
+
+    // Metrics can be turned off.
+    let off = TestGateway::start_with(|c| c.lifecycle.metrics = false).await;
+    let resp = off
+        .http
+        .get(format!("{}/metrics", off.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+}
+
+#[tokio::test]
+async fn the_reload_api_needs_the_admin_token() {
+    let g = TestGateway::start().await;
+    let resp = g
+        .http
+        .post(format!("{}/admin/policies/reload", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+}
