@@ -82,6 +82,50 @@ const QUERIES: [&str; 6] = [
     "webhook handler notification delivery",
 ];
 
+/// The endpoint's per-node filter, rebuilt here for in-process figures.
+struct BenchFilter<'a> {
+    guard: NodeGuard<'a>,
+    memo: std::collections::HashMap<u32, bool>,
+}
+
+impl<'a> BenchFilter<'a> {
+    fn new(guard: NodeGuard<'a>) -> Self {
+        BenchFilter {
+            guard,
+            memo: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl cedargate::graph::model::NodeFilter for BenchFilter<'_> {
+    fn admit(&mut self, g: &cedargate::graph::model::ProjectGraph, nodes: &[u32]) -> Vec<bool> {
+        let mut ask: Vec<u32> = nodes
+            .iter()
+            .copied()
+            .filter(|n| !self.memo.contains_key(n))
+            .collect();
+        ask.sort_unstable();
+        ask.dedup();
+        let refs: Vec<NodeRef<'_>> = ask
+            .iter()
+            .filter_map(|n| g.node(*n))
+            .map(|n| NodeRef {
+                id: &n.id,
+                node_type: &n.node_type,
+                name: &n.name,
+            })
+            .collect();
+        let verdicts = self.guard.decide(&refs);
+        for (n, ok) in ask.into_iter().zip(verdicts) {
+            self.memo.insert(n, ok);
+        }
+        nodes
+            .iter()
+            .map(|n| self.memo.get(n).copied().unwrap_or(false))
+            .collect()
+    }
+}
+
 /// A deterministic xorshift generator (no dependency, same graph each run).
 struct Rng(u64);
 
@@ -497,7 +541,7 @@ async fn run() -> Res<()> {
     }
     row("read_node filter of 1,000 nodes + record", "<= 2 ms", filt);
     // Where the time goes: building the 1,000 node entities, and the
-    // decisions themselves (against a single call_tool decision on the
+    // decisions themselves (against a single view_tool decision on the
     // session slice as the per-decision baseline on this machine).
     let mut build = Vec::new();
     let mut decide = Vec::new();
@@ -552,7 +596,7 @@ async fn run() -> Res<()> {
         let t = Instant::now();
         let v = bundle.decide(
             &Kind::Agent.uid(AGENT),
-            cedargate::policy::Action::CallTool,
+            cedargate::policy::Action::ViewTool,
             &tool,
             &context,
             &view.slice.entities,
@@ -562,7 +606,78 @@ async fn run() -> Res<()> {
             return Err("unexpected deny".into());
         }
     }
-    row("  baseline: one call_tool decision", "-", single);
+    row("  baseline: one view_tool decision", "-", single);
+
+    // The same reads in-process (no HTTP, no durable commit): graph work
+    // plus the Cedar read_node filter and its batched record.
+    let g = graph.read().map_err(|_| "poisoned")?;
+    let new_guard = || {
+        NodeGuard::new(
+            &bundle,
+            &view.slice,
+            Kind::Agent.uid(AGENT),
+            PROJECT,
+            &context,
+            Scope {
+                org_id: Some(ORG),
+                session_id: Some(&session_id),
+            },
+            &time,
+        )
+    };
+    let (mut iq, mut inb, mut ip) = (Vec::new(), Vec::new(), Vec::new());
+    let mut decisions = [0usize; 3];
+    for i in 0..iters {
+        let query = QUERIES.get(i % QUERIES.len()).copied().unwrap_or("auth");
+        let t = Instant::now();
+        let qv = LocalEmbedder::vector(query);
+        let terms = cedargate::graph::tokens(query);
+        let mut f = BenchFilter::new(new_guard());
+        let out = cedargate::graph::pipeline::search(
+            &g,
+            g.model(),
+            &qv,
+            &terms,
+            10,
+            2,
+            2000,
+            100,
+            &mut f,
+        );
+        decisions[0] += f.guard.len();
+        let _ = (out, f.guard.record());
+        iq.push(t.elapsed());
+
+        let a = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
+        let b = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
+        let (Some(a), Some(b)) = (a, b) else {
+            continue;
+        };
+        let t = Instant::now();
+        let mut f = BenchFilter::new(new_guard());
+        let out = g.neighbors(a, 2, None, 1000, &mut f);
+        decisions[1] += f.guard.len();
+        let _ = (out, f.guard.record());
+        inb.push(t.elapsed());
+
+        let t = Instant::now();
+        let mut f = BenchFilter::new(new_guard());
+        let out = g.path(a, b, 6, 20_000, &mut f);
+        decisions[2] += f.guard.len();
+        let _ = (out, f.guard.record());
+        ip.push(t.elapsed());
+    }
+    drop(g);
+    row("in-process graph_query topK 10 depth 2", "p50 <= 15 ms", iq);
+    row("in-process graph_neighbors depth 2", "p50 <= 2 ms", inb);
+    row("in-process graph_path maxDepth 6", "p50 <= 10 ms", ip);
+    let n = iters.max(1);
+    println!(
+        "  mean read_node decisions per call: query {}, neighbors {}, path {}",
+        decisions[0] / n,
+        decisions[1] / n,
+        decisions[2] / n
+    );
     println!("  batched record notes: {record_bytes} bytes for 1,000 decisions");
 
     // graph_ingest of 1,000 observations (three rounds of fresh notes).
