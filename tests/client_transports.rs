@@ -307,6 +307,21 @@ async fn sse_requests_are_authenticated_isolated_and_validated() {
     let (_s, url) = open_stream(&g, &t).await;
     let ping = rpc(1, "ping", json!({}));
     assert_eq!(post(&g, &url, None, &[], &ping).await.0, 401);
+    let evil = [("origin", "https://evil.example")];
+    assert_eq!(post(&g, &url, Some(&t.key), &evil, &ping).await.0, 403);
+    // A second key of the same org may use the session, but not post into
+    // a stream the first key opened.
+    let (status, minted) = g
+        .admin(
+            reqwest::Method::POST,
+            "/admin/orgs/acme/keys",
+            Some(json!({"label": "second daemon"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{minted}");
+    let second = minted["key"].as_str().unwrap();
+    let (status, body) = post(&g, &url, Some(second), &[], &ping).await;
+    assert_eq!(status, 404, "{body}");
     // Another org's key cannot post into the stream.
     let other_url = url.replace(&t.session_id, &other.session_id);
     assert_eq!(
@@ -578,6 +593,31 @@ async fn mcp_session_id_is_returned_and_checked_and_delete_terminates() {
     let resp = g.http.delete(&t.mcp_url).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
     let (mut stream, _) = open_stream(&g, &t).await;
+    let resp = send(
+        reqwest::Method::DELETE,
+        vec![("mcp-session-id", "someone-else".into())],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        400,
+        "DELETE of another session's id"
+    );
+    let resp = send(
+        reqwest::Method::DELETE,
+        vec![("mcp-protocol-version", "2031-01-01".into())],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        400,
+        "DELETE checks the version header"
+    );
+    assert_eq!(g.gw.streams.stats().open, 1, "refused DELETEs end nothing");
     let resp = send(reqwest::Method::DELETE, sid(), None).await.unwrap();
     assert_eq!(resp.status().as_u16(), 204);
     assert!(
@@ -715,6 +755,16 @@ async fn discovery_descriptor_describes_the_server_without_credentials() {
     assert_eq!(d["authentication"]["header"], "Authorization");
     assert_eq!(d["authentication"]["cookies"], false);
 
+    // Clients can fetch it cross-origin (browser-based tools do).
+    let resp = g
+        .http
+        .get(format!("{}/.well-known/mcp.json", g.base))
+        .header("origin", "https://elsewhere.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+
     // The advertised template, filled in, is a working endpoint.
     let t = g.tenant("acme").await;
     let url = endpoint.replace("{sessionId}", &t.session_id);
@@ -727,5 +777,40 @@ async fn discovery_descriptor_describes_the_server_without_credentials() {
         )
         .await;
     assert_eq!(status, 200);
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn discovery_base_url_follows_public_url_else_an_allowed_host() {
+    let g = TestGateway::start_with(|c| c.public_url = None).await;
+    let port = g.gw.config.listen.port();
+    let fetch = |host: String| {
+        g.http
+            .get(format!("{}/.well-known/mcp.json", g.base))
+            .header("host", host)
+            .send()
+    };
+    let d: Value = fetch(format!("localhost:{port}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        d["endpoint"],
+        format!("http://localhost:{port}/api/mcp/{{sessionId}}").as_str(),
+        "the name the client used, when allowed"
+    );
+    let d: Value = fetch("evil.example".into())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        d["endpoint"],
+        format!("http://127.0.0.1:{port}/api/mcp/{{sessionId}}").as_str(),
+        "a Host outside the allow-list is never echoed"
+    );
     g.stop().await;
 }

@@ -1,0 +1,183 @@
+//! `cargo bench --bench transports`: what each client transport costs per
+//! request on this machine, through the real server on loopback with the
+//! shipped policies (the full PEP and trail path, `tools/list`, one
+//! `access_session` and two `view_tool` decisions per request).
+//!
+//! Scenarios, each sequential (one request in flight, like one agent):
+//! - `streamable-json`: POST, JSON answer;
+//! - `streamable-sse`: POST with `Accept: text/event-stream`, SSE answer;
+//! - `http+sse`: POST to the stream's endpoint (202), answer read from the
+//!   open stream;
+//! - `sse-open`: GET `/sse` until the `endpoint` event (stream set-up).
+//!
+//! Knob: `BENCH_ITERS` requests per scenario (default 2000, after 200 of
+//! warm-up). Without `--bench` (under `cargo test --all-targets`) the binary
+//! exits at once, so it never adds to test time.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly"
+)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Tenant, TestGateway};
+use serde_json::json;
+
+const WARMUP: usize = 200;
+
+/// Reads a streaming response until `needle` has arrived; returns what
+/// was read after it is found (the rest of the buffer).
+async fn read_until(resp: &mut reqwest::Response, buf: &mut String, needle: &str) -> String {
+    loop {
+        if let Some(i) = buf.find(needle) {
+            let end = buf[i..]
+                .find("\n\n")
+                .map(|e| i + e + 2)
+                .unwrap_or(buf.len());
+            return buf.drain(..end).collect();
+        }
+        let chunk = resp.chunk().await.unwrap().expect("stream ended");
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
+fn report(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let n = samples.len();
+    let pick = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1e3;
+    let total: Duration = samples.iter().sum();
+    println!(
+        "{name:<18} n={n:<6} p50={:>7.3} ms  p99={:>7.3} ms  mean={:>7.3} ms  {:>7.0} req/s (sequential)",
+        pick(0.50),
+        pick(0.99),
+        total.as_secs_f64() * 1e3 / n as f64,
+        n as f64 / total.as_secs_f64()
+    );
+}
+
+async fn streamable(g: &TestGateway, t: &Tenant, accept: &str, iters: usize) -> Vec<Duration> {
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}).to_string();
+    let mut out = Vec::with_capacity(iters);
+    for i in 0..WARMUP + iters {
+        let started = Instant::now();
+        let resp = g
+            .http
+            .post(&t.mcp_url)
+            .bearer_auth(&t.key)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("af_memory_recall"));
+        if i >= WARMUP {
+            out.push(started.elapsed());
+        }
+    }
+    out
+}
+
+async fn legacy(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> {
+    let mut stream = g
+        .http
+        .get(format!("{}/sse", t.mcp_url))
+        .bearer_auth(&t.key)
+        .send()
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    let endpoint = read_until(&mut stream, &mut buf, "event: endpoint").await;
+    let path = endpoint
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap()
+        .to_string();
+    let url = format!("{}{path}", g.base);
+    let mut out = Vec::with_capacity(iters);
+    for i in 0..WARMUP + iters {
+        let id = format!("\"id\":{i},");
+        let body = json!({"jsonrpc":"2.0","id":i,"method":"tools/list"}).to_string();
+        let started = Instant::now();
+        let resp = g
+            .http
+            .post(&url)
+            .bearer_auth(&t.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        let event = read_until(&mut stream, &mut buf, &id).await;
+        assert!(event.contains("af_memory_recall"));
+        if i >= WARMUP {
+            out.push(started.elapsed());
+        }
+    }
+    out
+}
+
+async fn open_close(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(iters);
+    for i in 0..WARMUP + iters {
+        let started = Instant::now();
+        let mut stream = g
+            .http
+            .get(format!("{}/sse", t.mcp_url))
+            .bearer_auth(&t.key)
+            .send()
+            .await
+            .unwrap();
+        let mut buf = String::new();
+        read_until(&mut stream, &mut buf, "event: endpoint").await;
+        if i >= WARMUP {
+            out.push(started.elapsed());
+        }
+        drop(stream);
+        // Stay under the per-key bound: wait until the server let go.
+        while g.gw.streams.stats().open > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    out
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let g = TestGateway::start().await;
+        let t = g.tenant("bench").await;
+        println!("tools/list round trips, {iters} per scenario, loopback, shipped policies");
+        report(
+            "streamable-json",
+            streamable(&g, &t, "application/json, text/event-stream", iters).await,
+        );
+        report(
+            "streamable-sse",
+            streamable(&g, &t, "text/event-stream", iters).await,
+        );
+        report("http+sse", legacy(&g, &t, iters).await);
+        report("sse-open", open_close(&g, &t, iters).await);
+        g.stop().await;
+    });
+}
