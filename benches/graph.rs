@@ -1,1 +1,610 @@
-fn main() {}
+//! Knowledge-graph figures on a generated project graph (default 100,000
+//! nodes and 300,000 edges), through the real server over loopback:
+//! `graph_query` (topK 10, depth 2), `graph_neighbors` (depth 2),
+//! `graph_path` (maxDepth 6), Cedar `read_node` filtering of 1,000 nodes
+//! in-process, and `graph_ingest` of 1,000 observations.
+//!
+//! `cargo bench --bench graph`; `GRAPH_NODES`, `GRAPH_EDGES`, `GRAPH_ITERS`
+//! scale it. Every figure is printed as p50 / p99 (milliseconds).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cedargate::audit::{NodeGuard, NodeRef, Scope};
+use cedargate::config::Config;
+use cedargate::gateway::Gateway;
+use cedargate::graph::embed::LocalEmbedder;
+use cedargate::graph::pipeline::node_text;
+use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::policy::Kind;
+use cedargate::store::WriteOp;
+use cedargate::store::graph::{EdgeRow, GraphWrite, NodeRow, Provenance};
+use cedargate::store::observations::NewObservation;
+use serde_json::{Value, json};
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const ORG: &str = "bench";
+const PROJECT: &str = "bench-proj";
+const AGENT: &str = "bench-agent";
+
+const DOMAINS: [&str; 20] = [
+    "Billing",
+    "Auth",
+    "Session",
+    "Invoice",
+    "Payment",
+    "User",
+    "Order",
+    "Catalog",
+    "Search",
+    "Shipping",
+    "Inventory",
+    "Report",
+    "Audit",
+    "Notification",
+    "Profile",
+    "Pricing",
+    "Ledger",
+    "Import",
+    "Export",
+    "Webhook",
+];
+const KINDS: [(&str, &str); 10] = [
+    ("Service", "Service"),
+    ("Controller", "Controller"),
+    ("Repository", "Repository"),
+    ("Worker", "Worker"),
+    ("Client", "Client"),
+    ("Cache", "Cache"),
+    ("Queue", "Queue"),
+    ("Handler", "Handler"),
+    ("Gateway", "Gateway"),
+    ("DB", "Database"),
+];
+const RELATIONS: [&str; 8] = [
+    "calls",
+    "depends_on",
+    "reads_from",
+    "writes_to",
+    "publishes_to",
+    "consumes",
+    "uses",
+    "contains",
+];
+const QUERIES: [&str; 6] = [
+    "How does authentication interact with the user service?",
+    "which workers publish invoices to the billing queue",
+    "payment gateway retries and ledger writes",
+    "session cache invalidation",
+    "search catalog repository reads",
+    "webhook handler notification delivery",
+];
+
+/// A deterministic xorshift generator (no dependency, same graph each run).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn name_of(i: usize) -> (String, &'static str) {
+    let d = DOMAINS.get(i % DOMAINS.len()).copied().unwrap_or("Misc");
+    let (k, t) = KINDS
+        .get((i / DOMAINS.len()) % KINDS.len())
+        .copied()
+        .unwrap_or(("Service", "Service"));
+    (format!("{d}{k}{i}"), t)
+}
+
+fn pct(mut v: Vec<Duration>) -> (f64, f64, usize) {
+    v.sort_unstable();
+    let n = v.len();
+    let at = |q: f64| {
+        let rank = ((q * n as f64).ceil() as usize).clamp(1, n.max(1));
+        v.get(rank - 1).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+    };
+    (at(0.5), at(0.99), n)
+}
+
+fn row(label: &str, goal: &str, v: Vec<Duration>) {
+    let (p50, p99, n) = pct(v);
+    println!("{label:<44} p50 {p50:>8.3} ms   p99 {p99:>8.3} ms   n={n:<5} goal: {goal}");
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Server {
+    gw: Arc<Gateway>,
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+async fn start(data: &Path) -> Res<Server> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let config = Config {
+        listen: addr,
+        public_url: Some(format!("http://{addr}")),
+        data_dir: data.join("data"),
+        policies_dir: repo().join("policies"),
+        schema_file: repo().join("schemas/gateway.cedarschema"),
+        demo_tenant: false,
+        admin_token: None,
+        ..Config::default()
+    };
+    let gw = cedargate::server::prepare(config)
+        .await
+        .map_err(|e| format!("gateway did not start: {e}"))?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let served = Arc::clone(&gw);
+    let handle = tokio::spawn(async move {
+        if let Err(e) = cedargate::server::run(listener, served, async move {
+            let _ = rx.await;
+        })
+        .await
+        {
+            eprintln!("server: {e}");
+        }
+    });
+    Ok(Server {
+        gw,
+        base: format!("http://{addr}"),
+        stop: Some(tx),
+        handle,
+    })
+}
+
+async fn tenant(gw: &Gateway) -> Res<(String, String)> {
+    Ok(gw
+        .store
+        .read(|c| {
+            operator::create_org(
+                c,
+                CreateOrg {
+                    id: ORG.into(),
+                    name: "Bench".into(),
+                    plan: None,
+                    entitlements: None,
+                },
+            )?;
+            operator::create_project(
+                c,
+                ORG,
+                CreateProject {
+                    id: PROJECT.into(),
+                    memory_enabled: true,
+                    graph_enabled: true,
+                },
+            )?;
+            operator::create_agent(
+                c,
+                ORG,
+                CreateAgent {
+                    id: AGENT.into(),
+                    name: "Bench agent".into(),
+                    roles: vec!["developers".into()],
+                },
+            )?;
+            let (key, secret) = operator::create_key(
+                c,
+                ORG,
+                CreateKey {
+                    label: "daemon".into(),
+                },
+            )?;
+            let s = operator::open_session(
+                c,
+                ORG,
+                OpenSession {
+                    project_id: PROJECT.into(),
+                    agent_id: AGENT.into(),
+                },
+                Some(&key.id),
+            )?;
+            Ok((secret, s.id))
+        })
+        .await?)
+}
+
+/// Generates the graph rows: every node embedded by the local embedder,
+/// edges between random endpoints.
+fn generate(nodes: usize, edges: usize) -> (Vec<NodeRow>, Vec<EdgeRow>) {
+    let prov = Provenance {
+        observation_id: None,
+        session_id: None,
+        timestamp: "2026-05-30T14:22:00Z".into(),
+    };
+    let model = cedargate::graph::embed::LOCAL_MODEL.to_string();
+    let node_rows: Vec<NodeRow> = (0..nodes)
+        .map(|i| {
+            let (name, t) = name_of(i);
+            let domain = DOMAINS.get(i % DOMAINS.len()).copied().unwrap_or("Misc");
+            let description = format!("{name} is a {t} of the {domain} domain");
+            let v = LocalEmbedder::vector(&node_text(&name, t, &description));
+            NodeRow {
+                id: uuid::Uuid::now_v7().to_string(),
+                key: cedargate::graph::resolution_key(&name),
+                name,
+                node_type: t.into(),
+                description,
+                provenance: prov.clone(),
+                weight: 0.5,
+                embedding: Some((model.clone(), v)),
+            }
+        })
+        .collect();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut seen = std::collections::HashSet::new();
+    let mut edge_rows = Vec::with_capacity(edges);
+    while edge_rows.len() < edges {
+        let (s, t) = (rng.below(nodes), rng.below(nodes));
+        let r = rng.below(RELATIONS.len());
+        if s == t || !seen.insert((s, t, r)) {
+            continue;
+        }
+        let (Some(sn), Some(tn)) = (node_rows.get(s), node_rows.get(t)) else {
+            continue;
+        };
+        edge_rows.push(EdgeRow {
+            source_id: sn.id.clone(),
+            target_id: tn.id.clone(),
+            relationship: RELATIONS.get(r).copied().unwrap_or("uses").into(),
+            provenance: prov.clone(),
+            weight: 0.5,
+        });
+    }
+    (node_rows, edge_rows)
+}
+
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    key: String,
+}
+
+impl Client {
+    async fn call(&self, tool: &str, args: Value) -> Res<Value> {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":args}});
+        let resp = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&body)
+            .send()
+            .await?;
+        let v: Value = resp.json().await?;
+        if v.get("error").is_some() {
+            return Err(format!("{tool} failed: {v}").into());
+        }
+        Ok(v["result"]["structuredContent"].clone())
+    }
+
+    async fn timed(&self, tool: &str, args: Value) -> Res<(Duration, Value)> {
+        let t = Instant::now();
+        let v = self.call(tool, args).await?;
+        Ok((t.elapsed(), v))
+    }
+}
+
+/// Realistic notes about generated components (half of them new ones).
+fn notes(round: usize, n: usize, nodes: usize) -> Vec<String> {
+    let mut rng = Rng(0x5151_0000 + round as u64);
+    (0..n)
+        .map(|i| {
+            let (a, _) = name_of(rng.below(nodes));
+            let (b, _) = name_of(rng.below(nodes));
+            let fresh = format!("Round{round}Note{i}Service");
+            match i % 4 {
+                0 => format!("{a} calls {b} to load accounts, and {b} reads from PostgresDB."),
+                1 => format!("The {fresh} depends on Redis; it was slow during the deploy."),
+                2 => format!("{fresh} publishes to Kafka and {a} consumes from Kafka."),
+                _ => {
+                    format!("We migrated {b} from MySQL to PostgreSQL; {a} still writes to MySQL.")
+                }
+            }
+        })
+        .collect()
+}
+
+async fn run() -> Res<()> {
+    let n_nodes = env_num("GRAPH_NODES", 100_000);
+    let n_edges = env_num("GRAPH_EDGES", 300_000);
+    let iters = env_num("GRAPH_ITERS", 200);
+    let dir = tempfile::tempdir()?;
+    let server = start(dir.path()).await?;
+    let gw = Arc::clone(&server.gw);
+    let (secret, session_id) = tenant(&gw).await?;
+    println!(
+        "graph bench: {n_nodes} nodes, {n_edges} edges, {iters} iterations per figure, {} cores",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+
+    let t = Instant::now();
+    let (node_rows, edge_rows) = generate(n_nodes, n_edges);
+    println!(
+        "generate + embed locally: {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+    let names: Vec<String> = node_rows.iter().map(|n| n.name.clone()).collect();
+    let t = Instant::now();
+    gw.store
+        .writer()
+        .submit(vec![WriteOp::Graph(Box::new(GraphWrite::Ingest {
+            org_id: ORG.into(),
+            project_id: PROJECT.into(),
+            nodes: node_rows,
+            edges: edge_rows,
+            observations: Vec::new(),
+        }))])
+        .await?;
+    println!(
+        "store (one transaction): {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let client = Client {
+        http: reqwest::Client::new(),
+        url: format!("{}/api/mcp/{session_id}", server.base),
+        key: secret.clone(),
+    };
+    let first = names.first().cloned().unwrap_or_default();
+    let (cold, _) = client
+        .timed("graph_neighbors", json!({"entity": first, "depth": 0}))
+        .await?;
+    println!(
+        "first call (loads the in-memory view): {:.2} s",
+        cold.as_secs_f64()
+    );
+    println!();
+
+    let mut rng = Rng(42);
+    // Warm-up.
+    for _ in 0..20 {
+        let e = names
+            .get(rng.below(names.len()))
+            .cloned()
+            .unwrap_or_default();
+        client
+            .call("graph_neighbors", json!({"entity": e, "depth": 2}))
+            .await?;
+    }
+
+    let mut q = Vec::new();
+    let mut triplets = 0;
+    for i in 0..iters {
+        let query = QUERIES.get(i % QUERIES.len()).copied().unwrap_or("auth");
+        let (d, v) = client
+            .timed(
+                "graph_query",
+                json!({"query": query, "topK": 10, "neighborhoodDepth": 2}),
+            )
+            .await?;
+        triplets += v["triplets"].as_array().map_or(0, Vec::len);
+        q.push(d);
+    }
+    row("graph_query topK 10 depth 2 (HTTP)", "p50 <= 15 ms", q);
+    println!("  mean triplets returned: {}", triplets / iters.max(1));
+
+    let mut nb = Vec::new();
+    let mut nodes_seen = 0;
+    for _ in 0..iters {
+        let e = names
+            .get(rng.below(names.len()))
+            .cloned()
+            .unwrap_or_default();
+        let (d, v) = client
+            .timed("graph_neighbors", json!({"entity": e, "depth": 2}))
+            .await?;
+        nodes_seen += v["nodes"].as_array().map_or(0, Vec::len);
+        nb.push(d);
+    }
+    row("graph_neighbors depth 2 (HTTP)", "p50 <= 2 ms", nb);
+    println!("  mean nodes returned: {}", nodes_seen / iters.max(1));
+
+    let mut pa = Vec::new();
+    let mut found = 0;
+    for _ in 0..iters {
+        let a = names
+            .get(rng.below(names.len()))
+            .cloned()
+            .unwrap_or_default();
+        let b = names
+            .get(rng.below(names.len()))
+            .cloned()
+            .unwrap_or_default();
+        let (d, v) = client
+            .timed(
+                "graph_path",
+                json!({"fromEntity": a, "toEntity": b, "maxDepth": 6}),
+            )
+            .await?;
+        if !v["path"].is_null() {
+            found += 1;
+        }
+        pa.push(d);
+    }
+    row("graph_path maxDepth 6 (HTTP)", "p50 <= 10 ms", pa);
+    println!("  paths found: {found}/{iters}");
+
+    // Cedar read_node filtering of 1,000 nodes, in-process.
+    let presented = cedargate::auth::parse_key(&secret).ok_or("bad key")?;
+    let key = gw.authenticate(&presented).await?;
+    let bundle = gw.pep.current();
+    let view = gw.session_view(&session_id, &key, &bundle).await?;
+    let time = cedargate::ids::now_rfc3339();
+    let context = bundle.prepare_session_context(&session_id, &time);
+    let graph = gw.graphs.view(&gw.store, ORG, PROJECT).await?;
+    let sample: Vec<(String, String, String)> = {
+        let g = graph.read().map_err(|_| "poisoned")?;
+        (0..1000u32)
+            .filter_map(|i| g.node(i * 7))
+            .map(|n| (n.id.clone(), n.node_type.clone(), n.name.clone()))
+            .collect()
+    };
+    let refs: Vec<NodeRef<'_>> = sample
+        .iter()
+        .map(|(id, t, n)| NodeRef {
+            id,
+            node_type: t,
+            name: n,
+        })
+        .collect();
+    let mut filt = Vec::new();
+    let mut record_bytes = 0;
+    for _ in 0..iters.min(100) {
+        let t = Instant::now();
+        let mut guard = NodeGuard::new(
+            &bundle,
+            &view.slice,
+            Kind::Agent.uid(AGENT),
+            PROJECT,
+            &context,
+            Scope {
+                org_id: Some(ORG),
+                session_id: Some(&session_id),
+            },
+            &time,
+        );
+        let allowed = guard.decide(&refs).into_iter().filter(|a| *a).count();
+        let rec = guard.record();
+        filt.push(t.elapsed());
+        if allowed != refs.len() {
+            return Err("shipped policies must allow the project's nodes".into());
+        }
+        record_bytes = rec.map_or(0, |r| r.notes.len());
+    }
+    row("read_node filter of 1,000 nodes + record", "<= 2 ms", filt);
+    // Where the time goes: building the 1,000 node entities, and the
+    // decisions themselves (against a single call_tool decision on the
+    // session slice as the per-decision baseline on this machine).
+    let mut build = Vec::new();
+    let mut decide = Vec::new();
+    let project = Kind::Project.uid(PROJECT);
+    let uids: Vec<cedar_policy::EntityUid> = sample
+        .iter()
+        .map(|(id, _, _)| Kind::GraphNode.uid(id))
+        .collect();
+    for _ in 0..iters.min(50) {
+        let t = Instant::now();
+        let list: Vec<cedar_policy::Entity> = sample
+            .iter()
+            .zip(&uids)
+            .filter_map(|((_, ty, name), uid)| {
+                cedar_policy::Entity::new(
+                    uid.clone(),
+                    std::collections::HashMap::from([
+                        (
+                            "type".to_string(),
+                            cedar_policy::RestrictedExpression::new_string(ty.clone()),
+                        ),
+                        (
+                            "name".to_string(),
+                            cedar_policy::RestrictedExpression::new_string(name.clone()),
+                        ),
+                    ]),
+                    std::collections::HashSet::from([project.clone()]),
+                )
+                .ok()
+            })
+            .collect();
+        let entities = view.slice.entities.clone().add_entities(list, None)?;
+        build.push(t.elapsed());
+        let t = Instant::now();
+        let v = bundle.decide_many(
+            &Kind::Agent.uid(AGENT),
+            cedargate::policy::Action::ReadNode,
+            &uids,
+            &context,
+            &entities,
+        );
+        decide.push(t.elapsed());
+        if v.iter().any(|x| !x.allowed) {
+            return Err("unexpected deny".into());
+        }
+    }
+    row("  of which: build 1,000 node entities", "-", build);
+    row("  of which: 1,000 read_node decisions", "-", decide);
+    let mut single = Vec::new();
+    let tool = Kind::Tool.uid("graph_query");
+    for _ in 0..2000 {
+        let t = Instant::now();
+        let v = bundle.decide(
+            &Kind::Agent.uid(AGENT),
+            cedargate::policy::Action::CallTool,
+            &tool,
+            &context,
+            &view.slice.entities,
+        );
+        single.push(t.elapsed());
+        if !v.allowed {
+            return Err("unexpected deny".into());
+        }
+    }
+    row("  baseline: one call_tool decision", "-", single);
+    println!("  batched record notes: {record_bytes} bytes for 1,000 decisions");
+
+    // graph_ingest of 1,000 observations (three rounds of fresh notes).
+    let mut ing = Vec::new();
+    for round in 0..3 {
+        let ops = notes(round, 1000, names.len())
+            .into_iter()
+            .map(|content| {
+                WriteOp::Observation(Box::new(NewObservation {
+                    id: uuid::Uuid::now_v7().to_string(),
+                    org_id: ORG.into(),
+                    project_id: PROJECT.into(),
+                    session_id: session_id.clone(),
+                    agent_id: AGENT.into(),
+                    content,
+                    obs_type: Some("pattern".into()),
+                    confidence: None,
+                    created_at: cedargate::ids::now_rfc3339(),
+                }))
+            })
+            .collect();
+        gw.store.writer().submit(ops).await?;
+        let (d, v) = client.timed("graph_ingest", json!({"limit": 1000})).await?;
+        if round == 0 {
+            println!("  ingest result: {v}");
+        }
+        ing.push(d);
+    }
+    row("graph_ingest of 1,000 observations (HTTP)", "<= 5 s", ing);
+
+    let mut server = server;
+    if let Some(stop) = server.stop.take() {
+        let _ = stop.send(());
+    }
+    let _ = server.handle.await;
+    Ok(())
+}
+
+fn main() -> Res<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(run())
+}

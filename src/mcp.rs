@@ -508,6 +508,9 @@ async fn tools_list(call: &Call) -> Result<Value, RpcError> {
     let mut tools = Vec::new();
     let mut records = Vec::new();
     for spec in &call.view.tools {
+        if spec.adapter == Adapter::A2a {
+            continue;
+        }
         let decided = call.decide(
             &agent,
             Action::ViewTool,
@@ -519,6 +522,7 @@ async fn tools_list(call: &Call) -> Result<Value, RpcError> {
         }
         records.push(WriteOp::Decision(Box::new(decided.finish_default())));
     }
+    a2a::list_tools(call, &mut tools, &mut records);
     call.defer(records);
     Ok(json!({ "tools": tools }))
 }

@@ -482,6 +482,56 @@ impl PolicyBundle {
         self.decide_request(&request, entities)
     }
 
+    /// Decides one action for many resources of one entity type with the
+    /// same principal and context (the per-node `read_node` filter). The
+    /// first request is checked against the schema; the others differ from
+    /// it only by the resource id, so they are built without re-checking
+    /// (a resource of another type is checked again).
+    pub fn decide_many<'r>(
+        &self,
+        principal: &EntityUid,
+        action: Action,
+        resources: impl IntoIterator<Item = &'r EntityUid>,
+        context: &PreparedContext,
+        entities: &Entities,
+    ) -> Vec<Verdict> {
+        let mut checked: Option<EntityTypeName> = None;
+        let mut out = Vec::new();
+        for resource in resources {
+            if context.schema_hash != self.schema_hash {
+                out.push(Verdict::denied_with(
+                    "context was prepared for a different schema".into(),
+                ));
+                continue;
+            }
+            let ctx = match &context.cedar {
+                Ok(c) => c.clone(),
+                Err(e) => {
+                    out.push(Verdict::denied_with(e.clone()));
+                    continue;
+                }
+            };
+            let same_type = checked.as_ref() == Some(resource.type_name());
+            let schema = if same_type { None } else { Some(&self.schema) };
+            match Request::new(
+                principal.clone(),
+                action.uid(),
+                resource.clone(),
+                ctx,
+                schema,
+            ) {
+                Ok(request) => {
+                    if !same_type {
+                        checked = Some(resource.type_name().clone());
+                    }
+                    out.push(self.decide_request(&request, entities));
+                }
+                Err(e) => out.push(Verdict::denied_with(format!("cannot build request: {e}"))),
+            }
+        }
+        out
+    }
+
     /// Decides an already-built request (used by replay, which rebuilds the
     /// recorded request itself).
     pub fn decide_request(&self, request: &Request, entities: &Entities) -> Verdict {

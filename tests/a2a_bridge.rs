@@ -1137,3 +1137,52 @@ async fn a_stuck_subscriber_never_blocks_a_call_and_the_others_still_write() {
     assert_eq!(event["outcome"], "completed");
     assert_eq!(event["sessionId"], t.session_id);
 }
+
+#[tokio::test]
+async fn tools_list_decides_once_per_peer_unless_a_policy_names_a_tool() {
+    let g = TestGateway::start_with_policy(
+        "hide-one.cedar",
+        r#"@id("hide-boom")
+forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::Tool::"vercel_ops.boom");
+"#,
+    )
+    .await;
+    let t = g.tenant("acme").await;
+    let peer = LocalPeer::start(CardShape::Both).await;
+    register(&g, "acme", json!({"url": peer.base})).await;
+    let before = g.decisions().await.len();
+    let names = tool_names(&g, &t).await;
+    assert!(!names.contains(&"vercel_ops.boom".to_string()), "{names:?}");
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with("vercel_ops."))
+            .count(),
+        8
+    );
+    let views: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .skip(before)
+        .filter(|d| d.record.action == "view_tool" && d.record.resource.contains("vercel_ops."))
+        .collect();
+    // One decision for the class of 8 interchangeable tools, one for the named one.
+    assert_eq!(views.len(), 2, "{views:?}");
+    let named = views
+        .iter()
+        .find(|d| d.record.resource == r#"Gateway::Tool::"vercel_ops.boom""#)
+        .unwrap();
+    assert_eq!(named.record.decision, "deny");
+    let class = views.iter().find(|d| d.record.decision == "allow").unwrap();
+    let notes: Value = serde_json::from_str(&class.record.notes).unwrap();
+    assert_eq!(
+        notes["equivalenceClass"],
+        json!({"peerAgent": "vercel_ops", "tools": 8})
+    );
+    // A call to the hidden tool answers as unknown; the others work.
+    let body = call(&g, &t, "vercel_ops.boom", json!({})).await;
+    assert_eq!(body["error"]["code"], -32601);
+    let body = call(&g, &t, "vercel_ops.say-hi", json!({})).await;
+    assert_eq!(body["result"]["content"][0]["text"], "hi there");
+}

@@ -875,3 +875,163 @@ async fn bad_inputs_are_rejected_or_empty() {
     .await;
     assert_eq!(n, json!({"nodes": [], "edges": []}));
 }
+
+/// What the embeddings endpoint received.
+#[derive(Default)]
+struct EmbeddingsSeen {
+    inputs: Vec<String>,
+    fail: bool,
+}
+
+/// An OpenAI-compatible `/v1/embeddings` endpoint on loopback that checks
+/// the request shape and answers deterministic vectors (the local feature
+/// hashing of each input, so rankings stay meaningful).
+async fn embeddings_endpoint() -> (String, Arc<Mutex<EmbeddingsSeen>>) {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    let seen = Arc::new(Mutex::new(EmbeddingsSeen::default()));
+    let state = Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        axum::routing::post(move |headers: HeaderMap, body: axum::Json<Value>| {
+            let state = Arc::clone(&state);
+            async move {
+                let mut s = state.lock().unwrap();
+                if s.fail {
+                    return (StatusCode::SERVICE_UNAVAILABLE, "overloaded").into_response();
+                }
+                assert_eq!(headers.get("authorization").unwrap(), "Bearer test-key");
+                assert_eq!(body["model"], "test-embed");
+                let inputs: Vec<String> = body["input"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect();
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .map(|(i, t)| {
+                        json!({"object": "embedding", "index": i,
+                               "embedding": cedargate::graph::embed::LocalEmbedder::vector(t)})
+                    })
+                    .collect();
+                s.inputs.extend(inputs);
+                axum::Json(json!({"object": "list", "data": data, "model": "test-embed"}))
+                    .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (format!("http://{addr}/v1/embeddings"), seen)
+}
+
+use std::sync::{Arc, Mutex};
+
+#[tokio::test]
+async fn an_openai_compatible_embeddings_endpoint_is_used_when_configured() {
+    let (url, seen) = embeddings_endpoint().await;
+    let g = TestGateway::start_with(|c| {
+        c.graph.embedding_url = Some(url);
+        c.graph.embedding_model = "test-embed".into();
+        c.graph.embedding_api_key = Some("test-key".into());
+    })
+    .await;
+    let t = graph_tenant(&g, "acme", true, true, &[]).await;
+    remember_notes(&g, &t).await;
+
+    // The endpoint failing: the ingest fails and changes nothing.
+    seen.lock().unwrap().fail = true;
+    let before = dump(&g).await;
+    let body = g.call_tool(&t, "graph_ingest", json!({})).await;
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert_eq!(dump(&g).await, before);
+    seen.lock().unwrap().fail = false;
+
+    let out = call(&g, &t, "graph_ingest", json!({})).await;
+    assert_eq!(out["totalNodesCreated"], 9);
+    let inputs = seen.lock().unwrap().inputs.clone();
+    assert_eq!(inputs.len(), 9);
+    assert!(
+        inputs.iter().any(|i| i.starts_with("AuthService Service ")),
+        "{inputs:?}"
+    );
+    let models: Vec<String> =
+        g.gw.store
+            .read(|c| {
+                let mut s = c.prepare("SELECT DISTINCT embed_model FROM graph_nodes")?;
+                let rows = s.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<Result<Vec<String>, _>>()?)
+            })
+            .await
+            .unwrap();
+    assert_eq!(models, vec!["http:test-embed".to_string()]);
+
+    // Queries are embedded by the endpoint too, and rank as before.
+    let q = call(
+        &g,
+        &t,
+        "graph_query",
+        json!({"query": "AuthService user repository", "topK": 3, "neighborhoodDepth": 1}),
+    )
+    .await;
+    assert_eq!(q["triplets"][0]["sourceEntity"], "AuthService", "{q}");
+    assert!(
+        seen.lock()
+            .unwrap()
+            .inputs
+            .iter()
+            .any(|i| i == "AuthService user repository")
+    );
+
+    // Feedback re-embeds the touched triplet.
+    let top = &q["triplets"][0];
+    let improved = call(
+        &g,
+        &t,
+        "graph_improve",
+        json!({"outcome": "accepted", "usedEdgeKeys": [{"sourceId": top["sourceId"], "targetId": top["targetId"], "relationshipName": top["relationship"]}]}),
+    )
+    .await;
+    assert_eq!(improved["tripletEmbeddings"], 1);
+    assert_eq!(
+        seen.lock().unwrap().inputs.last().map(String::as_str),
+        Some("AuthService calls UserRepository")
+    );
+    let stored: i64 = g
+        .gw
+        .store
+        .read(|c| {
+            Ok(c.query_row(
+                "SELECT COUNT(*) FROM graph_edges WHERE embedding IS NOT NULL AND embed_model = 'http:test-embed'",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
+}
+
+#[tokio::test]
+async fn a_bad_embeddings_url_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cedargate::config::Config {
+        data_dir: dir.path().join("data"),
+        policies_dir: common::repo().join("policies"),
+        schema_file: common::repo().join("schemas/gateway.cedarschema"),
+        demo_tenant: false,
+        graph: cedargate::config::GraphConfig {
+            embedding_url: Some("ftp://example.invalid/embeddings".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let err = cedargate::server::prepare(config).await.unwrap_err();
+    assert!(err.to_string().contains("embedding_url"), "{err}");
+}

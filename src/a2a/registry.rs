@@ -571,3 +571,75 @@ impl OrgPeers {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, slug: &str, health: &str, skills: &[&str]) -> CardRow {
+        let card = json!({
+            "name": slug,
+            "url": format!("http://127.0.0.1:9/{slug}"),
+            "skills": skills.iter().map(|s| json!({"id": s})).collect::<Vec<_>>(),
+        });
+        CardRow {
+            id: id.into(),
+            org_id: "acme".into(),
+            slug: slug.into(),
+            name: slug.into(),
+            url: "http://127.0.0.1:9".into(),
+            pinned_version: None,
+            auth: None,
+            card: Some(card.to_string()),
+            card_url: None,
+            health: health.into(),
+            last_error: None,
+            checked_at: String::new(),
+            created_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn names_already_taken_are_skipped_and_unhealthy_peers_expose_nothing() {
+        // `a_b` + `c` and `a` + `b-c` share the alias `a2a_a_b_c`.
+        let rows = [
+            row("1", "a_b", health::HEALTHY, &["c"]),
+            row("2", "a", health::HEALTHY, &["b-c", "d"]),
+            row("3", "down", health::UNREACHABLE, &["x"]),
+            row("4", "bad", health::INVALID, &["y"]),
+        ];
+        let peers = OrgPeers::build(&rows, Duration::from_secs(1));
+        let names: Vec<&str> = peers.tools.iter().map(|t| t.spec.name.as_str()).collect();
+        assert_eq!(names, ["a_b.c", "a.b-c", "a.d"]);
+        assert_eq!(
+            peers.aliases.get("a2a_a_b_c").map(String::as_str),
+            Some("a_b.c")
+        );
+        assert_eq!(peers.by_name["a.b-c"].alias, None);
+        assert_eq!(peers.by_name["a.d"].alias.as_deref(), Some("a2a_a_d"));
+        assert_eq!(peers.peers.len(), 2);
+        // Building again from the same rows gives the same set.
+        let again = OrgPeers::build(&rows, Duration::from_secs(1));
+        assert_eq!(again.tools.len(), 3);
+    }
+
+    #[test]
+    fn auth_sources_are_checked() {
+        let auth = |env: Option<&str>, file: Option<&str>| PeerAuth {
+            kind: "bearer".into(),
+            secret_env: env.map(str::to_string),
+            secret_file: file.map(str::to_string),
+        };
+        assert!(auth(Some("TOKEN_1"), None).validate().is_ok());
+        assert!(auth(Some("BAD-NAME"), None).validate().is_err());
+        assert!(auth(None, Some("/run/secrets/t")).validate().is_ok());
+        assert!(auth(None, Some("rel/t")).validate().is_err());
+        assert!(auth(Some("A"), Some("/x")).validate().is_err());
+        assert!(auth(None, None).validate().is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        std::fs::write(&path, "  \n").unwrap();
+        let empty = auth(None, Some(path.to_str().unwrap()));
+        assert!(empty.resolve().unwrap_err().contains("empty"));
+    }
+}

@@ -226,3 +226,64 @@ fn output(value: Value) -> ToolOutput {
         },
     }
 }
+
+/// `tools/list` for the session's A2A tools, deciding `view_tool` once per
+/// equivalence class instead of once per tool.
+///
+/// Two A2A tools of the same peer are indistinguishable to any policy that
+/// does not name one of them: same type, same parents (the peer), same
+/// attributes (`kind`, `readOnly`), same context. Cedar can only tell them
+/// apart by their uid, which a policy can only compare with a literal. So a
+/// tool whose name appears as a string literal (or template link) in the
+/// active policy set is decided on its own, and every other tool of a peer
+/// shares one decision made on a representative, recorded with the class it
+/// covers (`notes.equivalenceClass`); replaying that record with any tool
+/// of the class gives the same verdict.
+pub(super) fn list_tools(call: &Call, tools: &mut Vec<Value>, records: &mut Vec<WriteOp>) {
+    let agent = call.agent_uid();
+    let named = call.gw.a2a.policy_literals(&call.bundle);
+    let a2a_tools = || {
+        call.view
+            .tools
+            .iter()
+            .filter(|t| t.adapter == crate::tools::Adapter::A2a)
+    };
+    let mut class_size: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for t in a2a_tools().filter(|t| !named.contains(&t.name)) {
+        *class_size
+            .entry(t.peer.as_deref().unwrap_or_default())
+            .or_default() += 1;
+    }
+    let mut class_verdict: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
+    for spec in a2a_tools() {
+        let peer = spec.peer.as_deref().unwrap_or_default();
+        let shared = !named.contains(&spec.name);
+        let allowed = match class_verdict.get(peer) {
+            Some(v) if shared => *v,
+            _ => {
+                let mut decided = call.decide(
+                    &agent,
+                    Action::ViewTool,
+                    &Kind::Tool.uid(&spec.name),
+                    &call.context,
+                );
+                let allowed = decided.allowed();
+                if shared {
+                    class_verdict.insert(peer, allowed);
+                    decided.record.notes = json!({
+                        "equivalenceClass": {
+                            "peerAgent": peer,
+                            "tools": class_size.get(peer).copied().unwrap_or(1),
+                        }
+                    })
+                    .to_string();
+                }
+                records.push(WriteOp::Decision(Box::new(decided.finish_default())));
+                allowed
+            }
+        };
+        if allowed {
+            tools.push(spec.listing().clone());
+        }
+    }
+}
