@@ -149,7 +149,16 @@ pub enum ReplayError {
 }
 
 /// The bundle and entities a record replays with, or why it cannot.
-type Resolved = Result<(Arc<PolicyBundle>, Arc<Entities>, Arc<str>), String>;
+type Resolved = Result<
+    (
+        Arc<PolicyBundle>,
+        Arc<Entities>,
+        Arc<str>,
+        cedar_policy::EntityUid,
+        cedar_policy::EntityUid,
+    ),
+    String,
+>;
 
 /// An entity snapshot parsed for one schema, with its text.
 type ParsedSnapshot = (Arc<Entities>, Arc<str>);
@@ -159,7 +168,29 @@ type ParsedSnapshot = (Arc<Entities>, Arc<str>);
 struct Caches {
     bundles: HashMap<String, Result<Arc<PolicyBundle>, String>>,
     entities: HashMap<(String, String), Result<ParsedSnapshot, String>>,
+    uids: HashMap<String, Result<cedar_policy::EntityUid, String>>,
 }
+
+impl Caches {
+    /// A recorded uid, parsed once (bounded: a trail has few distinct ones,
+    /// and the cache is dropped when it grows past [`UID_CACHE_MAX`]).
+    fn uid(&mut self, text: &str) -> Result<cedar_policy::EntityUid, String> {
+        if let Some(u) = self.uids.get(text) {
+            return u.clone();
+        }
+        if self.uids.len() >= UID_CACHE_MAX {
+            self.uids.clear();
+        }
+        let parsed = text
+            .parse::<cedar_policy::EntityUid>()
+            .map_err(|e| format!("recorded uid `{text}` does not parse: {e}"));
+        self.uids.insert(text.to_string(), parsed.clone());
+        parsed
+    }
+}
+
+/// Most parsed uids kept at once.
+const UID_CACHE_MAX: usize = 100_000;
 
 /// A bundle from a recorded policy set, exactly as it was loaded.
 pub fn recorded_bundle(
@@ -244,17 +275,32 @@ pub fn replay(
                     }
                 }
             };
+            // Entity uids repeat across a trail: parse each once.
+            let resolved = resolved.and_then(|(b, e, t)| {
+                let principal = caches.uid(&row.record.principal)?;
+                let resource = caches.uid(&row.record.resource)?;
+                Ok((b, e, t, principal, resource))
+            });
             jobs.push((row, resolved));
         }
         let verdicts: Vec<Result<Verdict, String>> = jobs
             .par_iter()
             .map(|(row, resolved)| {
-                let (bundle, entities, text) = resolved.as_ref().map_err(Clone::clone)?;
+                let (bundle, entities, text, principal, resource) =
+                    resolved.as_ref().map_err(Clone::clone)?;
                 let r = &row.record;
                 if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
                     return replay_batch(bundle, r, text);
                 }
-                let req = RecordedRequest::parse(&r.principal, &r.action, &r.resource, &r.context)?;
+                let req = RecordedRequest {
+                    principal: principal.clone(),
+                    action: crate::policy::Action::from_name(&r.action).ok_or_else(|| {
+                        format!("recorded action `{}` is not in the vocabulary", r.action)
+                    })?,
+                    resource: resource.clone(),
+                    context: serde_json::from_str(&r.context)
+                        .map_err(|e| format!("recorded context is not JSON: {e}"))?,
+                };
                 Ok(bundle.decide_recorded(&req, entities))
             })
             .collect();

@@ -593,3 +593,182 @@ async fn the_reload_api_needs_the_admin_token() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 401);
 }
+
+/// A minimal A2A 1.0 peer: its card declares one skill, `deploy`, with a
+/// JSON Schema, and every `SendMessage` completes with the arguments echoed.
+async fn deploy_peer() -> (String, tokio::task::JoinHandle<()>) {
+    use axum::routing::{get, post};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let rpc = format!("{base}/rpc");
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/agent-card.json",
+            get(move || {
+                let rpc = rpc.clone();
+                async move {
+                    axum::Json(json!({
+                        "name": "Vercel Ops",
+                        "description": "Deploys things.",
+                        "version": "1.0.0",
+                        "supportedInterfaces": [{"url": rpc, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                        "skills": [{"id": "deploy", "name": "Deploy", "description": "Deploys a branch.",
+                                    "inputSchema": {"type": "object", "properties": {"branch": {"type": "string"}}, "required": ["branch"]}}],
+                    }))
+                }
+            }),
+        )
+        .route(
+            "/rpc",
+            post(|body: String| async move {
+                let req: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                let data = req["params"]["message"]["parts"][0]["data"].clone();
+                axum::Json(json!({"jsonrpc": "2.0", "id": req["id"], "result": {"task": {
+                    "id": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+                    "artifacts": [{"artifactId": "a", "parts": [{"data": data}]}]}}}))
+            }),
+        );
+    let handle = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (base, handle)
+}
+
+#[tokio::test]
+async fn a_hand_typed_a2a_tool_and_replay_of_every_record_kind() {
+    // The schema declares a typed action for the dynamic A2A tool
+    // `vercel_ops.deploy`, so the brief's example policy validates and
+    // decides on `context.args.branch`.
+    let holder = tempfile::tempdir().unwrap();
+    let policies = copy_policies_with_tests(holder.path());
+    let schema = holder.path().join("gateway.cedarschema");
+    let base = std::fs::read_to_string(repo().join("schemas/gateway.cedarschema")).unwrap();
+    let typed = "  action \"vercel_ops.deploy\" in [a2a_invoke] appliesTo {\n    principal: [Agent],\n    resource: [Tool],\n    context: { session: Session, time: datetime, args: { branch?: String } },\n  };\n}\n";
+    let end = base.rfind('}').unwrap();
+    std::fs::write(&schema, format!("{}{typed}", &base[..end])).unwrap();
+    std::fs::write(
+        policies.join("deploys.cedar"),
+        "@id(\"no-friday-prod\")\nforbid (principal, action == Gateway::Action::\"vercel_ops.deploy\", resource == Gateway::Tool::\"vercel_ops.deploy\")\nwhen { context.args has branch && context.args.branch == \"main\" };\n",
+    )
+    .unwrap();
+    let (p, s) = (policies.clone(), schema.clone());
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = p;
+        c.schema_file = s;
+        c.lifecycle.watch = false;
+    })
+    .await;
+    let (s, _) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs",
+            Some(json!({"id": "kg", "name": "KG", "entitlements": ["kg_enabled"]})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let t = g.tenant("kg").await;
+    let (peer, handle) = deploy_peer().await;
+    let (s, agent) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/kg/a2a-agents",
+            Some(json!({"url": peer})),
+        )
+        .await;
+    assert_eq!(s, 201, "{agent}");
+
+    let main = g
+        .call_tool(&t, "vercel_ops.deploy", json!({"branch": "main"}))
+        .await;
+    assert_eq!(main["error"]["code"], -32003, "{main}");
+    assert_eq!(main["error"]["data"]["reasons"], json!(["no-friday-prod"]));
+    let dev = g
+        .call_tool(&t, "vercel_ops.deploy", json!({"branch": "dev"}))
+        .await;
+    assert!(dev["result"].is_object(), "{dev}");
+
+    // Graph traffic: batched read_node records and write_node.
+    g.call_tool(
+        &t,
+        "af_memory_remember",
+        json!({"content": "AuthService calls UserRepository, which reads PostgresDB."}),
+    )
+    .await;
+    let ingest = g.call_tool(&t, "graph_ingest", json!({"limit": 20})).await;
+    assert!(ingest["result"].is_object(), "{ingest}");
+    let query = g
+        .call_tool(&t, "graph_query", json!({"query": "auth"}))
+        .await;
+    assert!(query["result"].is_object(), "{query}");
+    handle.abort();
+
+    let records = g.decisions().await;
+    let kinds: std::collections::BTreeSet<&str> =
+        records.iter().map(|d| d.record.action.as_str()).collect();
+    for k in [
+        "access_session",
+        "view_tool",
+        "call_tool",
+        "a2a_invoke",
+        "read_node",
+        "write_node",
+    ] {
+        assert!(kinds.contains(k), "no {k} record in {kinds:?}");
+    }
+    assert!(
+        records
+            .iter()
+            .any(|d| d.record.notes.contains("readNodeBatch"))
+    );
+    let invoke = records
+        .iter()
+        .find(|d| d.record.action == "a2a_invoke" && d.record.decision == "allow")
+        .unwrap();
+    let context: Value = serde_json::from_str(&invoke.record.context).unwrap();
+    assert_eq!(context["args"], json!({"branch": "dev"}));
+
+    // Replay under the recorded set reproduces every record exactly;
+    // under a candidate without the forbid only the `main` deploy flips.
+    let report =
+        g.gw.store
+            .read(|c| {
+                Ok(cedargate::replay::replay(
+                    c,
+                    &Default::default(),
+                    &cedargate::replay::Against::Recorded,
+                )
+                .unwrap())
+            })
+            .await
+            .unwrap();
+    assert_eq!(report.records as usize, records.len());
+    assert_eq!(
+        report.identical as usize,
+        records.len(),
+        "{:?}",
+        report.flips
+    );
+    std::fs::remove_file(policies.join("deploys.cedar")).unwrap();
+    let lifted =
+        cedargate::policy::load::load_bundle_with_tools(&schema, &policies, &g.gw.lifecycle.tools)
+            .unwrap();
+    let report =
+        g.gw.store
+            .read(move |c| {
+                Ok(cedargate::replay::replay(
+                    c,
+                    &Default::default(),
+                    &cedargate::replay::Against::Candidate(std::sync::Arc::new(lifted)),
+                )
+                .unwrap())
+            })
+            .await
+            .unwrap();
+    assert_eq!(report.deny_to_allow, 1, "{:?}", report.flips);
+    assert_eq!(report.allow_to_deny, 0);
+    assert_eq!(report.flips[0].action, "a2a_invoke");
+    assert_eq!(
+        report.flips[0].old_reasons,
+        vec!["no-friday-prod".to_string()]
+    );
+}
