@@ -610,7 +610,6 @@ async fn run() -> Res<()> {
 
     // The same reads in-process (no HTTP, no durable commit): graph work
     // plus the Cedar read_node filter and its batched record.
-    let g = graph.read().map_err(|_| "poisoned")?;
     let new_guard = || {
         NodeGuard::new(
             &bundle,
@@ -627,47 +626,49 @@ async fn run() -> Res<()> {
     };
     let (mut iq, mut inb, mut ip) = (Vec::new(), Vec::new(), Vec::new());
     let mut decisions = [0usize; 3];
-    for i in 0..iters {
-        let query = QUERIES.get(i % QUERIES.len()).copied().unwrap_or("auth");
-        let t = Instant::now();
-        let qv = LocalEmbedder::vector(query);
-        let terms = cedargate::graph::tokens(query);
-        let mut f = BenchFilter::new(new_guard());
-        let out = cedargate::graph::pipeline::search(
-            &g,
-            g.model(),
-            &qv,
-            &terms,
-            10,
-            2,
-            2000,
-            100,
-            &mut f,
-        );
-        decisions[0] += f.guard.len();
-        let _ = (out, f.guard.record());
-        iq.push(t.elapsed());
+    {
+        let g = graph.read().map_err(|_| "poisoned")?;
+        for i in 0..iters {
+            let query = QUERIES.get(i % QUERIES.len()).copied().unwrap_or("auth");
+            let t = Instant::now();
+            let qv = LocalEmbedder::vector(query);
+            let terms = cedargate::graph::tokens(query);
+            let mut f = BenchFilter::new(new_guard());
+            let out = cedargate::graph::pipeline::search(
+                &g,
+                g.model(),
+                &qv,
+                &terms,
+                10,
+                2,
+                2000,
+                100,
+                &mut f,
+            );
+            decisions[0] += f.guard.len();
+            let _ = (out, f.guard.record());
+            iq.push(t.elapsed());
 
-        let a = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
-        let b = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
-        let (Some(a), Some(b)) = (a, b) else {
-            continue;
-        };
-        let t = Instant::now();
-        let mut f = BenchFilter::new(new_guard());
-        let out = g.neighbors(a, 2, None, 1000, &mut f);
-        decisions[1] += f.guard.len();
-        let _ = (out, f.guard.record());
-        inb.push(t.elapsed());
+            let a = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
+            let b = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
+            let (Some(a), Some(b)) = (a, b) else {
+                continue;
+            };
+            let t = Instant::now();
+            let mut f = BenchFilter::new(new_guard());
+            let out = g.neighbors(a, 2, None, 1000, &mut f);
+            decisions[1] += f.guard.len();
+            let _ = (out, f.guard.record());
+            inb.push(t.elapsed());
 
-        let t = Instant::now();
-        let mut f = BenchFilter::new(new_guard());
-        let out = g.path(a, b, 6, 20_000, &mut f);
-        decisions[2] += f.guard.len();
-        let _ = (out, f.guard.record());
-        ip.push(t.elapsed());
+            let t = Instant::now();
+            let mut f = BenchFilter::new(new_guard());
+            let out = g.path(a, b, 6, 20_000, &mut f);
+            decisions[2] += f.guard.len();
+            let _ = (out, f.guard.record());
+            ip.push(t.elapsed());
+        }
     }
-    drop(g);
     row("in-process graph_query topK 10 depth 2", "p50 <= 15 ms", iq);
     row("in-process graph_neighbors depth 2", "p50 <= 2 ms", inb);
     row("in-process graph_path maxDepth 6", "p50 <= 10 ms", ip);
