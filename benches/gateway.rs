@@ -518,11 +518,20 @@ impl Pep {
             .await
             .map_err(|e| e.to_string())?;
         let time = cedargate::ids::now_rfc3339();
+        // A tools/call decision: the typed action of the tool, with its
+        // arguments in `context.args`, as the endpoint prepares it.
+        let args = if tool == "af_memory_remember" {
+            json!({ "content": "the retry backoff doubles up to 30 s", "type": "constraint", "confidence": 0.9 })
+        } else {
+            json!({ "query": RECALL_QUERY, "workType": "bug_fix" })
+        };
+        let prepared =
+            bundle.prepare_tool_context(Action::CallTool, tool, session_id, &time, &args);
         let pep = Pep {
             principal: Kind::Agent.uid(&view.tenant.agent.id),
             resource: Kind::Tool.uid(tool),
-            context: session_context(session_id, &time),
-            prepared: bundle.prepare_session_context(session_id, &time),
+            context: prepared.json.clone(),
+            prepared,
             time,
             bundle,
             view,
@@ -618,7 +627,8 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
     ];
 
     // Where one decision's time goes.
-    let action_uid = Action::CallTool.uid();
+    // The typed action of the tool (one per tool inside `call_tool`).
+    let action_uid: cedar_policy::EntityUid = r#"Gateway::Action::"af_memory_recall""#.parse()?;
     let entities = &view.slice.entities;
     let schema_ctx = Some((&bundle.schema, &action_uid));
     let mut parts = Vec::new();
@@ -626,6 +636,19 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
         "PolicyBundle::prepare_session_context (once per MCP request)".to_string(),
         time_sync(PART_ITERS, || {
             std::hint::black_box(bundle.prepare_session_context(session_id, &pep.time));
+        }),
+    ));
+    let recall_args = json!({ "query": RECALL_QUERY, "workType": "bug_fix" });
+    parts.push((
+        "PolicyBundle::prepare_tool_context (typed tools/call context with args)".to_string(),
+        time_sync(PART_ITERS, || {
+            std::hint::black_box(bundle.prepare_tool_context(
+                Action::CallTool,
+                "af_memory_recall",
+                session_id,
+                &pep.time,
+                &recall_args,
+            ));
         }),
     ));
     parts.push((
@@ -733,9 +756,10 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
         ])
         .map_err(|e| e.to_string())
     };
-    let typed_same = bundle
-        .decide_request(&request_of(typed()?)?, entities)
-        .allowed;
+    // Without `args` the typed action's context does not conform: a deny.
+    let typed_same = request_of(typed()?)
+        .map(|r| bundle.decide_request(&r, entities).allowed)
+        .unwrap_or(false);
     parts.push((
         format!("  alternative: Context::from_pairs(new_entity_uid, new_datetime) (same verdict: {typed_same})"),
         time_sync(PART_ITERS, || {
@@ -743,9 +767,9 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
         }),
     ));
     let unchecked = Context::from_json_value(pep.context.clone(), None)?;
-    let same = bundle
-        .decide_request(&request_of(unchecked.clone())?, entities)
-        .allowed;
+    let same = request_of(unchecked.clone())
+        .map(|r| bundle.decide_request(&r, entities).allowed)
+        .unwrap_or(false);
     parts.push((
         format!(
             "  alternative: context built once per request, Context::clone (same verdict: {same})"
