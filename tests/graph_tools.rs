@@ -42,68 +42,8 @@ async fn graph_tenant(
     graph: bool,
     entitlements: &[&str],
 ) -> Tenant {
-    let org = org.to_string();
-    let ents: Vec<String> = entitlements.iter().map(|e| e.to_string()).collect();
-    let base = g.base.clone();
-    g.gw.store
-        .read(move |c| {
-            operator::create_org(
-                c,
-                CreateOrg {
-                    id: org.clone(),
-                    name: format!("Org {org}"),
-                    plan: None,
-                    entitlements: Some(ents),
-                },
-            )?;
-            let project = format!("{org}-proj");
-            operator::create_project(
-                c,
-                &org,
-                CreateProject {
-                    id: project.clone(),
-                    memory_enabled: memory,
-                    graph_enabled: graph,
-                },
-            )?;
-            let agent = format!("{org}-agent");
-            operator::create_agent(
-                c,
-                &org,
-                CreateAgent {
-                    id: agent.clone(),
-                    name: "Agent".into(),
-                    roles: vec!["developers".into()],
-                },
-            )?;
-            let (key, secret) = operator::create_key(
-                c,
-                &org,
-                CreateKey {
-                    label: "daemon".into(),
-                },
-            )?;
-            let s = operator::open_session(
-                c,
-                &org,
-                OpenSession {
-                    project_id: project.clone(),
-                    agent_id: agent.clone(),
-                },
-                Some(&key.id),
-            )?;
-            Ok(Tenant {
-                mcp_url: operator::mcp_url(&base, &s.id),
-                org,
-                project,
-                agent,
-                key: secret,
-                key_id: key.id,
-                session_id: s.id,
-            })
-        })
+    g.tenant_full(org, memory, graph, entitlements, &["developers"])
         .await
-        .unwrap()
 }
 
 /// A second agent with its own session in the same project.

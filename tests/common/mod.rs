@@ -158,10 +158,24 @@ impl TestGateway {
     /// Creates org `org` with project `proj`, agent `agent` (roles), a key
     /// and a session, directly through the operator layer.
     pub async fn tenant_with(&self, org: &str, memory: bool, roles: &[&str]) -> Tenant {
+        self.tenant_full(org, memory, false, &[], roles).await
+    }
+
+    /// Like [`TestGateway::tenant_with`], also choosing the project's graph
+    /// flag and, when the org is new, its entitlements.
+    pub async fn tenant_full(
+        &self,
+        org: &str,
+        memory: bool,
+        graph: bool,
+        entitlements: &[&str],
+        roles: &[&str],
+    ) -> Tenant {
         let (org_s, roles_v) = (
             org.to_string(),
             roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
         );
+        let ents: Vec<String> = entitlements.iter().map(|e| e.to_string()).collect();
         let base = self.base.clone();
         self.gw
             .store
@@ -174,7 +188,7 @@ impl TestGateway {
                             id: org.clone(),
                             name: format!("Org {org}"),
                             plan: None,
-                            entitlements: None,
+                            entitlements: Some(ents),
                         },
                     )?;
                 }
@@ -185,7 +199,7 @@ impl TestGateway {
                     CreateProject {
                         id: project.clone(),
                         memory_enabled: memory,
-                        graph_enabled: false,
+                        graph_enabled: graph,
                     },
                 )?;
                 let agent = format!("{org}-agent");
