@@ -12,7 +12,7 @@
 
 mod common;
 
-use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::operator::{self, CreateAgent, OpenSession};
 use common::{Tenant, TestGateway};
 use serde_json::{Value, json};
 
