@@ -34,7 +34,12 @@ pub enum CandidateError {
     #[error("policy tests: {0}")]
     TestFiles(String),
     /// Some policy tests failed.
-    #[error("{} of {} policy test(s) failed:\n{}", .0.failed(), .0.outcomes.len(), .0.failures().join("\n"))]
+    #[error(
+        "{} of {} policy test(s) failed:\n{}\nif the new verdicts are intended, update the expected decisions in the policies' tests/ directory",
+        .0.failed(),
+        .0.outcomes.len(),
+        .0.failures().join("\n")
+    )]
     Tests(TestReport),
 }
 
