@@ -71,6 +71,20 @@ pub async fn get_endpoint() -> Response {
     resp
 }
 
+/// The header checks every transport runs first, in this order: `Origin`
+/// and `Host` (403), then `MCP-Protocol-Version` (400). Returns the
+/// version the header asked for, if any.
+fn admit_headers(gw: &Gateway, headers: &HeaderMap) -> Result<Option<String>, Box<Response>> {
+    if let Err(msg) = check_origin_and_host(gw, headers) {
+        return Err(Box::new(http_error(
+            StatusCode::FORBIDDEN,
+            jsonrpc::INVALID_REQUEST,
+            msg,
+        )));
+    }
+    header_version(headers)
+}
+
 /// Checks `Origin` and `Host` against the allow-lists (DNS rebinding).
 fn check_origin_and_host(gw: &Gateway, headers: &HeaderMap) -> Result<(), String> {
     let sec = &gw.config.http;
@@ -214,10 +228,7 @@ pub async fn post_endpoint(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(msg) = check_origin_and_host(&gw, &headers) {
-        return http_error(StatusCode::FORBIDDEN, jsonrpc::INVALID_REQUEST, msg);
-    }
-    let header_version = match header_version(&headers) {
+    let header_version = match admit_headers(&gw, &headers) {
         Ok(v) => v,
         Err(resp) => return *resp,
     };

@@ -35,7 +35,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 use super::jsonrpc::{self, Message};
-use super::{Call, check_origin_and_host, header_version, http_error, read_messages, resolve};
+use super::{Call, admit_headers, http_error, read_messages, resolve};
 use crate::config::SseConfig;
 use crate::gateway::Gateway;
 
@@ -257,10 +257,7 @@ pub async fn open_stream(
     Path(session_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(msg) = check_origin_and_host(&gw, &headers) {
-        return http_error(StatusCode::FORBIDDEN, jsonrpc::INVALID_REQUEST, msg);
-    }
-    let version = match header_version(&headers) {
+    let version = match admit_headers(&gw, &headers) {
         Ok(v) => v,
         Err(resp) => return *resp,
     };
@@ -342,10 +339,7 @@ pub async fn post_message(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(msg) = check_origin_and_host(&gw, &headers) {
-        return http_error(StatusCode::FORBIDDEN, jsonrpc::INVALID_REQUEST, msg);
-    }
-    let header_version = match header_version(&headers) {
+    let header_version = match admit_headers(&gw, &headers) {
         Ok(v) => v,
         Err(resp) => return *resp,
     };

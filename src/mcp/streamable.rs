@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use moka::sync::Cache;
 use serde_json::Value;
 
-use super::{check_origin_and_host, header_version, http_error, json_response, jsonrpc, resolve};
+use super::{admit_headers, http_error, json_response, jsonrpc, resolve};
 use crate::gateway::Gateway;
 
 /// The session header of Streamable HTTP.
@@ -157,10 +157,7 @@ pub async fn delete_endpoint(
     Path(session_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(msg) = check_origin_and_host(&gw, &headers) {
-        return http_error(StatusCode::FORBIDDEN, jsonrpc::INVALID_REQUEST, msg);
-    }
-    let version = match header_version(&headers) {
+    let version = match admit_headers(&gw, &headers) {
         Ok(v) => v,
         Err(resp) => return *resp,
     };
