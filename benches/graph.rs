@@ -16,6 +16,7 @@ use cedargate::config::Config;
 use cedargate::gateway::Gateway;
 use cedargate::graph::embed::LocalEmbedder;
 use cedargate::graph::pipeline::node_text;
+use cedargate::mcp::GuardFilter;
 use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
 use cedargate::policy::Kind;
 use cedargate::store::WriteOp;
@@ -81,50 +82,6 @@ const QUERIES: [&str; 6] = [
     "search catalog repository reads",
     "webhook handler notification delivery",
 ];
-
-/// The endpoint's per-node filter, rebuilt here for in-process figures.
-struct BenchFilter<'a> {
-    guard: NodeGuard<'a>,
-    memo: std::collections::HashMap<u32, bool>,
-}
-
-impl<'a> BenchFilter<'a> {
-    fn new(guard: NodeGuard<'a>) -> Self {
-        BenchFilter {
-            guard,
-            memo: std::collections::HashMap::new(),
-        }
-    }
-}
-
-impl cedargate::graph::model::NodeFilter for BenchFilter<'_> {
-    fn admit(&mut self, g: &cedargate::graph::model::ProjectGraph, nodes: &[u32]) -> Vec<bool> {
-        let mut ask: Vec<u32> = nodes
-            .iter()
-            .copied()
-            .filter(|n| !self.memo.contains_key(n))
-            .collect();
-        ask.sort_unstable();
-        ask.dedup();
-        let refs: Vec<NodeRef<'_>> = ask
-            .iter()
-            .filter_map(|n| g.node(*n))
-            .map(|n| NodeRef {
-                id: &n.id,
-                node_type: &n.node_type,
-                name: &n.name,
-            })
-            .collect();
-        let verdicts = self.guard.decide(&refs);
-        for (n, ok) in ask.into_iter().zip(verdicts) {
-            self.memo.insert(n, ok);
-        }
-        nodes
-            .iter()
-            .map(|n| self.memo.get(n).copied().unwrap_or(false))
-            .collect()
-    }
-}
 
 /// A deterministic xorshift generator (no dependency, same graph each run).
 struct Rng(u64);
@@ -633,7 +590,7 @@ async fn run() -> Res<()> {
             let t = Instant::now();
             let qv = LocalEmbedder::vector(query);
             let terms = cedargate::graph::tokens(query);
-            let mut f = BenchFilter::new(new_guard());
+            let mut f = GuardFilter::new(new_guard());
             let out = cedargate::graph::pipeline::search(
                 &g,
                 g.model(),
@@ -645,8 +602,8 @@ async fn run() -> Res<()> {
                 100,
                 &mut f,
             );
-            decisions[0] += f.guard.len();
-            let _ = (out, f.guard.record());
+            decisions[0] += f.decided();
+            let _ = (out, f.record());
             iq.push(t.elapsed());
 
             let a = g.find(names.get(rng.below(names.len())).map_or("", String::as_str));
@@ -655,17 +612,17 @@ async fn run() -> Res<()> {
                 continue;
             };
             let t = Instant::now();
-            let mut f = BenchFilter::new(new_guard());
+            let mut f = GuardFilter::new(new_guard());
             let out = g.neighbors(a, 2, None, 1000, &mut f);
-            decisions[1] += f.guard.len();
-            let _ = (out, f.guard.record());
+            decisions[1] += f.decided();
+            let _ = (out, f.record());
             inb.push(t.elapsed());
 
             let t = Instant::now();
-            let mut f = BenchFilter::new(new_guard());
+            let mut f = GuardFilter::new(new_guard());
             let out = g.path(a, b, 6, 20_000, &mut f);
-            decisions[2] += f.guard.len();
-            let _ = (out, f.guard.record());
+            decisions[2] += f.decided();
+            let _ = (out, f.record());
             ip.push(t.elapsed());
         }
     }

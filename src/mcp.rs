@@ -15,6 +15,8 @@ pub mod protocol;
 pub mod sse;
 pub mod streamable;
 
+pub use graph::GuardFilter;
+
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};

@@ -43,6 +43,11 @@ impl<'a> GuardFilter<'a> {
         }
     }
 
+    /// Number of nodes decided so far.
+    pub fn decided(&self) -> usize {
+        self.guard.len()
+    }
+
     /// The batched decision record (none when no node was decided).
     pub fn record(self) -> Option<NewDecision> {
         self.guard.record()
