@@ -13,49 +13,12 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::cli::{bin, run, stderr, stdout, write_config};
 use common::{copy_policies, repo};
 use serde_json::{Value, json};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cedargate"))
-}
-
-/// Writes a config using `policies` and a data dir inside `dir`.
-fn write_config(dir: &Path, policies: &Path) -> std::path::PathBuf {
-    let path = dir.join("cedargate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\npolicies_dir = {:?}\nschema_file = {:?}\n",
-            dir.join("data"),
-            policies,
-            repo().join("schemas/gateway.cedarschema")
-        ),
-    )
-    .unwrap();
-    path
-}
-
-fn run(config: &Path, args: &[&str]) -> Output {
-    bin()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("CEDARGATE_ADMIN_TOKEN")
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Starts `serve`, returns the child and the demo URL and key it printed.
 fn start_serve(config: &Path) -> (std::process::Child, String, String) {

@@ -13,100 +13,51 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::cli::{copy_dir, run, stderr, stdout, write_config};
 use common::{TestGateway, repo};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cedargate"))
-}
-
-fn config(dir: &Path, policies: &Path) -> PathBuf {
-    let path = dir.join("cedargate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "data_dir = {:?}\npolicies_dir = {:?}\nschema_file = {:?}\n",
-            dir.join("data"),
-            policies,
-            repo().join("schemas/gateway.cedarschema")
-        ),
-    )
-    .unwrap();
-    path
-}
-
-fn run(config: &Path, args: &[&str]) -> Output {
-    bin()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("CEDARGATE_ADMIN_TOKEN")
-        .output()
-        .unwrap()
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let target = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            copy_dir(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).unwrap();
-        }
-    }
-}
 
 #[test]
 fn policy_validate_fmt_and_test() {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     copy_dir(&repo().join("policies"), &policies);
-    let cfg = config(dir.path(), &policies);
+    let cfg = write_config(dir.path(), &policies);
 
     let o = run(&cfg, &["policy", "validate"]);
-    assert!(o.status.success(), "{}", err(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        out(&o).contains("policy set valid: 8 policies"),
+        stdout(&o).contains("policy set valid: 8 policies"),
         "{}",
-        out(&o)
+        stdout(&o)
     );
 
     let o = run(&cfg, &["policy", "test"]);
-    assert!(o.status.success(), "{}{}", out(&o), err(&o));
-    assert!(out(&o).contains("26 passed, 0 failed"), "{}", out(&o));
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("26 passed, 0 failed"), "{}", stdout(&o));
     let o = run(&cfg, &["policy", "test", "--json"]);
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["outcomes"].as_array().unwrap().len(), 26);
 
     // Formatting: the shipped files are formatted; a messy one is not.
     let o = run(&cfg, &["policy", "fmt", "--check"]);
-    assert!(o.status.success(), "{}{}", out(&o), err(&o));
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let messy = "@id(\"messy\") forbid(principal,action==Gateway::Action::\"af_memory_remember\",resource) when {context.args.content like \"*x*\"};\n";
     std::fs::write(policies.join("messy.cedar"), messy).unwrap();
     let o = run(&cfg, &["policy", "fmt", "--check"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(out(&o).contains("would reformat"), "{}", out(&o));
-    assert!(out(&o).contains("messy.cedar"));
+    assert!(stdout(&o).contains("would reformat"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("messy.cedar"));
     assert_eq!(
         std::fs::read_to_string(policies.join("messy.cedar")).unwrap(),
         messy,
         "--check changes nothing"
     );
     let o = run(&cfg, &["policy", "fmt"]);
-    assert!(o.status.success(), "{}", err(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
     let formatted = std::fs::read_to_string(policies.join("messy.cedar")).unwrap();
     assert_ne!(formatted, messy);
     assert!(run(&cfg, &["policy", "fmt", "--check"]).status.success());
@@ -121,9 +72,9 @@ fn policy_validate_fmt_and_test() {
     let o = run(&cfg, &["policy", "test"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        out(&o).contains("a key opens a session for its own org's project and agent ... FAILED: expected allow, got deny"),
+        stdout(&o).contains("a key opens a session for its own org's project and agent ... FAILED: expected allow, got deny"),
         "{}",
-        out(&o)
+        stdout(&o)
     );
 
     // Validation errors are located like a compiler's.
@@ -134,23 +85,23 @@ fn policy_validate_fmt_and_test() {
     .unwrap();
     let o = run(&cfg, &["policy", "validate"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(err(&o).contains("lock.cedar:3:"), "{}", err(&o));
+    assert!(stderr(&o).contains("lock.cedar:3:"), "{}", stderr(&o));
     let o = run(&cfg, &["policy", "fmt", "--policies", "/nonexistent"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        err(&o).contains("cannot read policy directory"),
+        stderr(&o).contains("cannot read policy directory"),
         "{}",
-        err(&o)
+        stderr(&o)
     );
 }
 
 #[test]
 fn schema_print_shows_the_typed_tool_actions() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), &repo().join("policies"));
+    let cfg = write_config(dir.path(), &repo().join("policies"));
     let o = run(&cfg, &["schema", "print"]);
-    assert!(o.status.success(), "{}", err(&o));
-    let text = out(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
     assert!(
         text.contains("action \"af_memory_remember\" in [Action::\"call_tool\"]"),
         "{text}"
@@ -199,7 +150,7 @@ fn shipped_policy_tests_agree_with_an_independent_cedar() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), &repo().join("policies"));
+    let cfg = write_config(dir.path(), &repo().join("policies"));
     let o = run(&cfg, &["schema", "print"]);
     assert!(o.status.success());
     let schema = dir.path().join("effective.cedarschema");
@@ -213,7 +164,7 @@ fn shipped_policy_tests_agree_with_an_independent_cedar() {
         .arg(repo().join("policies"))
         .output()
         .unwrap();
-    assert!(theirs.status.success(), "{}", err(&theirs));
+    assert!(theirs.status.success(), "{}", stderr(&theirs));
     let theirs: Vec<Value> = String::from_utf8_lossy(&theirs.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -342,19 +293,19 @@ fn replay_json(cfg: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["audit", "replay", "--format", "json"];
     all.extend_from_slice(args);
     let o = run(cfg, &all);
-    let report =
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", out(&o), err(&o)));
+    let report = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
     (o.status.code(), report)
 }
 
 #[tokio::test]
 async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
     let (dir, live, set_a, set_b) = recorded_trail().await;
-    let cfg = config(dir.path(), &live);
+    let cfg = write_config(dir.path(), &live);
     let records = {
         let o = run(&cfg, &["audit", "export", "--format", "jsonl"]);
-        assert!(o.status.success(), "{}", err(&o));
-        out(&o)
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
             .collect::<Vec<_>>()
@@ -430,7 +381,7 @@ async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
         &cfg,
         &["audit", "replay", "--policies", set_b.to_str().unwrap()],
     );
-    let table = out(&o);
+    let table = stdout(&o);
     assert!(table.contains("allow→deny 1"), "{table}");
     assert!(table.contains("no-secrets"), "{table}");
     assert!(table.contains("per action:") && table.contains("per policy:"));
@@ -441,7 +392,7 @@ async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
         &["audit", "replay", "--recorded", "--since", "yesterday"],
     );
     assert_eq!(o.status.code(), Some(2));
-    assert!(err(&o).contains("RFC 3339"), "{}", err(&o));
+    assert!(stderr(&o).contains("RFC 3339"), "{}", stderr(&o));
     let o = run(&cfg, &["audit", "replay", "--recorded", "--action", "fly"]);
     assert_eq!(o.status.code(), Some(2));
     let o = run(&cfg, &["audit", "replay"]);
@@ -462,14 +413,14 @@ async fn replay_reproduces_every_record_and_flips_exactly_what_changed() {
         &["audit", "replay", "--policies", broken.to_str().unwrap()],
     );
     assert_eq!(o.status.code(), Some(1));
-    assert!(err(&o).contains("x.cedar:1:"), "{}", err(&o));
+    assert!(stderr(&o).contains("x.cedar:1:"), "{}", stderr(&o));
 }
 
 #[tokio::test]
 async fn export_and_ranged_verify() {
     let (dir, live, _, _) = recorded_trail().await;
-    let cfg = config(dir.path(), &live);
-    let jsonl = out(&run(&cfg, &["audit", "export", "--format", "jsonl"]));
+    let cfg = write_config(dir.path(), &live);
+    let jsonl = stdout(&run(&cfg, &["audit", "export", "--format", "jsonl"]));
     let rows: Vec<Value> = jsonl
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -477,7 +428,7 @@ async fn export_and_ranged_verify() {
     assert!(rows.len() > 10);
     assert_eq!(rows[0]["seq"], 1);
 
-    let ocsf = out(&run(
+    let ocsf = stdout(&run(
         &cfg,
         &["audit", "export", "--format", "ocsf", "--org", "closed"],
     ));
@@ -504,24 +455,24 @@ async fn export_and_ranged_verify() {
     assert_eq!(denied["entity_result"]["type"], "Gateway::Session");
 
     let o = run(&cfg, &["audit", "verify"]);
-    assert!(o.status.success(), "{}", err(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = run(
         &cfg,
         &["audit", "verify", "--from-seq", "3", "--to-seq", "6"],
     );
     assert!(
-        out(&o).contains("4 records verified (seq 3..6"),
+        stdout(&o).contains("4 records verified (seq 3..6"),
         "{}",
-        out(&o)
+        stdout(&o)
     );
     let mid = rows[5]["time"].as_str().unwrap();
     let o = run(&cfg, &["audit", "verify", "--since", mid]);
-    assert!(o.status.success(), "{}", err(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = run(
         &cfg,
         &["audit", "verify", "--since", "2999-01-01T00:00:00Z"],
     );
-    assert!(out(&o).contains("no decisions in that range"));
+    assert!(stdout(&o).contains("no decisions in that range"));
     let o = run(&cfg, &["audit", "verify", "--until", "soon"]);
     assert_eq!(o.status.code(), Some(2));
 
@@ -546,11 +497,11 @@ async fn export_and_ranged_verify() {
             o.status.success(),
             ok,
             "{from}..{to}: {}{}",
-            out(&o),
-            err(&o)
+            stdout(&o),
+            stderr(&o)
         );
         if !ok {
-            assert!(err(&o).contains("seq 5"), "{}", err(&o));
+            assert!(stderr(&o).contains("seq 5"), "{}", stderr(&o));
         }
     }
 }
