@@ -1018,7 +1018,8 @@ async fn writer_probe(dir: &Path, template: NewDecision) -> Res<Vec<(String, Sta
                 d
             };
             let (mut hash_t, mut with_t, mut without_t) = (Vec::new(), Vec::new(), Vec::new());
-            let tx = c.transaction()?;
+            c.begin(true)?;
+            let tx = c;
             let mut prev = GENESIS_HASH.to_string();
             let mut seq = 0i64;
             for _ in 0..PART_ITERS {
@@ -1035,7 +1036,7 @@ async fn writer_probe(dir: &Path, template: NewDecision) -> Res<Vec<(String, Sta
                 }
                 seq += 1;
                 let t0 = Instant::now();
-                prev = decisions::insert(&tx, seq, &prev, &d)?;
+                prev = decisions::insert(tx, seq, &prev, &d)?;
                 let dt = t0.elapsed();
                 if with_entities {
                     with_t.push(dt);
@@ -1549,11 +1550,11 @@ async fn recall_parts(gw: &Gateway, secret: &str, session_id: &str) -> Res<Vec<(
         .store
         .read(|c| {
             let q = observations::fts_query(RECALL_QUERY).unwrap_or_default();
-            Ok(c.query_row(
+            c.query_row(
                 "SELECT COUNT(*) FROM observations_fts WHERE observations_fts MATCH ?1",
-                [q],
+                cedargate::params![q],
                 |r| r.get(0),
-            )?)
+            )
         })
         .await?;
     Ok(vec![
@@ -1805,10 +1806,13 @@ fn main() -> Res<()> {
         notes,
         ..
     } = http;
-    let records: i64 = srv.block_on(
-        gw.store
-            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM decisions", [], |r| r.get(0))?)),
-    )?;
+    let records: i64 = srv.block_on(gw.store.read(|c| {
+        c.query_row(
+            "SELECT COUNT(*) FROM decisions",
+            cedargate::params![],
+            |r| r.get(0),
+        )
+    }))?;
 
     println!("cedargate gateway bench");
     println!(

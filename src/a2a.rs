@@ -227,7 +227,7 @@ pub async fn refresh_loop(gw: Arc<crate::gateway::Gateway>) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        let rows = match gw.store.read(|c| registry::list_all(c)).await {
+        let rows = match gw.store.read(registry::list_all).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list A2A agents for refresh");

@@ -76,7 +76,7 @@ async fn create_org(
 
 async fn list_orgs(State(gw): State<Arc<Gateway>>) -> Result<impl IntoResponse, AppError> {
     Ok(Json(
-        json!({ "orgs": gw.store.read(|c| tenants::list_orgs(c)).await? }),
+        json!({ "orgs": gw.store.read(tenants::list_orgs).await? }),
     ))
 }
 

@@ -376,7 +376,7 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
                 )
             })?);
         }
-        Command::Org(OrgCmd::List) => print(&store.read_blocking(|c| tenants::list_orgs(c))?),
+        Command::Org(OrgCmd::List) => print(&store.read_blocking(tenants::list_orgs)?),
         Command::Org(OrgCmd::Delete { id }) => {
             store.read_blocking(|c| tenants::delete_org(c, &id))?
         }

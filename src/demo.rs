@@ -52,54 +52,54 @@ pub async fn ensure(gw: &Gateway) -> Result<Option<DemoCredentials>, StoreError>
     let creds = gw
         .store
         .read(|c| {
-            let tx = c.transaction()?;
-            operator::create_org(
-                &tx,
-                CreateOrg {
-                    id: DEMO_ORG.into(),
-                    name: "Demo".into(),
-                    plan: Some("free".into()),
-                    entitlements: None,
-                },
-            )?;
-            operator::create_project(
-                &tx,
-                DEMO_ORG,
-                CreateProject {
-                    id: DEMO_PROJECT.into(),
-                    memory_enabled: true,
-                    graph_enabled: false,
-                },
-            )?;
-            operator::create_agent(
-                &tx,
-                DEMO_ORG,
-                CreateAgent {
-                    id: DEMO_AGENT.into(),
-                    name: "Demo agent".into(),
-                    roles: vec!["developers".into()],
-                },
-            )?;
-            let (key, secret) = operator::create_key(
-                &tx,
-                DEMO_ORG,
-                CreateKey {
-                    label: "demo daemon".into(),
-                },
-            )?;
-            let session = operator::open_session(
-                &tx,
-                DEMO_ORG,
-                OpenSession {
-                    project_id: DEMO_PROJECT.into(),
-                    agent_id: DEMO_AGENT.into(),
-                },
-                Some(&key.id),
-            )?;
-            tx.commit()?;
-            Ok(DemoCredentials {
-                session_id: session.id,
-                key: secret,
+            c.transaction(|tx| {
+                operator::create_org(
+                    tx,
+                    CreateOrg {
+                        id: DEMO_ORG.into(),
+                        name: "Demo".into(),
+                        plan: Some("free".into()),
+                        entitlements: None,
+                    },
+                )?;
+                operator::create_project(
+                    tx,
+                    DEMO_ORG,
+                    CreateProject {
+                        id: DEMO_PROJECT.into(),
+                        memory_enabled: true,
+                        graph_enabled: false,
+                    },
+                )?;
+                operator::create_agent(
+                    tx,
+                    DEMO_ORG,
+                    CreateAgent {
+                        id: DEMO_AGENT.into(),
+                        name: "Demo agent".into(),
+                        roles: vec!["developers".into()],
+                    },
+                )?;
+                let (key, secret) = operator::create_key(
+                    tx,
+                    DEMO_ORG,
+                    CreateKey {
+                        label: "demo daemon".into(),
+                    },
+                )?;
+                let session = operator::open_session(
+                    tx,
+                    DEMO_ORG,
+                    OpenSession {
+                        project_id: DEMO_PROJECT.into(),
+                        agent_id: DEMO_AGENT.into(),
+                    },
+                    Some(&key.id),
+                )?;
+                Ok(DemoCredentials {
+                    session_id: session.id,
+                    key: secret,
+                })
             })
         })
         .await?;

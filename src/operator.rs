@@ -1,7 +1,7 @@
 //! Tenant operations shared by the admin API and the CLI: input types,
 //! validation and the store calls, so both surfaces behave identically.
 
-use rusqlite::Connection;
+use crate::store::Conn;
 use serde::Deserialize;
 
 use crate::auth;
@@ -89,7 +89,7 @@ fn id(kind: &str, value: &str) -> Result<(), StoreError> {
 }
 
 /// Creates an org.
-pub fn create_org(conn: &Connection, req: CreateOrg) -> Result<Org, StoreError> {
+pub fn create_org(conn: &mut Conn, req: CreateOrg) -> Result<Org, StoreError> {
     id("org", &req.id)?;
     text("name", &req.name)?;
     let plan = req.plan.unwrap_or_else(|| "free".into());
@@ -111,7 +111,7 @@ pub fn create_org(conn: &Connection, req: CreateOrg) -> Result<Org, StoreError> 
 
 /// Creates a project in `org_id`.
 pub fn create_project(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     req: CreateProject,
 ) -> Result<Project, StoreError> {
@@ -128,11 +128,7 @@ pub fn create_project(
 }
 
 /// Creates an agent in `org_id`.
-pub fn create_agent(
-    conn: &Connection,
-    org_id: &str,
-    req: CreateAgent,
-) -> Result<Agent, StoreError> {
+pub fn create_agent(conn: &mut Conn, org_id: &str, req: CreateAgent) -> Result<Agent, StoreError> {
     id("agent", &req.id)?;
     text("name", &req.name)?;
     let mut roles = req.roles;
@@ -155,7 +151,7 @@ pub fn create_agent(
 /// Mints and stores a key for `org_id`; the returned string is the only
 /// time the full key exists outside the caller.
 pub fn create_key(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     req: CreateKey,
 ) -> Result<(ApiKey, String), StoreError> {
@@ -174,7 +170,7 @@ pub fn create_key(
 
 /// Creates a session for an agent in a project of `org_id`.
 pub fn open_session(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     req: OpenSession,
     key_id: Option<&str>,

@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::store::Conn;
 use cedar_policy::Entities;
 use rayon::prelude::*;
-use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::policy::recorded::RecordedRequest;
@@ -194,7 +194,7 @@ const UID_CACHE_MAX: usize = 100_000;
 
 /// A bundle from a recorded policy set, exactly as it was loaded.
 pub fn recorded_bundle(
-    conn: &Connection,
+    conn: &mut Conn,
     hash: &str,
 ) -> Result<Result<PolicyBundle, String>, StoreError> {
     let Some((schema_path, schema_text, files)) = audit_query::policy_set(conn, hash)? else {
@@ -212,7 +212,7 @@ pub fn recorded_bundle(
 
 /// Replays every record matching `filter`.
 pub fn replay(
-    conn: &Connection,
+    conn: &mut Conn,
     filter: &DecisionFilter,
     against: &Against,
 ) -> Result<ReplayReport, ReplayError> {

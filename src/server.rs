@@ -134,7 +134,7 @@ async fn healthz() -> impl IntoResponse {
 async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     let db = gw
         .store
-        .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+        .read(|c| c.query_row("SELECT 1", crate::params![], |r| r.get::<i64>(0)))
         .await;
     let writer = gw.store.writer().flush().await;
     match (db, writer) {

@@ -1,5 +1,7 @@
-//! Durable state in embedded SQLite: tenants (orgs, projects, agents, keys,
-//! sessions), observations with FTS5 search, and the decision trail.
+//! Durable state in embedded SQLite (the default) or PostgreSQL: tenants
+//! (orgs, projects, agents, keys, sessions), observations with full-text
+//! search, the knowledge graph, A2A rows and the decision trail. Every
+//! query is written once against [`db::Db`].
 //!
 //! Reads go through a small pool of connections on the blocking thread pool.
 //! Writes on the request path (decision records, observations) go through
@@ -8,30 +10,40 @@
 //! commit that contains its rows before it is acknowledged.
 
 pub mod audit_query;
+pub mod db;
 pub mod decisions;
 pub mod graph;
+pub mod instances;
 pub mod observations;
 pub mod shadow;
 pub mod tenants;
 pub mod writer;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use rusqlite::Connection;
-
+use crate::params;
+pub use db::{Backend, Conn, Location};
+use db::{Db, PgManager, PgTarget, SqliteConn};
 pub use writer::{WriteOp, Writer};
 
-/// Number of pooled read connections.
-const READ_POOL_SIZE: usize = 4;
+/// Number of pooled SQLite read connections.
+const SQLITE_READ_POOL: usize = 4;
 
 /// A storage failure. Messages never include secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database reported an error.
+    /// SQLite reported an error.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL reported an error (or the connection failed).
+    #[error("database error: {0}")]
+    Postgres(#[from] postgres::Error),
+    /// No pooled connection could be had in time (database unreachable).
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     /// A referenced row does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -60,14 +72,104 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the database could not be reached (as opposed to refusing
+    /// a statement): the caller answers "unavailable" and may retry.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Postgres(e) => e.is_closed() || e.code().is_none(),
+            _ => false,
+        }
+    }
+}
+
 /// Versioned migrations, applied in order at open. Never edit a shipped
-/// entry: add a new version.
-const MIGRATIONS: &[(i64, &str)] = &[
+/// entry: add a new version. Both backends share the version numbers.
+const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("store/migrations/0001_init.sql")),
     (2, include_str!("store/migrations/0002_graph.sql")),
     (3, include_str!("store/migrations/0003_a2a.sql")),
     (4, include_str!("store/migrations/0004_lifecycle.sql")),
+    (5, include_str!("store/migrations/0005_instances.sql")),
 ];
+
+/// The PostgreSQL translation of the same versions.
+const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("store/migrations/postgres/0001_init.sql")),
+    (2, include_str!("store/migrations/postgres/0002_graph.sql")),
+    (3, include_str!("store/migrations/postgres/0003_a2a.sql")),
+    (
+        4,
+        include_str!("store/migrations/postgres/0004_lifecycle.sql"),
+    ),
+    (
+        5,
+        include_str!("store/migrations/postgres/0005_instances.sql"),
+    ),
+];
+
+/// Applies every pending migration in one transaction; returns the versions
+/// applied. On PostgreSQL an advisory lock serializes instances starting
+/// together.
+pub fn migrate(conn: &mut Conn) -> Result<Vec<i64>, StoreError> {
+    let migrations = match conn.backend() {
+        Backend::Sqlite => SQLITE_MIGRATIONS,
+        Backend::Postgres => POSTGRES_MIGRATIONS,
+    };
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version BIGINT PRIMARY KEY,
+             applied_at TEXT NOT NULL
+         );",
+    )?;
+    conn.transaction(|tx| {
+        if tx.backend() == Backend::Postgres {
+            tx.execute("SELECT pg_advisory_xact_lock(7216354021)", &[])?;
+        }
+        let mut applied = Vec::new();
+        for (version, sql) in migrations {
+            let done: bool = tx.query_row(
+                "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?1)",
+                params![*version],
+                |r| r.get(0),
+            )?;
+            if !done {
+                tx.execute_batch(sql)?;
+                tx.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                    params![*version, crate::ids::now_rfc3339()],
+                )?;
+                applied.push(*version);
+            }
+        }
+        Ok(applied)
+    })
+}
+
+/// How the store reaches its database.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Writer queue capacity (jobs).
+    pub write_queue: usize,
+    /// Jobs per group commit at most.
+    pub group_commit_max: usize,
+    /// PostgreSQL pool size (connections, besides the writer's).
+    pub pool_size: u32,
+    /// How long a request waits for a pooled connection.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            write_queue: 16 * 1024,
+            group_commit_max: 1024,
+            pool_size: 16,
+            acquire_timeout: Duration::from_secs(3),
+        }
+    }
+}
 
 /// The store: read pool plus the group-commit writer.
 #[derive(Clone, Debug)]
@@ -78,85 +180,183 @@ pub struct Store {
 
 #[derive(Debug)]
 struct Inner {
-    path: PathBuf,
-    readers: Vec<Mutex<Connection>>,
-    next: AtomicUsize,
+    location: Location,
+    pool: Pool,
+    /// Migrations are applied (false while a PostgreSQL server that was
+    /// unreachable at start-up has not come back yet).
+    migrated: AtomicBool,
 }
 
-/// Opens a connection with the pragmas every connection needs: WAL so
-/// readers never block the writer, FULL sync so a commit survives power
-/// loss, foreign keys on, and a busy timeout for the rare cross-connection
-/// write (admin changes).
-pub fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL;
-         PRAGMA synchronous = FULL;
-         PRAGMA foreign_keys = ON;",
-    )?;
-    Ok(conn)
+enum Pool {
+    Sqlite {
+        readers: Vec<Mutex<SqliteConn>>,
+        next: AtomicUsize,
+    },
+    Postgres(r2d2::Pool<PgManager>),
 }
 
-fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-             version INTEGER PRIMARY KEY,
-             applied_at TEXT NOT NULL
-         );",
-    )?;
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    for (version, sql) in MIGRATIONS {
-        let done: bool = tx.query_row(
-            "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?1)",
-            [version],
-            |r| r.get(0),
-        )?;
-        if !done {
-            tx.execute_batch(sql)?;
-            tx.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                rusqlite::params![version, crate::ids::now_rfc3339()],
-            )?;
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pool::Sqlite { readers, .. } => write!(f, "SqlitePool({})", readers.len()),
+            Pool::Postgres(p) => write!(f, "PostgresPool({:?})", p.state()),
         }
     }
-    tx.commit()?;
-    Ok(())
+}
+
+/// Logs r2d2's connection errors at debug level (the caller reports them).
+#[derive(Debug)]
+struct QuietErrors;
+impl r2d2::HandleError<StoreError> for QuietErrors {
+    fn handle_error(&self, error: StoreError) {
+        tracing::debug!(error = %error, "database connection attempt failed");
+    }
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path`, applies
-    /// migrations and starts the writer thread.
+    /// Opens (creating if needed) the SQLite database at `path` with the
+    /// default options.
     pub fn open(
-        path: &Path,
+        path: &std::path::Path,
         write_queue: usize,
         group_commit_max: usize,
     ) -> Result<Store, StoreError> {
+        Self::open_location(
+            &Location::Sqlite(path.to_path_buf()),
+            &StoreOptions {
+                write_queue,
+                group_commit_max,
+                ..StoreOptions::default()
+            },
+        )
+    }
+
+    /// Opens the store at `url` (`sqlite://…` or `postgres://…`).
+    pub fn open_url(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+        Self::open_location(&Location::parse(url)?, options)
+    }
+
+    /// Opens the store, applies migrations and starts the writer thread.
+    /// A PostgreSQL server that cannot be reached is not an error: the
+    /// store starts unmigrated, [`Store::ensure_ready`] retries, and every
+    /// request fails cleanly meanwhile.
+    pub fn open_location(location: &Location, options: &StoreOptions) -> Result<Store, StoreError> {
+        match location {
+            Location::Sqlite(path) => Self::open_sqlite(path, options),
+            Location::Postgres(target) => Self::open_postgres(target, options),
+        }
+    }
+
+    fn open_sqlite(path: &std::path::Path, options: &StoreOptions) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
                 path: dir.to_path_buf(),
                 source,
             })?;
         }
-        let mut conn = open_connection(path)?;
+        let mut conn = SqliteConn::open(path)?;
         migrate(&mut conn)?;
-        let writer = Writer::start(conn, write_queue, group_commit_max)?;
-        let readers = (0..READ_POOL_SIZE)
-            .map(|_| open_connection(path).map(Mutex::new))
+        let connect_path = path.to_path_buf();
+        let writer = Writer::start(
+            Box::new(move || Ok(Box::new(SqliteConn::open(&connect_path)?) as Box<Conn>)),
+            Some(Box::new(conn)),
+            options.write_queue,
+            options.group_commit_max,
+        )?;
+        let readers = (0..SQLITE_READ_POOL)
+            .map(|_| SqliteConn::open(path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Store {
             inner: Arc::new(Inner {
-                path: path.to_path_buf(),
-                readers,
-                next: AtomicUsize::new(0),
+                location: Location::Sqlite(path.to_path_buf()),
+                pool: Pool::Sqlite {
+                    readers,
+                    next: AtomicUsize::new(0),
+                },
+                migrated: AtomicBool::new(true),
             }),
             writer,
         })
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
+    fn open_postgres(target: &PgTarget, options: &StoreOptions) -> Result<Store, StoreError> {
+        let pool = r2d2::Pool::builder()
+            .max_size(options.pool_size.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(options.acquire_timeout)
+            .error_handler(Box::new(QuietErrors))
+            .build_unchecked(PgManager::new(target.clone()));
+        let writer_target = target.clone();
+        let writer = Writer::start(
+            Box::new(move || Ok(Box::new(writer_target.connect()?) as Box<Conn>)),
+            None,
+            options.write_queue,
+            options.group_commit_max,
+        )?;
+        let store = Store {
+            inner: Arc::new(Inner {
+                location: Location::Postgres(Box::new(target.clone())),
+                pool: Pool::Postgres(pool),
+                migrated: AtomicBool::new(false),
+            }),
+            writer,
+        };
+        match store.ensure_ready_blocking() {
+            Ok(()) => {}
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(database = %target.display, error = %e, "database unreachable at start-up; serving not-ready until it answers");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(store)
+    }
+
+    /// Where the store lives (for messages; no password).
+    pub fn location(&self) -> &Location {
+        &self.inner.location
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.inner.location.backend()
+    }
+
+    /// The SQLite database file, when the store is SQLite.
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match &self.inner.location {
+            Location::Sqlite(p) => Some(p),
+            Location::Postgres(_) => None,
+        }
+    }
+
+    /// Whether migrations are applied.
+    pub fn is_migrated(&self) -> bool {
+        self.inner.migrated.load(Ordering::Acquire)
+    }
+
+    /// Applies migrations if they were not yet (the database was
+    /// unreachable at start-up).
+    pub fn ensure_ready_blocking(&self) -> Result<(), StoreError> {
+        if self.is_migrated() {
+            return Ok(());
+        }
+        let applied = self.inner.with_conn(migrate)?;
+        if !applied.is_empty() {
+            tracing::info!(versions = ?applied, database = %self.inner.location.display(), "migrations applied");
+        }
+        self.inner.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Async form of [`Store::ensure_ready_blocking`].
+    pub async fn ensure_ready(&self) -> Result<(), StoreError> {
+        if self.is_migrated() {
+            return Ok(());
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.ensure_ready_blocking())
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     /// The group-commit writer.
@@ -168,7 +368,7 @@ impl Store {
     pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Conn) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || inner.with_conn(f))
@@ -176,10 +376,11 @@ impl Store {
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    /// Runs `f` with a pooled connection on the current thread (CLI use).
+    /// Runs `f` with a pooled connection on the current thread (CLI use;
+    /// never from an async task: the PostgreSQL client blocks).
     pub fn read_blocking<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.inner.with_conn(f)
     }
@@ -188,25 +389,41 @@ impl Store {
 impl Inner {
     fn with_conn<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let n = self.readers.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        // Prefer an idle connection; otherwise wait on the round-robin pick.
-        for i in 0..n {
-            if let Some(slot) = self.readers.get((start + i) % n)
-                && let Ok(mut conn) = slot.try_lock()
-            {
-                return f(&mut conn);
+        match &self.pool {
+            Pool::Sqlite { readers, next } => {
+                let n = readers.len();
+                let start = next.fetch_add(1, Ordering::Relaxed);
+                // Prefer an idle connection; otherwise wait on the round-robin pick.
+                for i in 0..n {
+                    if let Some(slot) = readers.get((start + i) % n)
+                        && let Ok(mut conn) = slot.try_lock()
+                    {
+                        return f(&mut *conn);
+                    }
+                }
+                let slot = readers
+                    .get(start % n.max(1))
+                    .ok_or_else(|| StoreError::Task("read pool is empty".into()))?;
+                let mut conn = slot
+                    .lock()
+                    .map_err(|_| StoreError::Task("read connection poisoned".into()))?;
+                f(&mut *conn)
+            }
+            Pool::Postgres(pool) => {
+                let mut conn = pool
+                    .get()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let result = f(&mut *conn);
+                if result.is_err() {
+                    // A statement that failed inside an explicit
+                    // transaction leaves it aborted: end it before the
+                    // connection goes back to the pool.
+                    conn.rollback();
+                }
+                result
             }
         }
-        let slot = self
-            .readers
-            .get(start % n.max(1))
-            .ok_or_else(|| StoreError::Task("read pool is empty".into()))?;
-        let mut conn = slot
-            .lock()
-            .map_err(|_| StoreError::Task("read connection poisoned".into()))?;
-        f(&mut conn)
     }
 }

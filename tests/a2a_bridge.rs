@@ -535,7 +535,7 @@ async fn wait_rows(g: &TestGateway, sql: &'static str, want: i64) -> i64 {
 
 async fn query_one(g: &TestGateway, sql: &'static str) -> i64 {
     g.gw.store
-        .read(move |c| Ok(c.query_row(sql, [], |r| r.get(0))?))
+        .read(move |c| c.query_row(sql, cedargate::params![], |r| r.get(0)))
         .await
         .unwrap()
 }
@@ -990,11 +990,11 @@ async fn peer_secrets_are_resolved_by_name_and_never_stored_or_shown() {
         .gw
         .store
         .read(|c| {
-            Ok(c.query_row(
+            c.query_row(
                 "SELECT group_concat(coalesce(secret_env,'') || coalesce(secret_file,'') || coalesce(card,'') || url, '|') FROM agent_cards",
-                [],
+                cedargate::params![],
                 |r| r.get(0),
-            )?)
+            )
         })
         .await
         .unwrap();
@@ -1108,11 +1108,11 @@ async fn a_stuck_subscriber_never_blocks_a_call_and_the_others_still_write() {
     let event: String =
         g.gw.store
             .read(|c| {
-                Ok(c.query_row(
+                c.query_row(
                     "SELECT event FROM a2a_hook_events WHERE phase = 'post-verb' LIMIT 1",
-                    [],
+                    cedargate::params![],
                     |r| r.get(0),
-                )?)
+                )
             })
             .await
             .unwrap();

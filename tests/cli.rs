@@ -256,8 +256,8 @@ fn audit_verify_fails_on_a_tampered_trail() {
     assert!(terminate(&mut child).success());
     assert!(run(&config, &["audit", "verify"]).status.success());
     let db = rusqlite_path(dir.path());
-    let conn = cedargate::store::open_connection(&db).unwrap();
-    conn.execute_batch("DROP TRIGGER decisions_no_update; UPDATE decisions SET decision = 'allow', reasons = '[]' WHERE seq = 2;").unwrap();
+    let mut conn = cedargate::store::db::SqliteConn::open(&db).unwrap();
+    cedargate::store::db::Db::execute_batch(&mut conn, "DROP TRIGGER decisions_no_update; UPDATE decisions SET decision = 'allow', reasons = '[]' WHERE seq = 2;").unwrap();
     drop(conn);
     let out = run(&config, &["audit", "verify"]);
     assert_eq!(out.status.code(), Some(1));

@@ -212,7 +212,7 @@ async fn add_a_forbid_restart_and_see_it_decide() {
     let sets = g.count("policy_sets").await;
     assert_eq!(sets, 2);
     g.gw.store.writer().flush().await.unwrap();
-    let report = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    let report = g.gw.store.read(decisions::verify).await.unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
@@ -253,14 +253,19 @@ async fn verify_detects_edited_and_deleted_records() {
         .await;
     }
     g.gw.store.writer().flush().await.unwrap();
-    let clean = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    let clean = g.gw.store.read(decisions::verify).await.unwrap();
     assert!(clean.problems.is_empty(), "{:?}", clean.problems);
     assert_eq!(clean.checked, 9);
 
     // The table refuses edits outright…
     let refused =
         g.gw.store
-            .read(|c| Ok(c.execute("UPDATE decisions SET decision = 'allow' WHERE seq = 2", [])?))
+            .read(|c| {
+                c.execute(
+                    "UPDATE decisions SET decision = 'allow' WHERE seq = 2",
+                    cedargate::params![],
+                )
+            })
             .await;
     assert!(refused.is_err());
     // …so an attacker drops the guard first. Verification still catches it.
@@ -274,7 +279,7 @@ async fn verify_detects_edited_and_deleted_records() {
         })
         .await
         .unwrap();
-    let edited = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    let edited = g.gw.store.read(decisions::verify).await.unwrap();
     assert_eq!(edited.problems.len(), 1, "{:?}", edited.problems);
     assert!(
         edited.problems[0].starts_with("seq 5"),
@@ -283,10 +288,10 @@ async fn verify_detects_edited_and_deleted_records() {
     );
 
     g.gw.store
-        .read(|c| Ok(c.execute_batch("DELETE FROM decisions WHERE seq = 7;")?))
+        .read(|c| c.execute_batch("DELETE FROM decisions WHERE seq = 7;"))
         .await
         .unwrap();
-    let deleted = g.gw.store.read(|c| decisions::verify(c)).await.unwrap();
+    let deleted = g.gw.store.read(decisions::verify).await.unwrap();
     assert!(
         deleted.problems.iter().any(|p| p.contains("missing")),
         "{:?}",

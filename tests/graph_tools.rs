@@ -156,18 +156,10 @@ async fn dump(g: &TestGateway) -> String {
                 "SELECT * FROM graph_edges ORDER BY seq",
                 "SELECT id, processed FROM observations ORDER BY seq",
             ] {
-                let mut stmt = c.prepare(sql)?;
-                let n = stmt.column_count();
-                let rows = stmt.query_map([], |r| {
-                    let mut line = Vec::new();
-                    for i in 0..n {
-                        let v: rusqlite::types::Value = r.get(i)?;
-                        line.push(format!("{v:?}"));
-                    }
-                    Ok(line.join("|"))
-                })?;
-                for row in rows {
-                    out.push_str(&row?);
+                for row in c.query(sql, cedargate::params![])? {
+                    let line: Vec<String> =
+                        row.into_values().iter().map(|v| format!("{v:?}")).collect();
+                    out.push_str(&line.join("|"));
                     out.push('\n');
                 }
                 out.push_str("--\n");
@@ -253,7 +245,10 @@ async fn recall_merges_graph_triplets_only_when_the_gate_is_on() {
     // Graph off for the project: recall answers observations only.
     g.gw.store
         .read(|c| {
-            c.execute("UPDATE projects SET graph_enabled = 0", [])?;
+            c.execute(
+                "UPDATE projects SET graph_enabled = 0",
+                cedargate::params![],
+            )?;
             Ok(())
         })
         .await
@@ -525,12 +520,12 @@ async fn feedback_weights_follow_the_ema() {
                 .read(move |c| {
                     let n: f64 = c.query_row(
                         "SELECT feedback_weight FROM graph_nodes WHERE id = ?1",
-                        [&redis],
+                        cedargate::params![&redis],
                         |r| r.get(0),
                     )?;
                     let e: f64 = c.query_row(
                         "SELECT feedback_weight FROM graph_edges WHERE target_id = ?1",
-                        [&redis],
+                        cedargate::params![&redis],
                         |r| r.get(0),
                     )?;
                     Ok((n, e))
@@ -904,9 +899,11 @@ async fn an_openai_compatible_embeddings_endpoint_is_used_when_configured() {
     let models: Vec<String> =
         g.gw.store
             .read(|c| {
-                let mut s = c.prepare("SELECT DISTINCT embed_model FROM graph_nodes")?;
-                let rows = s.query_map([], |r| r.get(0))?;
-                Ok(rows.collect::<Result<Vec<String>, _>>()?)
+                c.query_map(
+                    "SELECT DISTINCT embed_model FROM graph_nodes",
+                    cedargate::params![],
+                    |r| r.get::<String>(0),
+                )
             })
             .await
             .unwrap();
@@ -947,11 +944,11 @@ async fn an_openai_compatible_embeddings_endpoint_is_used_when_configured() {
         .gw
         .store
         .read(|c| {
-            Ok(c.query_row(
+            c.query_row(
                 "SELECT COUNT(*) FROM graph_edges WHERE embedding IS NOT NULL AND embed_model = 'http:test-embed'",
-                [],
+                cedargate::params![],
                 |r| r.get(0),
-            )?)
+            )
         })
         .await
         .unwrap();

@@ -430,11 +430,11 @@ async fn caller_supplied_context_is_replaced_and_recorded() {
     let (org, project, agent): (String, String, String) =
         g.gw.store
             .read(|c| {
-                Ok(c.query_row(
+                c.query_row(
                     "SELECT org_id, project_id, agent_id FROM observations",
-                    [],
+                    cedargate::params![],
                     |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )?)
+                )
             })
             .await
             .unwrap();
@@ -550,7 +550,7 @@ async fn tool_failure_answers_32603_and_acknowledges_nothing() {
     // Break the full-text index: recall's search and remember's insert
     // trigger both fail inside the store.
     g.gw.store
-        .read(|c| Ok(c.execute_batch("DROP TABLE observations_fts;")?))
+        .read(|c| c.execute_batch("DROP TABLE observations_fts;"))
         .await
         .unwrap();
     let body = g

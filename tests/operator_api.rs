@@ -92,7 +92,13 @@ async fn tenant_lifecycle_through_the_admin_api() {
     let secret = key.rsplit('_').next().unwrap().to_string();
     let stored: Vec<u8> =
         g.gw.store
-            .read(|c| Ok(c.query_row("SELECT secret_hash FROM api_keys", [], |r| r.get(0))?))
+            .read(|c| {
+                c.query_row(
+                    "SELECT secret_hash FROM api_keys",
+                    cedargate::params![],
+                    |r| r.get(0),
+                )
+            })
             .await
             .unwrap();
     assert_ne!(stored, secret.as_bytes());

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::types::Value as SqlValue;
+use crate::store::db::Value as SqlValue;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -216,9 +216,9 @@ impl Subscriber for TaskInstances {
         for e in events {
             match e.phase {
                 Phase::PreVerb => ops.push(WriteOp::Exec {
-                    sql: "INSERT OR IGNORE INTO a2a_task_instances
+                    sql: "INSERT INTO a2a_task_instances
                           (id, org_id, agent_card_id, verb, skill_id, session_id, status, started_at)
-                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
                     params: vec![
                         text(&e.call_id),
                         text(&e.org_id),
@@ -244,7 +244,7 @@ impl Subscriber for TaskInstances {
                     sql: "UPDATE a2a_task_instances SET error_code = ?2 WHERE id = ?1",
                     params: vec![
                         text(&e.call_id),
-                        SqlValue::Integer(e.error.as_ref().map(|x| x.code).unwrap_or_default()),
+                        SqlValue::Int(e.error.as_ref().map(|x| x.code).unwrap_or_default()),
                     ],
                 }),
             }
@@ -307,10 +307,10 @@ impl Subscriber for CostEvents {
             .map(|e| {
                 let (sent, received) = e.bytes.unwrap_or((0, 0));
                 WriteOp::Exec {
-                    sql: "INSERT OR IGNORE INTO a2a_cost_events
+                    sql: "INSERT INTO a2a_cost_events
                           (call_id, org_id, agent_card_id, verb, session_id, outcome, duration_ms,
                            request_bytes, response_bytes, emitted_at)
-                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING",
                     params: vec![
                         text(&e.call_id),
                         text(&e.org_id),
@@ -319,8 +319,8 @@ impl Subscriber for CostEvents {
                         text(&e.session_id),
                         text(e.outcome.unwrap_or("failed")),
                         SqlValue::Real(e.duration_ms.unwrap_or_default()),
-                        SqlValue::Integer(i64::try_from(sent).unwrap_or(i64::MAX)),
-                        SqlValue::Integer(i64::try_from(received).unwrap_or(i64::MAX)),
+                        SqlValue::Int(i64::try_from(sent).unwrap_or(i64::MAX)),
+                        SqlValue::Int(i64::try_from(received).unwrap_or(i64::MAX)),
                         text(&e.emitted_at),
                     ],
                 }

@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::params;
+use crate::store::db::{Conn, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -192,7 +193,7 @@ impl CardRow {
 
 const COLUMNS: &str = "id, org_id, slug, name, url, pinned_version, secret_env, secret_file, card, card_url, health, last_error, checked_at, created_at";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CardRow> {
+fn row(r: &Row) -> Result<CardRow, StoreError> {
     let pinned: Option<String> = r.get(5)?;
     let secret_env: Option<String> = r.get(6)?;
     let secret_file: Option<String> = r.get(7)?;
@@ -223,7 +224,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CardRow> {
 }
 
 /// Inserts a registration; a taken slug is a conflict.
-pub fn insert(conn: &Connection, c: &CardRow) -> Result<(), StoreError> {
+pub fn insert(conn: &mut Conn, c: &CardRow) -> Result<(), StoreError> {
     let taken: bool = conn.query_row(
         "SELECT EXISTS(SELECT 1 FROM agent_cards WHERE org_id = ?1 AND slug = ?2)",
         params![c.org_id, c.slug],
@@ -258,38 +259,36 @@ pub fn insert(conn: &Connection, c: &CardRow) -> Result<(), StoreError> {
 }
 
 /// The peers of an org, oldest registration first.
-pub fn list(conn: &Connection, org_id: &str) -> Result<Vec<CardRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 ORDER BY created_at, id"
-    ))?;
-    let rows = stmt
-        .query_map([org_id], row)?
-        .collect::<Result<Vec<_>, _>>()?;
+pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<CardRow>, StoreError> {
+    let rows = conn.query_map(
+        &format!("SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 ORDER BY created_at, id"),
+        params![org_id],
+        row,
+    )?;
     Ok(rows)
 }
 
 /// Every registered peer (the background refresh).
-pub fn list_all(conn: &Connection) -> Result<Vec<CardRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM agent_cards ORDER BY org_id, created_at, id"
-    ))?;
-    let rows = stmt.query_map([], row)?.collect::<Result<Vec<_>, _>>()?;
+pub fn list_all(conn: &mut Conn) -> Result<Vec<CardRow>, StoreError> {
+    let rows = conn.query_map(
+        &format!("SELECT {COLUMNS} FROM agent_cards ORDER BY org_id, created_at, id"),
+        params![],
+        row,
+    )?;
     Ok(rows)
 }
 
 /// One peer of an org.
-pub fn get(conn: &Connection, org_id: &str, id: &str) -> Result<Option<CardRow>, StoreError> {
-    Ok(conn
-        .query_row(
-            &format!("SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 AND id = ?2"),
-            params![org_id, id],
-            row,
-        )
-        .optional()?)
+pub fn get(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<CardRow>, StoreError> {
+    conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 AND id = ?2"),
+        params![org_id, id],
+        row,
+    )
 }
 
 /// Deregisters a peer.
-pub fn delete(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+pub fn delete(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "DELETE FROM agent_cards WHERE org_id = ?1 AND id = ?2",
         params![org_id, id],
@@ -304,7 +303,7 @@ pub fn delete(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreErro
 
 /// Stores a fetch result. A failed fetch keeps the last valid card (for the
 /// API) but the health hides its tools.
-pub fn record_fetch(conn: &Connection, id: &str, fetched: &Fetched) -> Result<(), StoreError> {
+pub fn record_fetch(conn: &mut Conn, id: &str, fetched: &Fetched) -> Result<(), StoreError> {
     match fetched {
         Fetched::Valid { card, card_url, .. } => conn.execute(
             "UPDATE agent_cards SET card = ?2, card_url = ?3, health = 'healthy', last_error = NULL, checked_at = ?4 WHERE id = ?1",
@@ -323,19 +322,17 @@ pub fn record_fetch(conn: &Connection, id: &str, fetched: &Fetched) -> Result<()
 }
 
 /// An org's bridge timeout, if it set one.
-pub fn timeout_ms(conn: &Connection, org_id: &str) -> Result<Option<u64>, StoreError> {
-    let v: Option<i64> = conn
-        .query_row(
-            "SELECT timeout_ms FROM a2a_settings WHERE org_id = ?1",
-            [org_id],
-            |r| r.get(0),
-        )
-        .optional()?;
+pub fn timeout_ms(conn: &mut Conn, org_id: &str) -> Result<Option<u64>, StoreError> {
+    let v: Option<i64> = conn.query_opt(
+        "SELECT timeout_ms FROM a2a_settings WHERE org_id = ?1",
+        params![org_id],
+        |r| r.get(0),
+    )?;
     Ok(v.and_then(|v| u64::try_from(v).ok()))
 }
 
 /// Sets an org's bridge timeout.
-pub fn set_timeout_ms(conn: &Connection, org_id: &str, ms: u64) -> Result<(), StoreError> {
+pub fn set_timeout_ms(conn: &mut Conn, org_id: &str, ms: u64) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO a2a_settings (org_id, timeout_ms, updated_at) VALUES (?1, ?2, ?3)
          ON CONFLICT (org_id) DO UPDATE SET timeout_ms = excluded.timeout_ms, updated_at = excluded.updated_at",

@@ -2,8 +2,8 @@
 //! (cursor pagination by `seq`), `audit replay`, `audit export`, and the
 //! time → seq resolution behind `audit verify --since/--until`.
 
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension};
+use super::db::{Conn, Value as SqlValue};
+use crate::params;
 use serde::Deserialize;
 
 use super::StoreError;
@@ -91,7 +91,7 @@ impl DecisionFilter {
 /// Up to `limit` decisions matching `filter` strictly after (ascending) or
 /// before (descending) the `cursor` seq.
 pub fn page_filtered(
-    conn: &Connection,
+    conn: &mut Conn,
     filter: &DecisionFilter,
     cursor: Option<i64>,
     order: Order,
@@ -99,11 +99,11 @@ pub fn page_filtered(
 ) -> Result<Vec<StoredDecision>, StoreError> {
     let (mut clauses, mut args) = filter.clauses();
     if let Some(c) = cursor {
-        args.push(SqlValue::Integer(c));
+        args.push(SqlValue::Int(c));
         let op = if order == Order::Asc { ">" } else { "<" };
         clauses.push(format!("seq {op} ?{}", args.len()));
     }
-    args.push(SqlValue::Integer(limit as i64));
+    args.push(SqlValue::Int(limit as i64));
     let where_sql = if clauses.is_empty() {
         String::new()
     } else {
@@ -115,26 +115,23 @@ pub fn page_filtered(
         super::decisions::COLUMNS,
         args.len()
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), row_to_decision)?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    let bound: Vec<_> = args.iter().map(SqlValue::as_param).collect();
+    conn.query_map(&sql, &bound, row_to_decision)
 }
 
 /// The seq range `[from, to]` of decisions in a time window (`None` when
 /// the window holds none).
 pub fn seq_range(
-    conn: &Connection,
+    conn: &mut Conn,
     since: Option<&str>,
     until: Option<&str>,
 ) -> Result<Option<(i64, i64)>, StoreError> {
-    let range: Option<(Option<i64>, Option<i64>)> = conn
-        .query_row(
-            "SELECT MIN(seq), MAX(seq) FROM decisions
-             WHERE (?1 IS NULL OR time >= ?1) AND (?2 IS NULL OR time < ?2)",
-            rusqlite::params![since, until],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
+    let range: Option<(Option<i64>, Option<i64>)> = conn.query_opt(
+        "SELECT MIN(seq), MAX(seq) FROM decisions
+         WHERE (?1 IS NULL OR time >= ?1) AND (?2 IS NULL OR time < ?2)",
+        params![since, until],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     Ok(match range {
         Some((Some(a), Some(b))) => Some((a, b)),
         _ => None,
@@ -142,14 +139,14 @@ pub fn seq_range(
 }
 
 /// Every entity snapshot with one of `hashes`.
-pub fn snapshots(
-    conn: &Connection,
-    hashes: &[String],
-) -> Result<Vec<(String, String)>, StoreError> {
+pub fn snapshots(conn: &mut Conn, hashes: &[String]) -> Result<Vec<(String, String)>, StoreError> {
     let mut out = Vec::with_capacity(hashes.len());
-    let mut stmt = conn.prepare_cached("SELECT entities FROM entity_snapshots WHERE hash = ?1")?;
     for h in hashes {
-        if let Some(text) = stmt.query_row([h], |r| r.get::<_, String>(0)).optional()? {
+        if let Some(text) = conn.query_opt(
+            "SELECT entities FROM entity_snapshots WHERE hash = ?1",
+            params![h],
+            |r| r.get::<String>(0),
+        )? {
             out.push((h.clone(), text));
         }
     }
@@ -158,14 +155,12 @@ pub fn snapshots(
 
 /// A recorded policy set: `(schema_path, schema_text, files JSON)`.
 pub fn policy_set(
-    conn: &Connection,
+    conn: &mut Conn,
     hash: &str,
 ) -> Result<Option<(String, String, String)>, StoreError> {
-    Ok(conn
-        .query_row(
-            "SELECT schema_path, schema_text, files FROM policy_sets WHERE hash = ?1",
-            [hash],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()?)
+    conn.query_opt(
+        "SELECT schema_path, schema_text, files FROM policy_sets WHERE hash = ?1",
+        params![hash],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
 }

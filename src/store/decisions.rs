@@ -4,7 +4,8 @@
 //! Every column is stored as the exact text that was hashed, so
 //! verification never depends on re-serializing JSON.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::db::{Conn, Row};
+use crate::params;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -96,59 +97,59 @@ pub fn chain_hash(prev_hash: &str, seq: i64, d: &NewDecision) -> String {
 }
 
 /// The last `(seq, hash)` of the chain, or `(0, GENESIS_HASH)`.
-pub fn chain_head(conn: &Connection) -> Result<(i64, String), StoreError> {
-    let head = conn
-        .query_row(
-            "SELECT seq, hash FROM decisions ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
+pub fn chain_head(conn: &mut Conn) -> Result<(i64, String), StoreError> {
+    let head = conn.query_opt(
+        "SELECT seq, hash FROM decisions ORDER BY seq DESC LIMIT 1",
+        params![],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     Ok(head.unwrap_or((0, GENESIS_HASH.to_string())))
 }
 
 /// Stores an entity slice under its hash (idempotent).
-pub fn insert_snapshot(conn: &Connection, hash: &str, entities: &str) -> Result<(), StoreError> {
-    conn.prepare_cached("INSERT OR IGNORE INTO entity_snapshots (hash, entities) VALUES (?1, ?2)")?
-        .execute(params![hash, entities])?;
+pub fn insert_snapshot(conn: &mut Conn, hash: &str, entities: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO entity_snapshots (hash, entities) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        params![hash, entities],
+    )?;
     Ok(())
 }
 
 /// Appends one decision at `seq` after `prev_hash`; returns its hash. The
 /// caller stores the decision's entity snapshot ([`insert_snapshot`]).
 pub fn insert(
-    conn: &Connection,
+    conn: &mut Conn,
     seq: i64,
     prev_hash: &str,
     d: &NewDecision,
 ) -> Result<String, StoreError> {
     let hash = chain_hash(prev_hash, seq, d);
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO decisions (seq, id, time, org_id, session_id, principal, action, resource,
              context, entities_hash, policy_hash, decision, reasons, errors, outcome, notes,
              prev_hash, hash)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-    )?
-    .execute(params![
-        seq,
-        d.id,
-        d.time,
-        d.org_id,
-        d.session_id,
-        d.principal,
-        d.action,
-        d.resource,
-        d.context,
-        d.entities_hash,
-        d.policy_hash,
-        d.decision,
-        d.reasons,
-        d.errors,
-        d.outcome,
-        d.notes,
-        prev_hash,
-        hash
-    ])?;
+        params![
+            seq,
+            d.id,
+            d.time,
+            d.org_id,
+            d.session_id,
+            d.principal,
+            d.action,
+            d.resource,
+            d.context,
+            d.entities_hash,
+            d.policy_hash,
+            d.decision,
+            d.reasons,
+            d.errors,
+            d.outcome,
+            d.notes,
+            prev_hash,
+            &hash
+        ],
+    )?;
     Ok(hash)
 }
 
@@ -156,7 +157,7 @@ pub(crate) const COLUMNS: &str =
     "seq, id, time, org_id, session_id, principal, action, resource, context,
     entities_hash, policy_hash, decision, reasons, errors, outcome, notes, prev_hash, hash";
 
-pub(crate) fn row_to_decision(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDecision> {
+pub(crate) fn row_to_decision(r: &Row) -> Result<StoredDecision, StoreError> {
     Ok(StoredDecision {
         seq: r.get(0)?,
         record: NewDecision {
@@ -183,42 +184,41 @@ pub(crate) fn row_to_decision(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredD
 }
 
 /// The last `n` decisions, oldest first.
-pub fn tail(conn: &Connection, n: usize) -> Result<Vec<StoredDecision>, StoreError> {
-    let mut stmt = conn.prepare(&format!(
-        "SELECT {COLUMNS} FROM (SELECT * FROM decisions ORDER BY seq DESC LIMIT ?1) ORDER BY seq ASC"
-    ))?;
-    let rows = stmt.query_map([n as i64], row_to_decision)?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+pub fn tail(conn: &mut Conn, n: usize) -> Result<Vec<StoredDecision>, StoreError> {
+    conn.query_map(
+        &format!(
+            "SELECT {COLUMNS} FROM (SELECT * FROM decisions ORDER BY seq DESC LIMIT ?1) AS newest ORDER BY seq ASC"
+        ),
+        params![n as i64],
+        row_to_decision,
+    )
 }
 
 /// One decision by id.
-pub fn get(conn: &Connection, id: &str) -> Result<Option<StoredDecision>, StoreError> {
-    let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM decisions WHERE id = ?1"))?;
-    Ok(stmt.query_row([id], row_to_decision).optional()?)
+pub fn get(conn: &mut Conn, id: &str) -> Result<Option<StoredDecision>, StoreError> {
+    conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM decisions WHERE id = ?1"),
+        params![id],
+        row_to_decision,
+    )
 }
 
 /// Decisions with `seq > after`, oldest first, at most `limit`.
-pub fn page(
-    conn: &Connection,
-    after: i64,
-    limit: usize,
-) -> Result<Vec<StoredDecision>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM decisions WHERE seq > ?1 ORDER BY seq LIMIT ?2"
-    ))?;
-    let rows = stmt.query_map(params![after, limit as i64], row_to_decision)?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+pub fn page(conn: &mut Conn, after: i64, limit: usize) -> Result<Vec<StoredDecision>, StoreError> {
+    conn.query_map(
+        &format!("SELECT {COLUMNS} FROM decisions WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+        params![after, limit as i64],
+        row_to_decision,
+    )
 }
 
 /// The stored entity slice JSON for a hash.
-pub fn entity_snapshot(conn: &Connection, hash: &str) -> Result<Option<String>, StoreError> {
-    Ok(conn
-        .query_row(
-            "SELECT entities FROM entity_snapshots WHERE hash = ?1",
-            [hash],
-            |r| r.get(0),
-        )
-        .optional()?)
+pub fn entity_snapshot(conn: &mut Conn, hash: &str) -> Result<Option<String>, StoreError> {
+    conn.query_opt(
+        "SELECT entities FROM entity_snapshots WHERE hash = ?1",
+        params![hash],
+        |r| r.get(0),
+    )
 }
 
 /// What `audit verify` found.
@@ -238,7 +238,7 @@ pub struct VerifyReport {
 
 /// Re-computes every row's hash and checks the links, the sequence and the
 /// entity snapshots the rows refer to.
-pub fn verify(conn: &Connection) -> Result<VerifyReport, StoreError> {
+pub fn verify(conn: &mut Conn) -> Result<VerifyReport, StoreError> {
     verify_range(conn, 1, i64::MAX)
 }
 
@@ -246,7 +246,7 @@ pub fn verify(conn: &Connection) -> Result<VerifyReport, StoreError> {
 /// the stored row before it (whose own hash is recomputed too), so a range
 /// check still detects an edit at its boundary.
 pub fn verify_range(
-    conn: &Connection,
+    conn: &mut Conn,
     from_seq: i64,
     to_seq: i64,
 ) -> Result<VerifyReport, StoreError> {

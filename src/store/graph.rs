@@ -3,7 +3,8 @@
 //! with the call's decision records), and the loads that build the
 //! in-memory view.
 
-use rusqlite::{Connection, params};
+use super::db::Conn;
+use crate::params;
 
 use super::StoreError;
 
@@ -100,7 +101,7 @@ pub fn decode_vector(b: &[u8]) -> Vec<f32> {
 }
 
 /// Applies one graph write inside the writer's transaction.
-pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
+pub fn apply(conn: &mut Conn, w: &GraphWrite) -> Result<(), StoreError> {
     match w {
         GraphWrite::Ingest {
             org_id,
@@ -114,12 +115,9 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
                     Some((m, v)) => (Some(m.as_str()), Some(encode_vector(v))),
                     None => (None, None),
                 };
-                conn.prepare_cached(
-                    "INSERT INTO graph_nodes (id, org_id, project_id, name, name_key, type, description,
+                conn.execute("INSERT INTO graph_nodes (id, org_id, project_id, name, name_key, type, description,
                          observation_id, session_id, created_at, feedback_weight, embedding, embed_model)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                )?
-                .execute(params![
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)", params![
                     n.id,
                     org_id,
                     project_id,
@@ -136,12 +134,9 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
                 ])?;
             }
             for e in edges {
-                conn.prepare_cached(
-                    "INSERT INTO graph_edges (org_id, project_id, source_id, target_id, relationship,
+                conn.execute("INSERT INTO graph_edges (org_id, project_id, source_id, target_id, relationship,
                          observation_id, session_id, created_at, feedback_weight)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )?
-                .execute(params![
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", params![
                     org_id,
                     project_id,
                     e.source_id,
@@ -154,11 +149,11 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
                 ])?;
             }
             for id in observations {
-                conn.prepare_cached(
+                conn.execute(
                     "UPDATE observations SET processed = 1
                      WHERE id = ?1 AND org_id = ?2 AND project_id = ?3",
-                )?
-                .execute(params![id, org_id, project_id])?;
+                    params![id, org_id, project_id],
+                )?;
             }
         }
         GraphWrite::Feedback {
@@ -170,48 +165,34 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
             edge_embeddings,
         } => {
             for (id, w) in nodes {
-                conn.prepare_cached(
+                conn.execute(
                     "UPDATE graph_nodes SET feedback_weight = ?2
                      WHERE id = ?1 AND org_id = ?3 AND project_id = ?4",
-                )?
-                .execute(params![id, w, org_id, project_id])?;
+                    params![id, w, org_id, project_id],
+                )?;
             }
             for (s, t, r, w) in edges {
-                conn.prepare_cached(
+                conn.execute(
                     "UPDATE graph_edges SET feedback_weight = ?4
                      WHERE source_id = ?1 AND target_id = ?2 AND relationship = ?3
                        AND org_id = ?5 AND project_id = ?6",
-                )?
-                .execute(params![s, t, r, w, org_id, project_id])?;
+                    params![s, t, r, w, org_id, project_id],
+                )?;
             }
             for (id, model, v) in node_embeddings {
-                conn.prepare_cached(
+                conn.execute(
                     "UPDATE graph_nodes SET embedding = ?2, embed_model = ?3
                      WHERE id = ?1 AND org_id = ?4 AND project_id = ?5",
-                )?
-                .execute(params![
-                    id,
-                    encode_vector(v),
-                    model,
-                    org_id,
-                    project_id
-                ])?;
+                    params![id, encode_vector(v), model, org_id, project_id],
+                )?;
             }
             for (s, t, r, model, v) in edge_embeddings {
-                conn.prepare_cached(
+                conn.execute(
                     "UPDATE graph_edges SET embedding = ?4, embed_model = ?5
                      WHERE source_id = ?1 AND target_id = ?2 AND relationship = ?3
                        AND org_id = ?6 AND project_id = ?7",
-                )?
-                .execute(params![
-                    s,
-                    t,
-                    r,
-                    encode_vector(v),
-                    model,
-                    org_id,
-                    project_id
-                ])?;
+                    params![s, t, r, encode_vector(v), model, org_id, project_id],
+                )?;
             }
         }
     }
@@ -220,64 +201,66 @@ pub fn apply(conn: &Connection, w: &GraphWrite) -> Result<(), StoreError> {
 
 /// Every node of a project, in insertion order.
 pub fn load_nodes(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     project_id: &str,
 ) -> Result<Vec<NodeRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(
+    let rows = conn.query_map(
         "SELECT id, name, name_key, type, description, observation_id, session_id, created_at,
                 feedback_weight, embedding, embed_model
          FROM graph_nodes WHERE org_id = ?1 AND project_id = ?2 ORDER BY seq",
+        params![org_id, project_id],
+        |r| {
+            let blob: Option<Vec<u8>> = r.get(9)?;
+            let model: Option<String> = r.get(10)?;
+            Ok(NodeRow {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                key: r.get(2)?,
+                node_type: r.get(3)?,
+                description: r.get(4)?,
+                provenance: Provenance {
+                    observation_id: r.get(5)?,
+                    session_id: r.get(6)?,
+                    timestamp: r.get(7)?,
+                },
+                weight: r.get(8)?,
+                embedding: match (model, blob) {
+                    (Some(m), Some(b)) => Some((m, decode_vector(&b))),
+                    _ => None,
+                },
+            })
+        },
     )?;
-    let rows = stmt.query_map(params![org_id, project_id], |r| {
-        let blob: Option<Vec<u8>> = r.get(9)?;
-        let model: Option<String> = r.get(10)?;
-        Ok(NodeRow {
-            id: r.get(0)?,
-            name: r.get(1)?,
-            key: r.get(2)?,
-            node_type: r.get(3)?,
-            description: r.get(4)?,
-            provenance: Provenance {
-                observation_id: r.get(5)?,
-                session_id: r.get(6)?,
-                timestamp: r.get(7)?,
-            },
-            weight: r.get(8)?,
-            embedding: match (model, blob) {
-                (Some(m), Some(b)) => Some((m, decode_vector(&b))),
-                _ => None,
-            },
-        })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    Ok(rows)
 }
 
 /// Every edge of a project, in insertion order.
 pub fn load_edges(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     project_id: &str,
 ) -> Result<Vec<EdgeRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(
+    let rows = conn.query_map(
         "SELECT source_id, target_id, relationship, observation_id, session_id, created_at,
                 feedback_weight
          FROM graph_edges WHERE org_id = ?1 AND project_id = ?2 ORDER BY seq",
+        params![org_id, project_id],
+        |r| {
+            Ok(EdgeRow {
+                source_id: r.get(0)?,
+                target_id: r.get(1)?,
+                relationship: r.get(2)?,
+                provenance: Provenance {
+                    observation_id: r.get(3)?,
+                    session_id: r.get(4)?,
+                    timestamp: r.get(5)?,
+                },
+                weight: r.get(6)?,
+            })
+        },
     )?;
-    let rows = stmt.query_map(params![org_id, project_id], |r| {
-        Ok(EdgeRow {
-            source_id: r.get(0)?,
-            target_id: r.get(1)?,
-            relationship: r.get(2)?,
-            provenance: Provenance {
-                observation_id: r.get(3)?,
-                session_id: r.get(4)?,
-                timestamp: r.get(5)?,
-            },
-            weight: r.get(6)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    Ok(rows)
 }
 
 /// An observation waiting for extraction.
@@ -295,25 +278,26 @@ pub struct PendingObservation {
 
 /// The oldest `limit` unprocessed observations of a project.
 pub fn unprocessed(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     project_id: &str,
     limit: usize,
 ) -> Result<Vec<PendingObservation>, StoreError> {
-    let mut stmt = conn.prepare_cached(
+    let rows = conn.query_map(
         "SELECT id, session_id, content, created_at FROM observations
          WHERE org_id = ?1 AND project_id = ?2 AND processed = 0
          ORDER BY seq LIMIT ?3",
+        params![org_id, project_id, limit as i64],
+        |r| {
+            Ok(PendingObservation {
+                id: r.get(0)?,
+                session_id: r.get(1)?,
+                content: r.get(2)?,
+                created_at: r.get(3)?,
+            })
+        },
     )?;
-    let rows = stmt.query_map(params![org_id, project_id, limit as i64], |r| {
-        Ok(PendingObservation {
-            id: r.get(0)?,
-            session_id: r.get(1)?,
-            content: r.get(2)?,
-            created_at: r.get(3)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    Ok(rows)
 }
 
 #[cfg(test)]

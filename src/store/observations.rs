@@ -1,7 +1,9 @@
 //! Observations (agent memory) per project, with ranked full-text search
-//! (SQLite FTS5, BM25, Porter stemming).
+//! (SQLite: FTS5, BM25, Porter stemming; PostgreSQL: an English `tsvector`
+//! with a GIN index, ranked by `ts_rank_cd`).
 
-use rusqlite::{Connection, params};
+use super::db::{Backend, Conn};
+use crate::params;
 use serde::Serialize;
 
 use super::StoreError;
@@ -49,17 +51,17 @@ pub struct ObservationHit {
     pub confidence: Option<f64>,
     /// When it was stored.
     pub created_at: String,
-    /// Relevance (higher is better): negated BM25.
+    /// Relevance (higher is better): negated BM25 (SQLite) or
+    /// `ts_rank_cd` (PostgreSQL); comparable only within one backend.
     pub score: f64,
 }
 
 /// Inserts one observation (inside the writer's transaction).
-pub fn insert(conn: &Connection, o: &NewObservation) -> Result<(), StoreError> {
-    conn.prepare_cached(
+pub fn insert(conn: &mut Conn, o: &NewObservation) -> Result<(), StoreError> {
+    conn.execute(
         "INSERT INTO observations (id, org_id, project_id, session_id, agent_id, content, type, confidence, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
+        params![
         o.id,
         o.org_id,
         o.project_id,
@@ -68,8 +70,9 @@ pub fn insert(conn: &Connection, o: &NewObservation) -> Result<(), StoreError> {
         o.content,
         o.obs_type,
         o.confidence,
-        o.created_at
-    ])?;
+        &o.created_at
+    ],
+    )?;
     Ok(())
 }
 
@@ -87,6 +90,24 @@ const STOP_WORDS: &[&str] = &[
 /// Stop words are dropped unless nothing else is left. `None` when the
 /// text has no searchable word.
 pub fn fts_query(text: &str) -> Option<String> {
+    Some(
+        query_terms(text)?
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR "),
+    )
+}
+
+/// The same terms as a PostgreSQL `to_tsquery` text: OR-ed words, each
+/// made only of letters and digits, so no tsquery syntax gets through.
+pub fn ts_query(text: &str) -> Option<String> {
+    Some(query_terms(text)?.join(" | "))
+}
+
+/// The distinct lower-cased words of `text` (at most [`MAX_TERMS`]), stop
+/// words dropped unless nothing else is left.
+fn query_terms(text: &str) -> Option<Vec<String>> {
     let mut terms: Vec<String> = Vec::new();
     for word in text.split(|c: char| !c.is_alphanumeric()) {
         let w = word.to_lowercase();
@@ -104,54 +125,60 @@ pub fn fts_query(text: &str) -> Option<String> {
     if terms.iter().any(|t| !STOP_WORDS.contains(&t.as_str())) {
         terms.retain(|t| !STOP_WORDS.contains(&t.as_str()));
     }
-    Some(
-        terms
-            .iter()
-            .map(|t| format!("\"{t}\""))
-            .collect::<Vec<_>>()
-            .join(" OR "),
-    )
+    Some(terms)
 }
 
 /// The best `limit` observations of a project for `query`, best first.
 pub fn search(
-    conn: &Connection,
+    conn: &mut Conn,
     org_id: &str,
     project_id: &str,
     query: &str,
     limit: usize,
 ) -> Result<Vec<ObservationHit>, StoreError> {
-    let Some(q) = fts_query(query) else {
+    let (sql, q) = match conn.backend() {
+        Backend::Sqlite => (
+            // bm25() is lower-is-better: negate it into the score.
+            "SELECT o.id, o.content, o.type, o.confidence, o.created_at, -bm25(observations_fts) AS score
+             FROM observations_fts
+             JOIN observations o ON o.seq = observations_fts.rowid
+             WHERE observations_fts MATCH ?1 AND o.org_id = ?2 AND o.project_id = ?3
+             ORDER BY score DESC, o.seq DESC
+             LIMIT ?4",
+            fts_query(query),
+        ),
+        Backend::Postgres => (
+            "SELECT o.id, o.content, o.type, o.confidence, o.created_at,
+                    CAST(ts_rank_cd(o.search, q) AS DOUBLE PRECISION) AS score
+             FROM observations o, to_tsquery('english', ?1) q
+             WHERE o.search @@ q AND o.org_id = ?2 AND o.project_id = ?3
+             ORDER BY score DESC, o.seq DESC
+             LIMIT ?4",
+            ts_query(query),
+        ),
+    };
+    let Some(q) = q else {
         return Ok(Vec::new());
     };
-    let mut stmt = conn.prepare_cached(
-        "SELECT o.id, o.content, o.type, o.confidence, o.created_at, bm25(observations_fts) AS rank
-         FROM observations_fts
-         JOIN observations o ON o.seq = observations_fts.rowid
-         WHERE observations_fts MATCH ?1 AND o.org_id = ?2 AND o.project_id = ?3
-         ORDER BY rank ASC, o.seq DESC
-         LIMIT ?4",
-    )?;
-    let rows = stmt.query_map(params![q, org_id, project_id, limit as i64], |r| {
+    conn.query_map(sql, params![&q, org_id, project_id, limit as i64], |r| {
         Ok(ObservationHit {
             id: r.get(0)?,
             content: r.get(1)?,
             obs_type: r.get(2)?,
             confidence: r.get(3)?,
             created_at: r.get(4)?,
-            score: -r.get::<_, f64>(5)?,
+            score: r.get(5)?,
         })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    })
 }
 
 /// Number of observations stored for a project.
-pub fn count(conn: &Connection, org_id: &str, project_id: &str) -> Result<i64, StoreError> {
-    Ok(conn.query_row(
+pub fn count(conn: &mut Conn, org_id: &str, project_id: &str) -> Result<i64, StoreError> {
+    conn.query_row(
         "SELECT COUNT(*) FROM observations WHERE org_id = ?1 AND project_id = ?2",
         params![org_id, project_id],
         |r| r.get(0),
-    )?)
+    )
 }
 
 #[cfg(test)]
@@ -174,5 +201,10 @@ mod tests {
         );
         assert_eq!(fts_query("  ?! "), None);
         assert_eq!(fts_query("Auth auth").as_deref(), Some("\"auth\""));
+        assert_eq!(
+            ts_query("how does SSO work?").as_deref(),
+            Some("sso | work")
+        );
+        assert_eq!(ts_query("a:* & !b").as_deref(), Some("b"));
     }
 }

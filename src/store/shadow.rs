@@ -2,7 +2,8 @@
 //! differently from the active one). Not part of the hash chain: shadow
 //! results are advisory, the chained record is the live decision.
 
-use rusqlite::{Connection, params};
+use super::db::Conn;
+use crate::params;
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
@@ -46,49 +47,48 @@ fn json(v: &[String]) -> String {
 }
 
 /// Stores one divergence.
-pub fn insert(conn: &Connection, d: &Divergence) -> Result<(), StoreError> {
-    conn.prepare_cached(
+pub fn insert(conn: &mut Conn, d: &Divergence) -> Result<(), StoreError> {
+    conn.execute(
         "INSERT INTO shadow_divergences (decision_id, time, action, principal, resource,
              live_hash, live_decision, live_reasons, live_errors,
              candidate_dir, candidate_hash, candidate_decision, candidate_reasons, candidate_errors)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-    )?
-    .execute(params![
-        d.decision_id,
-        d.time,
-        d.action,
-        d.principal,
-        d.resource,
-        d.live_hash,
-        d.live_decision,
-        json(&d.live_reasons),
-        json(&d.live_errors),
-        d.candidate_dir,
-        d.candidate_hash,
-        d.candidate_decision,
-        json(&d.candidate_reasons),
-        json(&d.candidate_errors),
-    ])?;
+        params![
+            d.decision_id,
+            d.time,
+            d.action,
+            d.principal,
+            d.resource,
+            d.live_hash,
+            d.live_decision,
+            &json(&d.live_reasons),
+            &json(&d.live_errors),
+            d.candidate_dir,
+            d.candidate_hash,
+            d.candidate_decision,
+            &json(&d.candidate_reasons),
+            &json(&d.candidate_errors),
+        ],
+    )?;
     Ok(())
 }
 
 /// The newest `limit` divergences (newest first), optionally only those
 /// against `candidate_hash`.
 pub fn recent(
-    conn: &Connection,
+    conn: &mut Conn,
     candidate_hash: Option<&str>,
     limit: usize,
 ) -> Result<Vec<Divergence>, StoreError> {
-    let mut stmt = conn.prepare_cached(
+    let sql =
         "SELECT decision_id, time, action, principal, resource,
                 live_hash, live_decision, live_reasons, live_errors,
                 candidate_dir, candidate_hash, candidate_decision, candidate_reasons, candidate_errors
          FROM shadow_divergences
          WHERE (?1 IS NULL OR candidate_hash = ?1)
-         ORDER BY id DESC LIMIT ?2",
-    )?;
+         ORDER BY id DESC LIMIT ?2";
     let list = |s: String| serde_json::from_str::<Vec<String>>(&s).unwrap_or_default();
-    let rows = stmt.query_map(params![candidate_hash, limit as i64], |r| {
+    conn.query_map(sql, params![candidate_hash, limit as i64], |r| {
         Ok(Divergence {
             decision_id: r.get(0)?,
             time: r.get(1)?,
@@ -105,6 +105,5 @@ pub fn recent(
             candidate_reasons: list(r.get(12)?),
             candidate_errors: list(r.get(13)?),
         })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    })
 }

@@ -1,7 +1,8 @@
 //! Tenants: orgs, projects, agents (with roles), daemon keys and sessions.
 //! Plain synchronous functions over a connection; callers choose the thread.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::db::{Conn, Row, is_unique_violation};
+use crate::params;
 use serde::Serialize;
 
 use super::StoreError;
@@ -110,13 +111,7 @@ fn to_json_list(list: &[String]) -> String {
     serde_json::Value::from(list.to_vec()).to_string()
 }
 
-fn is_unique_violation(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
-            || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
-}
-
-fn org_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String)> {
+fn org_row(r: &Row) -> Result<(String, String, String, String, String), StoreError> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
 }
 
@@ -131,7 +126,7 @@ fn org_from(t: (String, String, String, String, String)) -> Result<Org, StoreErr
 }
 
 /// Creates an org.
-pub fn create_org(conn: &Connection, org: &Org) -> Result<(), StoreError> {
+pub fn create_org(conn: &mut Conn, org: &Org) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO orgs (id, name, plan, entitlements, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![
@@ -146,45 +141,44 @@ pub fn create_org(conn: &Connection, org: &Org) -> Result<(), StoreError> {
         if is_unique_violation(&e) {
             StoreError::Conflict(format!("org `{}` already exists", org.id))
         } else {
-            e.into()
+            e
         }
     })?;
     Ok(())
 }
 
 /// One org.
-pub fn get_org(conn: &Connection, id: &str) -> Result<Option<Org>, StoreError> {
-    conn.query_row(
+pub fn get_org(conn: &mut Conn, id: &str) -> Result<Option<Org>, StoreError> {
+    conn.query_opt(
         "SELECT id, name, plan, entitlements, created_at FROM orgs WHERE id = ?1",
-        [id],
+        params![id],
         org_row,
-    )
-    .optional()?
+    )?
     .map(org_from)
     .transpose()
 }
 
 /// Every org, by id.
-pub fn list_orgs(conn: &Connection) -> Result<Vec<Org>, StoreError> {
-    let mut stmt =
-        conn.prepare("SELECT id, name, plan, entitlements, created_at FROM orgs ORDER BY id")?;
-    let rows = stmt
-        .query_map([], org_row)?
-        .collect::<Result<Vec<_>, _>>()?;
+pub fn list_orgs(conn: &mut Conn) -> Result<Vec<Org>, StoreError> {
+    let rows = conn.query_map(
+        "SELECT id, name, plan, entitlements, created_at FROM orgs ORDER BY id",
+        params![],
+        org_row,
+    )?;
     rows.into_iter().map(org_from).collect()
 }
 
 /// Deletes an org and (by cascade) its projects, agents, keys, sessions and
 /// observations. The decision trail is kept.
-pub fn delete_org(conn: &Connection, id: &str) -> Result<(), StoreError> {
-    let n = conn.execute("DELETE FROM orgs WHERE id = ?1", [id])?;
+pub fn delete_org(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute("DELETE FROM orgs WHERE id = ?1", params![id])?;
     if n == 0 {
         return Err(StoreError::NotFound(format!("org `{id}` not found")));
     }
     Ok(())
 }
 
-fn require_org(conn: &Connection, org_id: &str) -> Result<(), StoreError> {
+fn require_org(conn: &mut Conn, org_id: &str) -> Result<(), StoreError> {
     if get_org(conn, org_id)?.is_none() {
         return Err(StoreError::NotFound(format!("org `{org_id}` not found")));
     }
@@ -192,7 +186,7 @@ fn require_org(conn: &Connection, org_id: &str) -> Result<(), StoreError> {
 }
 
 /// Creates a project.
-pub fn create_project(conn: &Connection, p: &Project) -> Result<(), StoreError> {
+pub fn create_project(conn: &mut Conn, p: &Project) -> Result<(), StoreError> {
     require_org(conn, &p.org_id)?;
     conn.execute(
         "INSERT INTO projects (org_id, id, memory_enabled, graph_enabled, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -202,13 +196,13 @@ pub fn create_project(conn: &Connection, p: &Project) -> Result<(), StoreError> 
         if is_unique_violation(&e) {
             StoreError::Conflict(format!("project `{}` already exists in org `{}`", p.id, p.org_id))
         } else {
-            e.into()
+            e
         }
     })?;
     Ok(())
 }
 
-fn project_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Project> {
+fn project_row(r: &Row) -> Result<Project, StoreError> {
     Ok(Project {
         org_id: r.get(0)?,
         id: r.get(1)?,
@@ -219,33 +213,24 @@ fn project_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Project> {
 }
 
 /// One project.
-pub fn get_project(
-    conn: &Connection,
-    org_id: &str,
-    id: &str,
-) -> Result<Option<Project>, StoreError> {
-    Ok(conn
-        .query_row(
+pub fn get_project(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<Project>, StoreError> {
+    conn
+        .query_opt(
             "SELECT org_id, id, memory_enabled, graph_enabled, created_at FROM projects WHERE org_id = ?1 AND id = ?2",
             params![org_id, id],
             project_row,
         )
-        .optional()?)
 }
 
 /// Projects of an org.
-pub fn list_projects(conn: &Connection, org_id: &str) -> Result<Vec<Project>, StoreError> {
+pub fn list_projects(conn: &mut Conn, org_id: &str) -> Result<Vec<Project>, StoreError> {
     require_org(conn, org_id)?;
-    let mut stmt = conn.prepare(
-        "SELECT org_id, id, memory_enabled, graph_enabled, created_at FROM projects WHERE org_id = ?1 ORDER BY id",
-    )?;
-    Ok(stmt
-        .query_map([org_id], project_row)?
-        .collect::<Result<Vec<_>, _>>()?)
+
+    conn.query_map("SELECT org_id, id, memory_enabled, graph_enabled, created_at FROM projects WHERE org_id = ?1 ORDER BY id", params![org_id], project_row)
 }
 
 /// Deletes a project (and its sessions and observations).
-pub fn delete_project(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+pub fn delete_project(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "DELETE FROM projects WHERE org_id = ?1 AND id = ?2",
         params![org_id, id],
@@ -259,7 +244,7 @@ pub fn delete_project(conn: &Connection, org_id: &str, id: &str) -> Result<(), S
 }
 
 /// Creates an agent.
-pub fn create_agent(conn: &Connection, a: &Agent) -> Result<(), StoreError> {
+pub fn create_agent(conn: &mut Conn, a: &Agent) -> Result<(), StoreError> {
     require_org(conn, &a.org_id)?;
     conn.execute(
         "INSERT INTO agents (org_id, id, name, roles, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -272,13 +257,13 @@ pub fn create_agent(conn: &Connection, a: &Agent) -> Result<(), StoreError> {
                 a.id, a.org_id
             ))
         } else {
-            e.into()
+            e
         }
     })?;
     Ok(())
 }
 
-fn agent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String)> {
+fn agent_row(r: &Row) -> Result<(String, String, String, String, String), StoreError> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
 }
 
@@ -293,31 +278,30 @@ fn agent_from(t: (String, String, String, String, String)) -> Result<Agent, Stor
 }
 
 /// One agent.
-pub fn get_agent(conn: &Connection, org_id: &str, id: &str) -> Result<Option<Agent>, StoreError> {
-    conn.query_row(
+pub fn get_agent(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<Agent>, StoreError> {
+    conn.query_opt(
         "SELECT org_id, id, name, roles, created_at FROM agents WHERE org_id = ?1 AND id = ?2",
         params![org_id, id],
         agent_row,
-    )
-    .optional()?
+    )?
     .map(agent_from)
     .transpose()
 }
 
 /// Agents of an org.
-pub fn list_agents(conn: &Connection, org_id: &str) -> Result<Vec<Agent>, StoreError> {
+pub fn list_agents(conn: &mut Conn, org_id: &str) -> Result<Vec<Agent>, StoreError> {
     require_org(conn, org_id)?;
-    let mut stmt = conn.prepare(
+
+    let rows = conn.query_map(
         "SELECT org_id, id, name, roles, created_at FROM agents WHERE org_id = ?1 ORDER BY id",
+        params![org_id],
+        agent_row,
     )?;
-    let rows = stmt
-        .query_map([org_id], agent_row)?
-        .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter().map(agent_from).collect()
 }
 
 /// Deletes an agent (and its sessions).
-pub fn delete_agent(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+pub fn delete_agent(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "DELETE FROM agents WHERE org_id = ?1 AND id = ?2",
         params![org_id, id],
@@ -331,7 +315,7 @@ pub fn delete_agent(conn: &Connection, org_id: &str, id: &str) -> Result<(), Sto
 }
 
 /// Stores a key (only the hash of its secret).
-pub fn create_key(conn: &Connection, key: &ApiKey, secret_hash: &[u8]) -> Result<(), StoreError> {
+pub fn create_key(conn: &mut Conn, key: &ApiKey, secret_hash: &[u8]) -> Result<(), StoreError> {
     require_org(conn, &key.org_id)?;
     conn.execute(
         "INSERT INTO api_keys (id, org_id, label, secret_hash, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -341,45 +325,40 @@ pub fn create_key(conn: &Connection, key: &ApiKey, secret_hash: &[u8]) -> Result
 }
 
 /// A key and its secret hash, by key id.
-pub fn find_key(conn: &Connection, id: &str) -> Result<Option<(ApiKey, Vec<u8>)>, StoreError> {
-    Ok(conn
-        .query_row(
-            "SELECT id, org_id, label, created_at, secret_hash FROM api_keys WHERE id = ?1",
-            [id],
-            |r| {
-                Ok((
-                    ApiKey {
-                        id: r.get(0)?,
-                        org_id: r.get(1)?,
-                        label: r.get(2)?,
-                        created_at: r.get(3)?,
-                    },
-                    r.get(4)?,
-                ))
-            },
-        )
-        .optional()?)
+pub fn find_key(conn: &mut Conn, id: &str) -> Result<Option<(ApiKey, Vec<u8>)>, StoreError> {
+    conn.query_opt(
+        "SELECT id, org_id, label, created_at, secret_hash FROM api_keys WHERE id = ?1",
+        params![id],
+        |r| {
+            Ok((
+                ApiKey {
+                    id: r.get(0)?,
+                    org_id: r.get(1)?,
+                    label: r.get(2)?,
+                    created_at: r.get(3)?,
+                },
+                r.get(4)?,
+            ))
+        },
+    )
 }
 
 /// Keys of an org (no secrets).
-pub fn list_keys(conn: &Connection, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+pub fn list_keys(conn: &mut Conn, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
     require_org(conn, org_id)?;
-    let mut stmt =
-        conn.prepare("SELECT id, org_id, label, created_at FROM api_keys WHERE org_id = ?1 ORDER BY created_at, id")?;
-    Ok(stmt
-        .query_map([org_id], |r| {
+
+    conn.query_map("SELECT id, org_id, label, created_at FROM api_keys WHERE org_id = ?1 ORDER BY created_at, id", params![org_id], |r| {
             Ok(ApiKey {
                 id: r.get(0)?,
                 org_id: r.get(1)?,
                 label: r.get(2)?,
                 created_at: r.get(3)?,
             })
-        })?
-        .collect::<Result<Vec<_>, _>>()?)
+        })
 }
 
 /// Revokes a key.
-pub fn delete_key(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+pub fn delete_key(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "DELETE FROM api_keys WHERE org_id = ?1 AND id = ?2",
         params![org_id, id],
@@ -393,7 +372,7 @@ pub fn delete_key(conn: &Connection, org_id: &str, id: &str) -> Result<(), Store
 }
 
 /// Creates a session; the project and agent must exist in the org.
-pub fn create_session(conn: &Connection, s: &Session) -> Result<(), StoreError> {
+pub fn create_session(conn: &mut Conn, s: &Session) -> Result<(), StoreError> {
     if get_project(conn, &s.org_id, &s.project_id)?.is_none() {
         return Err(StoreError::NotFound(format!(
             "project `{}` not found in org `{}`",
@@ -415,19 +394,19 @@ pub fn create_session(conn: &Connection, s: &Session) -> Result<(), StoreError> 
 }
 
 /// Sessions of an org, newest first.
-pub fn list_sessions(conn: &Connection, org_id: &str) -> Result<Vec<Session>, StoreError> {
+pub fn list_sessions(conn: &mut Conn, org_id: &str) -> Result<Vec<Session>, StoreError> {
     require_org(conn, org_id)?;
-    let mut stmt = conn.prepare(
+
+    conn.query_map(
         "SELECT id, org_id, project_id, agent_id, created_by_key, protocol_version, created_at
          FROM sessions WHERE org_id = ?1 ORDER BY created_at DESC, id",
-    )?;
-    Ok(stmt
-        .query_map([org_id], session_row)?
-        .collect::<Result<Vec<_>, _>>()?)
+        params![org_id],
+        session_row,
+    )
 }
 
 /// Deletes a session.
-pub fn delete_session(conn: &Connection, org_id: &str, id: &str) -> Result<(), StoreError> {
+pub fn delete_session(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "DELETE FROM sessions WHERE org_id = ?1 AND id = ?2",
         params![org_id, id],
@@ -440,7 +419,7 @@ pub fn delete_session(conn: &Connection, org_id: &str, id: &str) -> Result<(), S
     Ok(())
 }
 
-fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
+fn session_row(r: &Row) -> Result<Session, StoreError> {
     Ok(Session {
         id: r.get(0)?,
         org_id: r.get(1)?,
@@ -454,11 +433,11 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
 
 /// A session with its org, project and agent (one query).
 pub fn load_session_tenant(
-    conn: &Connection,
+    conn: &mut Conn,
     session_id: &str,
 ) -> Result<Option<SessionTenant>, StoreError> {
     let row = conn
-        .prepare_cached(
+        .query_opt(
             "SELECT s.id, s.org_id, s.project_id, s.agent_id, s.created_by_key, s.protocol_version, s.created_at,
                     o.name, o.plan, o.entitlements, o.created_at,
                     p.memory_enabled, p.graph_enabled, p.created_at,
@@ -468,10 +447,9 @@ pub fn load_session_tenant(
              JOIN projects p ON p.org_id = s.org_id AND p.id = s.project_id
              JOIN agents a ON a.org_id = s.org_id AND a.id = s.agent_id
              WHERE s.id = ?1",
-        )?
-        .query_row([session_id], |r| {
+            params![session_id], |r| {
             let session = session_row(r)?;
-            let org = (session.org_id.clone(), r.get(7)?, r.get(8)?, r.get::<_, String>(9)?, r.get(10)?);
+            let org = (session.org_id.clone(), r.get(7)?, r.get(8)?, r.get::<String>(9)?, r.get(10)?);
             let project = Project {
                 org_id: session.org_id.clone(),
                 id: session.project_id.clone(),
@@ -483,12 +461,11 @@ pub fn load_session_tenant(
                 session.org_id.clone(),
                 session.agent_id.clone(),
                 r.get(14)?,
-                r.get::<_, String>(15)?,
+                r.get::<String>(15)?,
                 r.get(16)?,
             );
             Ok((session, org, project, agent))
-        })
-        .optional()?;
+        })?;
     match row {
         None => Ok(None),
         Some((session, org, project, agent)) => Ok(Some(SessionTenant {

@@ -7,19 +7,26 @@
 //! The decision chain (`seq`, `prev_hash`) is assigned here, in commit
 //! order, so concurrent requests never race on it.
 //!
-//! Only a batch that someone waits on pays for an fsync: a batch made of
+//! Only a batch that someone waits on pays for a sync: a batch made of
 //! enqueued jobs alone (records whose answer never promised durability)
-//! commits with `synchronous = NORMAL`. In WAL mode that appends the frames
-//! without syncing; the next durable commit's fsync of the same WAL file
-//! covers them, so they become durable at the next `submit` or `flush`,
-//! which is exactly what `enqueue` promises.
+//! commits without one (SQLite `synchronous = NORMAL`, PostgreSQL
+//! `synchronous_commit = off`); the next durable commit's sync covers it,
+//! so it becomes durable at the next `submit` or `flush`, which is exactly
+//! what `enqueue` promises.
+//!
+//! The chain head is read inside each transaction, after
+//! [`Db::lock_chain`], so several processes (the CLI beside a server, or
+//! several gateway instances on one PostgreSQL database) append to one
+//! chain without gaps or forks. A connection that broke is dropped and
+//! reopened for the next batch; a failed batch is never acknowledged.
 
-use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::db::{Conn, Db, Value};
 use super::decisions::{self, NewDecision};
 use super::observations::NewObservation;
+use crate::params;
 
 /// One durable write.
 #[derive(Debug)]
@@ -47,12 +54,12 @@ pub enum WriteOp {
     ShadowDivergence(Box<super::shadow::Divergence>),
     /// One parameterized statement of a module's own tables (telemetry
     /// rows). Statements must not be able to fail on their data (no foreign
-    /// keys, `OR IGNORE` on keys), because a failure rolls back the batch.
+    /// keys, `ON CONFLICT DO NOTHING` on keys), because a failure rolls back the batch.
     Exec {
         /// The statement (a constant, so prepared statements are cached).
         sql: &'static str,
         /// Its parameters.
-        params: Vec<rusqlite::types::Value>,
+        params: Vec<Value>,
     },
     /// Remember the protocol version a session negotiated.
     SessionProtocol {
@@ -68,6 +75,9 @@ struct Job {
     ack: Option<oneshot::Sender<Result<(), String>>>,
 }
 
+/// Opens the writer's connection.
+pub type Connector = Box<dyn FnMut() -> Result<Box<Conn>, StoreError> + Send>;
+
 /// Handle to the writer thread; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Writer {
@@ -81,18 +91,19 @@ impl std::fmt::Debug for Job {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn` with a queue of `capacity` jobs,
-    /// committing at most `batch_max` jobs per transaction.
+    /// Starts the writer thread. `initial` is the first connection (if
+    /// already open); `connect` opens one whenever there is none (at first
+    /// use, or after the database dropped the last one).
     pub fn start(
-        conn: Connection,
+        connect: Connector,
+        initial: Option<Box<Conn>>,
         capacity: usize,
         batch_max: usize,
     ) -> Result<Writer, StoreError> {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let (seq, hash) = decisions::chain_head(&conn)?;
         std::thread::Builder::new()
             .name("cedargate-writer".into())
-            .spawn(move || run(conn, rx, batch_max.max(1), seq, hash))
+            .spawn(move || run(connect, initial, rx, batch_max.max(1)))
             .map_err(|e| StoreError::Write(format!("cannot start writer thread: {e}")))?;
         Ok(Writer { tx })
     }
@@ -158,18 +169,13 @@ impl Writer {
 const KNOWN_SNAPSHOTS_MAX: usize = 4096;
 
 fn run(
-    mut conn: Connection,
+    mut connect: Connector,
+    mut conn: Option<Box<Conn>>,
     mut rx: mpsc::Receiver<Job>,
     batch_max: usize,
-    mut seq: i64,
-    mut hash: String,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
     let mut known: std::collections::HashSet<String> = std::collections::HashSet::new();
-    // The connection opens with `synchronous = FULL`.
-    let mut synced = true;
-    // Whether a commit since the last fsync of the WAL skipped its sync.
-    let mut unsynced = false;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < batch_max {
@@ -179,24 +185,24 @@ fn run(
             }
         }
         let durable = batch.iter().any(|job| job.ack.is_some());
-        let result = set_durability(&conn, durable, &mut synced)
-            .and_then(|()| commit(&mut conn, &batch, seq, &hash, &known))
-            .and_then(|done| {
-                if !durable {
-                    unsynced = true;
-                } else if unsynced {
-                    // A durable batch may write no WAL frame (a flush, an
-                    // idempotent insert), so SQLite would not sync: sync
-                    // the earlier unsynced frames explicitly.
-                    sync_wal(&conn)?;
-                    unsynced = false;
+        if conn.is_none() {
+            match connect() {
+                Ok(c) => conn = Some(c),
+                Err(e) => tracing::warn!(error = %e, "writer cannot reach the database"),
+            }
+        }
+        let result = match conn.as_deref_mut() {
+            Some(c) => {
+                let r = commit(c, &batch, &known, durable);
+                if r.is_err() {
+                    c.rollback();
                 }
-                Ok(done)
-            });
+                r
+            }
+            None => Err(StoreError::Unavailable("no database connection".into())),
+        };
         let outcome = match result {
-            Ok((new_seq, new_hash, snapshots)) => {
-                seq = new_seq;
-                hash = new_hash;
+            Ok(snapshots) => {
                 if known.len() + snapshots.len() > KNOWN_SNAPSHOTS_MAX {
                     known.clear();
                 }
@@ -205,12 +211,10 @@ fn run(
             }
             Err(e) => {
                 tracing::error!(error = %e, jobs = batch.len(), "durable write failed; batch rolled back");
-                // The chain head is unchanged by a rolled-back transaction,
-                // but re-read it in case the failure was in COMMIT itself.
-                if let Ok((s, h)) = decisions::chain_head(&conn) {
-                    seq = s;
-                    hash = h;
+                if conn.as_deref().is_some_and(Db::is_broken) {
+                    conn = None;
                 }
+                // The snapshots this batch meant to insert are gone with it.
                 Err(e.to_string())
             }
         };
@@ -223,46 +227,24 @@ fn run(
     }
 }
 
-/// Switches the connection between `synchronous = FULL` (a commit that
-/// someone waits on) and `NORMAL` (no fsync), only when it changes.
-fn set_durability(conn: &Connection, durable: bool, synced: &mut bool) -> Result<(), StoreError> {
-    if durable != *synced {
-        let mode = if durable { "FULL" } else { "NORMAL" };
-        conn.execute_batch(&format!("PRAGMA synchronous = {mode};"))?;
-        *synced = durable;
-    }
-    Ok(())
-}
-
-/// Fsyncs the WAL file itself (Linux flushes an inode's dirty pages
-/// whichever descriptor asks).
-fn sync_wal(conn: &Connection) -> Result<(), StoreError> {
-    let Some(path) = conn.path().filter(|p| !p.is_empty()) else {
-        return Ok(()); // in-memory database: nothing to make durable
-    };
-    let wal = format!("{path}-wal");
-    match std::fs::File::open(&wal) {
-        Ok(file) => file
-            .sync_all()
-            .map_err(|e| StoreError::Write(format!("fsync {wal}: {e}"))),
-        // No WAL file: everything was checkpointed (and synced) already.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StoreError::Write(format!("open {wal}: {e}"))),
-    }
-}
-
-/// Commits a batch; returns the new chain head and the snapshot hashes it
-/// inserted (known to be durable once this returns Ok).
+/// Commits a batch in one transaction; returns the snapshot hashes it
+/// inserted (known to be stored once this returns Ok).
 fn commit(
-    conn: &mut Connection,
+    tx: &mut Conn,
     batch: &[Job],
-    seq: i64,
-    hash: &str,
     known: &std::collections::HashSet<String>,
-) -> Result<(i64, String, Vec<String>), StoreError> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let mut seq = seq;
-    let mut hash = hash.to_string();
+    durable: bool,
+) -> Result<Vec<String>, StoreError> {
+    tx.begin(durable)?;
+    let chained = batch
+        .iter()
+        .any(|job| job.ops.iter().any(|op| matches!(op, WriteOp::Decision(_))));
+    let (mut seq, mut hash) = if chained {
+        tx.lock_chain()?;
+        decisions::chain_head(tx)?
+    } else {
+        (0, String::new())
+    };
     let mut snapshots: Vec<String> = Vec::new();
     for job in batch {
         for op in &job.ops {
@@ -272,15 +254,15 @@ fn commit(
                         && !known.contains(&d.entities_hash)
                         && !snapshots.contains(&d.entities_hash)
                     {
-                        decisions::insert_snapshot(&tx, &d.entities_hash, entities)?;
+                        decisions::insert_snapshot(tx, &d.entities_hash, entities)?;
                         snapshots.push(d.entities_hash.clone());
                     }
                     seq += 1;
-                    hash = decisions::insert(&tx, seq, &hash, d)?;
+                    hash = decisions::insert(tx, seq, &hash, d)?;
                 }
-                WriteOp::Observation(o) => super::observations::insert(&tx, o)?,
-                WriteOp::ShadowDivergence(d) => super::shadow::insert(&tx, d)?,
-                WriteOp::Graph(g) => super::graph::apply(&tx, g)?,
+                WriteOp::Observation(o) => super::observations::insert(tx, o)?,
+                WriteOp::ShadowDivergence(d) => super::shadow::insert(tx, d)?,
+                WriteOp::Graph(g) => super::graph::apply(tx, g)?,
                 WriteOp::PolicySet {
                     hash: h,
                     schema_path,
@@ -288,26 +270,28 @@ fn commit(
                     files,
                     loaded_at,
                 } => {
-                    tx.prepare_cached(
-                        "INSERT OR IGNORE INTO policy_sets (hash, schema_path, schema_text, files, loaded_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
-                    )?
-                    .execute(params![h, schema_path, schema_text, files, loaded_at])?;
+                    tx.execute(
+                        "INSERT INTO policy_sets (hash, schema_path, schema_text, files, loaded_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                        params![h, schema_path, schema_text, files, loaded_at],
+                    )?;
                 }
                 WriteOp::Exec { sql, params } => {
-                    tx.prepare_cached(sql)?
-                        .execute(rusqlite::params_from_iter(params.iter()))?;
+                    let bound: Vec<_> = params.iter().map(Value::as_param).collect();
+                    tx.execute(sql, &bound)?;
                 }
                 WriteOp::SessionProtocol {
                     session_id,
                     version,
                 } => {
-                    tx.prepare_cached("UPDATE sessions SET protocol_version = ?2 WHERE id = ?1")?
-                        .execute(params![session_id, version])?;
+                    tx.execute(
+                        "UPDATE sessions SET protocol_version = ?2 WHERE id = ?1",
+                        params![session_id, version],
+                    )?;
                 }
             }
         }
     }
     tx.commit()?;
-    Ok((seq, hash, snapshots))
+    Ok(snapshots)
 }

@@ -139,7 +139,11 @@ impl TestGateway {
         self.gw
             .store
             .read(move |c| {
-                Ok(c.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?)
+                c.query_row(
+                    &format!("SELECT COUNT(*) FROM {table}"),
+                    cedargate::params![],
+                    |r| r.get(0),
+                )
             })
             .await
             .unwrap()

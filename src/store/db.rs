@@ -1,0 +1,941 @@
+//! One connection interface over both backends, so every query of the store
+//! is written once. A store function takes `&mut Conn` (`dyn Db`), binds
+//! [`Param`]s and reads owned [`Row`]s; the SQL is SQLite's dialect with
+//! `?N` placeholders, which the PostgreSQL connection rewrites to `$N`.
+//! The few statements that differ (full-text search, triggers, advisory
+//! locks) ask [`Db::backend`] and choose.
+//!
+//! Both connections cache prepared statements by their text, so the hot
+//! inserts of the writer are parsed once per connection.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::StoreError;
+
+/// Which database a connection talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Embedded SQLite (the default).
+    Sqlite,
+    /// A PostgreSQL server (or a compatible engine).
+    Postgres,
+}
+
+/// A bound parameter, borrowed from the caller.
+#[derive(Clone, Copy, Debug)]
+pub enum Param<'a> {
+    /// SQL NULL.
+    Null,
+    /// An integer (also booleans, as 0/1).
+    Int(i64),
+    /// A float.
+    Real(f64),
+    /// Text.
+    Text(&'a str),
+    /// Bytes.
+    Blob(&'a [u8]),
+}
+
+/// An owned value: a column read back, or a parameter kept for later.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// SQL NULL.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Real(f64),
+    /// Text.
+    Text(String),
+    /// Bytes.
+    Blob(Vec<u8>),
+}
+
+impl Value {
+    /// This value as a parameter.
+    pub fn as_param(&self) -> Param<'_> {
+        match self {
+            Value::Null => Param::Null,
+            Value::Int(i) => Param::Int(*i),
+            Value::Real(f) => Param::Real(*f),
+            Value::Text(s) => Param::Text(s),
+            Value::Blob(b) => Param::Blob(b),
+        }
+    }
+}
+
+/// Anything that binds as a parameter (by reference, so `params!` never
+/// moves its arguments).
+pub trait ToParam {
+    /// This value as a parameter.
+    fn to_param(&self) -> Param<'_>;
+}
+
+impl ToParam for Value {
+    fn to_param(&self) -> Param<'_> {
+        self.as_param()
+    }
+}
+impl ToParam for Param<'_> {
+    fn to_param(&self) -> Param<'_> {
+        *self
+    }
+}
+impl ToParam for str {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self)
+    }
+}
+impl ToParam for String {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self)
+    }
+}
+impl ToParam for [u8] {
+    fn to_param(&self) -> Param<'_> {
+        Param::Blob(self)
+    }
+}
+impl ToParam for Vec<u8> {
+    fn to_param(&self) -> Param<'_> {
+        Param::Blob(self)
+    }
+}
+impl ToParam for i64 {
+    fn to_param(&self) -> Param<'_> {
+        Param::Int(*self)
+    }
+}
+impl ToParam for i32 {
+    fn to_param(&self) -> Param<'_> {
+        Param::Int(i64::from(*self))
+    }
+}
+impl ToParam for u32 {
+    fn to_param(&self) -> Param<'_> {
+        Param::Int(i64::from(*self))
+    }
+}
+impl ToParam for bool {
+    fn to_param(&self) -> Param<'_> {
+        Param::Int(i64::from(*self))
+    }
+}
+impl ToParam for f64 {
+    fn to_param(&self) -> Param<'_> {
+        Param::Real(*self)
+    }
+}
+impl<T: ToParam> ToParam for Option<T> {
+    fn to_param(&self) -> Param<'_> {
+        self.as_ref().map_or(Param::Null, ToParam::to_param)
+    }
+}
+impl<T: ToParam + ?Sized> ToParam for &T {
+    fn to_param(&self) -> Param<'_> {
+        (**self).to_param()
+    }
+}
+
+/// `params![a, b, …]`: a slice of [`Param`]s borrowed from the arguments.
+#[macro_export]
+macro_rules! params {
+    () => { &[] as &[$crate::store::db::Param<'_>] };
+    ($($p:expr),+ $(,)?) => { &[$($crate::store::db::ToParam::to_param(&$p)),+][..] };
+}
+
+/// One result row, owned.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    values: Vec<Value>,
+}
+
+impl Row {
+    /// Column `i`, converted.
+    pub fn get<T: FromValue>(&self, i: usize) -> Result<T, StoreError> {
+        let v = self
+            .values
+            .get(i)
+            .ok_or_else(|| StoreError::Corrupt(format!("no column {i}")))?;
+        T::from_value(v).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "column {i} holds {v:?}, not a {}",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+
+    /// Every column, owned.
+    pub fn into_values(self) -> Vec<Value> {
+        self.values
+    }
+}
+
+/// A Rust type a column converts to.
+pub trait FromValue: Sized {
+    /// `None` when the value has another type.
+    fn from_value(v: &Value) -> Option<Self>;
+}
+
+impl FromValue for Value {
+    fn from_value(v: &Value) -> Option<Self> {
+        Some(v.clone())
+    }
+}
+impl FromValue for i64 {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+impl FromValue for u64 {
+    fn from_value(v: &Value) -> Option<Self> {
+        i64::from_value(v).and_then(|i| u64::try_from(i).ok())
+    }
+}
+impl FromValue for u32 {
+    fn from_value(v: &Value) -> Option<Self> {
+        i64::from_value(v).and_then(|i| u32::try_from(i).ok())
+    }
+}
+impl FromValue for usize {
+    fn from_value(v: &Value) -> Option<Self> {
+        i64::from_value(v).and_then(|i| usize::try_from(i).ok())
+    }
+}
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Option<Self> {
+        i64::from_value(v).map(|i| i != 0)
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Real(f) => Some(*f),
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "SQLite stores whole floats as integers"
+            )]
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+}
+impl FromValue for String {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Text(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Blob(b) => Some(b.clone()),
+            _ => None,
+        }
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Null => Some(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+
+/// A connection of either backend.
+pub trait Db: Send {
+    /// Which backend this is.
+    fn backend(&self) -> Backend;
+    /// Runs one statement; returns the rows it changed.
+    fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError>;
+    /// Runs one query; returns every row.
+    fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError>;
+    /// Runs several statements without parameters (migrations).
+    fn execute_batch(&mut self, sql: &str) -> Result<(), StoreError>;
+    /// Starts a write transaction. `durable == false` may skip the sync of
+    /// the commit (a later durable commit covers it).
+    fn begin(&mut self, durable: bool) -> Result<(), StoreError>;
+    /// Commits the open transaction.
+    fn commit(&mut self) -> Result<(), StoreError>;
+    /// Rolls the open transaction back (best effort).
+    fn rollback(&mut self);
+    /// Serializes appends to the decision chain across every writer of the
+    /// database, until the transaction ends.
+    fn lock_chain(&mut self) -> Result<(), StoreError>;
+    /// Whether the connection is unusable (the server went away).
+    fn is_broken(&self) -> bool;
+}
+
+/// The connection type store functions take.
+pub type Conn = dyn Db;
+
+impl dyn Db + '_ {
+    /// The first row, mapped; `None` when there is none.
+    pub fn query_opt<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        f: impl FnOnce(&Row) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        match self.query(sql, params)?.first() {
+            Some(row) => f(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The first row, mapped; an error when there is none.
+    pub fn query_row<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        f: impl FnOnce(&Row) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.query_opt(sql, params, f)?
+            .ok_or_else(|| StoreError::NotFound("query returned no rows".into()))
+    }
+
+    /// Every row, mapped.
+    pub fn query_map<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        f: impl FnMut(&Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.query(sql, params)?.iter().map(f).collect()
+    }
+
+    /// Runs `f` in a transaction: committed when it returns Ok, rolled
+    /// back otherwise.
+    pub fn transaction<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.begin(true)?;
+        match f(self) {
+            Ok(v) => {
+                self.commit()?;
+                Ok(v)
+            }
+            Err(e) => {
+                self.rollback();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Whether `e` is a primary-key or unique-constraint violation.
+pub fn is_unique_violation(e: &StoreError) -> bool {
+    match e {
+        StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
+            f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+        }
+        StoreError::Postgres(e) => e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION),
+        _ => false,
+    }
+}
+
+/// Whether `e` is a foreign-key violation (a referenced row is missing).
+pub fn is_foreign_key_violation(e: &StoreError) -> bool {
+    match e {
+        StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
+            f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY
+        }
+        StoreError::Postgres(e) => {
+            e.code() == Some(&postgres::error::SqlState::FOREIGN_KEY_VIOLATION)
+        }
+        _ => false,
+    }
+}
+
+// ---------------------------------------------------------------- SQLite --
+
+/// A SQLite connection.
+#[derive(Debug)]
+pub struct SqliteConn {
+    conn: rusqlite::Connection,
+    /// `PRAGMA synchronous` is FULL (a commit syncs the WAL).
+    synced: bool,
+    /// A commit since the last sync of the WAL skipped its sync.
+    unsynced: bool,
+    /// The open transaction is durable.
+    durable: bool,
+}
+
+impl SqliteConn {
+    /// Opens `path` with the pragmas every connection needs: WAL so readers
+    /// never block the writer, FULL sync so a commit survives power loss,
+    /// foreign keys on, and a busy timeout for the rare cross-connection
+    /// write (admin changes).
+    pub fn open(path: &Path) -> Result<SqliteConn, StoreError> {
+        let conn = rusqlite::Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             PRAGMA foreign_keys = ON;",
+        )?;
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(SqliteConn {
+            conn,
+            synced: true,
+            unsynced: false,
+            durable: true,
+        })
+    }
+
+    /// The underlying connection (SQLite-only maintenance).
+    pub fn raw(&self) -> &rusqlite::Connection {
+        &self.conn
+    }
+
+    /// Fsyncs the WAL file itself (Linux flushes an inode's dirty pages
+    /// whichever descriptor asks).
+    fn sync_wal(&self) -> Result<(), StoreError> {
+        let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
+            return Ok(()); // in-memory database: nothing to make durable
+        };
+        let wal = format!("{path}-wal");
+        match std::fs::File::open(&wal) {
+            Ok(file) => file
+                .sync_all()
+                .map_err(|e| StoreError::Write(format!("fsync {wal}: {e}"))),
+            // No WAL file: everything was checkpointed (and synced) already.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::Write(format!("open {wal}: {e}"))),
+        }
+    }
+}
+
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Param::Null => ValueRef::Null,
+            Param::Int(i) => ValueRef::Integer(i),
+            Param::Real(f) => ValueRef::Real(f),
+            Param::Text(s) => ValueRef::Text(s.as_bytes()),
+            Param::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+fn sqlite_value(v: rusqlite::types::ValueRef<'_>) -> Result<Value, StoreError> {
+    use rusqlite::types::ValueRef;
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(
+            std::str::from_utf8(t)
+                .map_err(|e| StoreError::Corrupt(format!("text column is not UTF-8: {e}")))?
+                .to_string(),
+        ),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    })
+}
+
+impl Db for SqliteConn {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
+        let n = self
+            .conn
+            .prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(params.iter()))?;
+        Ok(n as u64)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let width = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let mut values = Vec::with_capacity(width);
+            for i in 0..width {
+                values.push(sqlite_value(r.get_ref(i)?)?);
+            }
+            out.push(Row { values });
+        }
+        Ok(out)
+    }
+
+    fn execute_batch(&mut self, sql: &str) -> Result<(), StoreError> {
+        Ok(self.conn.execute_batch(sql)?)
+    }
+
+    fn begin(&mut self, durable: bool) -> Result<(), StoreError> {
+        // Only batches someone waits on pay for an fsync: in WAL mode a
+        // NORMAL commit appends its frames unsynced, and the next FULL
+        // commit's sync of the same file covers them.
+        if durable != self.synced {
+            let mode = if durable { "FULL" } else { "NORMAL" };
+            self.conn
+                .execute_batch(&format!("PRAGMA synchronous = {mode};"))?;
+            self.synced = durable;
+        }
+        self.durable = durable;
+        Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        self.conn.execute_batch("COMMIT")?;
+        if !self.durable {
+            self.unsynced = true;
+        } else if self.unsynced {
+            // A durable commit may write no WAL frame (a flush, an
+            // idempotent insert), so SQLite would not sync: sync the
+            // earlier unsynced frames explicitly.
+            self.sync_wal()?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    fn rollback(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+
+    fn lock_chain(&mut self) -> Result<(), StoreError> {
+        Ok(()) // BEGIN IMMEDIATE already holds the database's write lock
+    }
+
+    fn is_broken(&self) -> bool {
+        false
+    }
+}
+
+// ------------------------------------------------------------ PostgreSQL --
+
+/// Where a PostgreSQL store lives: the server and the schema in it.
+#[derive(Clone, Debug)]
+pub struct PgTarget {
+    /// Connection settings (the URL without our own `schema` parameter).
+    pub config: postgres::Config,
+    /// The schema every table lives in (`public` unless `?schema=` says).
+    pub schema: String,
+    /// The URL with any password masked, for messages.
+    pub display: String,
+}
+
+impl PgTarget {
+    /// Parses `postgres://…[?schema=name&…]`. The `schema` parameter is
+    /// ours; everything else is the server's connection string.
+    pub fn parse(url: &str) -> Result<PgTarget, StoreError> {
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut schema = "public".to_string();
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("schema", v)) => schema = v.to_string(),
+                _ => rest.push(pair),
+            }
+        }
+        if schema.is_empty()
+            || schema.len() > 63
+            || !schema
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(StoreError::Invalid(format!(
+                "database url: schema `{schema}` must be 1-63 of [A-Za-z0-9_]"
+            )));
+        }
+        let cleaned = if rest.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        let mut config: postgres::Config = cleaned
+            .parse()
+            .map_err(|e| StoreError::Invalid(format!("database url: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(5));
+        }
+        config.application_name("cedargate");
+        Ok(PgTarget {
+            config,
+            schema,
+            display: mask_password(url),
+        })
+    }
+
+    /// Opens a connection whose `search_path` is the store's schema.
+    pub fn connect(&self) -> Result<PgConn, StoreError> {
+        let mut client = self.config.connect(postgres::NoTls)?;
+        client.batch_execute(&format!("SET search_path TO \"{}\"", self.schema))?;
+        Ok(PgConn {
+            client,
+            statements: HashMap::new(),
+            chain_key: chain_lock_key(&self.schema),
+        })
+    }
+}
+
+/// `postgres://user:secret@host` → `postgres://user:***@host`.
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// The advisory-lock key of a schema's decision chain (stable across
+/// instances and versions: the first 8 bytes of SHA-256).
+fn chain_lock_key(schema: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("cedargate.decisions.{schema}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(digest.get(..8).unwrap_or(&[0; 8]));
+    i64::from_be_bytes(bytes)
+}
+
+/// Prepared statements kept per PostgreSQL connection.
+const PG_STATEMENT_CACHE: usize = 256;
+
+/// A PostgreSQL connection with its prepared-statement cache.
+pub struct PgConn {
+    client: postgres::Client,
+    statements: HashMap<String, postgres::Statement>,
+    chain_key: i64,
+}
+
+impl std::fmt::Debug for PgConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConn")
+            .field("statements", &self.statements.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgConn {
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, StoreError> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let stmt = self.client.prepare(&to_dollar_placeholders(sql))?;
+        if self.statements.len() >= PG_STATEMENT_CACHE {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_string(), stmt.clone());
+        Ok(stmt)
+    }
+
+    /// The underlying client (LISTEN and other PostgreSQL-only work).
+    pub fn client(&mut self) -> &mut postgres::Client {
+        &mut self.client
+    }
+}
+
+/// Rewrites `?N` (and bare `?`) placeholders to PostgreSQL's `$N`, leaving
+/// string literals and quoted identifiers alone.
+pub fn to_dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut quote: Option<char> = None;
+    let mut next_bare = 1;
+    while let Some(c) = chars.next() {
+        match quote {
+            Some(q) => {
+                out.push(c);
+                if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                out.push(c);
+            }
+            None if c == '?' => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    digits.push(d);
+                    chars.next();
+                }
+                out.push('$');
+                if digits.is_empty() {
+                    out.push_str(&next_bare.to_string());
+                    next_bare += 1;
+                } else {
+                    out.push_str(&digits);
+                }
+            }
+            None => out.push(c),
+        }
+    }
+    out
+}
+
+impl postgres::types::ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        ty: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use postgres::types::{IsNull, Type};
+        match *self {
+            Param::Null => Ok(IsNull::Yes),
+            Param::Int(i) => match *ty {
+                Type::INT2 => i16::try_from(i)?.to_sql(ty, out),
+                Type::INT4 => i32::try_from(i)?.to_sql(ty, out),
+                Type::BOOL => (i != 0).to_sql(ty, out),
+                #[allow(
+                    clippy::cast_precision_loss,
+                    reason = "integer bound to a float column"
+                )]
+                Type::FLOAT8 => (i as f64).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => i.to_string().to_sql(ty, out),
+                _ => i.to_sql(ty, out),
+            },
+            Param::Real(f) => match *ty {
+                #[allow(clippy::cast_possible_truncation, reason = "float4 column")]
+                Type::FLOAT4 => (f as f32).to_sql(ty, out),
+                _ => f.to_sql(ty, out),
+            },
+            Param::Text(s) => s.to_sql(ty, out),
+            Param::Blob(b) => b.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_ty: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+fn pg_value(row: &postgres::Row, i: usize) -> Result<Value, StoreError> {
+    use postgres::types::Type;
+    let ty = row.columns().get(i).map(|c| c.type_().clone());
+    let v = match ty {
+        Some(Type::INT8) => row.try_get::<_, Option<i64>>(i)?.map(Value::Int),
+        Some(Type::INT4) => row
+            .try_get::<_, Option<i32>>(i)?
+            .map(|v| Value::Int(i64::from(v))),
+        Some(Type::INT2) => row
+            .try_get::<_, Option<i16>>(i)?
+            .map(|v| Value::Int(i64::from(v))),
+        Some(Type::BOOL) => row
+            .try_get::<_, Option<bool>>(i)?
+            .map(|v| Value::Int(i64::from(v))),
+        Some(Type::FLOAT8) => row.try_get::<_, Option<f64>>(i)?.map(Value::Real),
+        Some(Type::FLOAT4) => row
+            .try_get::<_, Option<f32>>(i)?
+            .map(|v| Value::Real(f64::from(v))),
+        Some(Type::BYTEA) => row.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob),
+        Some(Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR) => {
+            row.try_get::<_, Option<String>>(i)?.map(Value::Text)
+        }
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "column {i} has unsupported type {other:?}"
+            )));
+        }
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+fn pg_params<'a>(params: &'a [Param<'a>]) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p as &(dyn postgres::types::ToSql + Sync))
+        .collect()
+}
+
+impl Db for PgConn {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.execute(&stmt, &pg_params(params))?)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
+        let stmt = self.statement(sql)?;
+        let rows = self.client.query(&stmt, &pg_params(params))?;
+        rows.iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| pg_value(r, i))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|values| Row { values })
+            })
+            .collect()
+    }
+
+    fn execute_batch(&mut self, sql: &str) -> Result<(), StoreError> {
+        Ok(self.client.batch_execute(sql)?)
+    }
+
+    fn begin(&mut self, durable: bool) -> Result<(), StoreError> {
+        // An asynchronous commit is still ordered in the WAL: the next
+        // synchronous commit flushes the WAL up to itself, covering it.
+        if durable {
+            Ok(self.client.batch_execute("BEGIN")?)
+        } else {
+            Ok(self
+                .client
+                .batch_execute("BEGIN; SET LOCAL synchronous_commit TO OFF")?)
+        }
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        Ok(self.client.batch_execute("COMMIT")?)
+    }
+
+    fn rollback(&mut self) {
+        if !self.client.is_closed() {
+            let _ = self.client.batch_execute("ROLLBACK");
+        }
+    }
+
+    fn lock_chain(&mut self) -> Result<(), StoreError> {
+        let key = self.chain_key;
+        self.client
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
+        Ok(())
+    }
+
+    fn is_broken(&self) -> bool {
+        self.client.is_closed()
+    }
+}
+
+/// r2d2 manager for pooled PostgreSQL connections.
+#[derive(Debug)]
+pub struct PgManager {
+    target: PgTarget,
+}
+
+impl PgManager {
+    /// A manager connecting to `target`.
+    pub fn new(target: PgTarget) -> Self {
+        PgManager { target }
+    }
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgConn;
+    type Error = StoreError;
+
+    fn connect(&self) -> Result<PgConn, StoreError> {
+        self.target.connect()
+    }
+
+    fn is_valid(&self, conn: &mut PgConn) -> Result<(), StoreError> {
+        Ok(conn.client.simple_query("")?).map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// Where a store lives, parsed from the configured URL.
+#[derive(Clone, Debug)]
+pub enum Location {
+    /// `sqlite://path` (relative to the working directory) or a plain path.
+    Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`.
+    Postgres(Box<PgTarget>),
+}
+
+impl Location {
+    /// Parses a database URL.
+    pub fn parse(url: &str) -> Result<Location, StoreError> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(StoreError::Invalid(
+                    "database url: `sqlite://` needs a file path".into(),
+                ));
+            }
+            return Ok(Location::Sqlite(PathBuf::from(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Location::Postgres(Box::new(PgTarget::parse(url)?)));
+        }
+        Err(StoreError::Invalid(format!(
+            "database url `{}` must start with sqlite:// or postgres://",
+            mask_password(url)
+        )))
+    }
+
+    /// The backend this location is on.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Location::Sqlite(_) => Backend::Sqlite,
+            Location::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// For messages (no password).
+    pub fn display(&self) -> String {
+        match self {
+            Location::Sqlite(p) => format!("sqlite://{}", p.display()),
+            Location::Postgres(t) => t.display.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollar_numbers_outside_quotes() {
+        assert_eq!(
+            to_dollar_placeholders("SELECT a FROM t WHERE b = ?2 AND c = ?1 AND d = '?3'"),
+            "SELECT a FROM t WHERE b = $2 AND c = $1 AND d = '?3'"
+        );
+        assert_eq!(to_dollar_placeholders("VALUES (?, ?)"), "VALUES ($1, $2)");
+    }
+
+    #[test]
+    fn urls_choose_the_backend_and_keep_the_schema_out_of_the_connection() {
+        assert_eq!(
+            Location::parse("sqlite://data/x.db").unwrap().backend(),
+            Backend::Sqlite
+        );
+        let Location::Postgres(t) =
+            Location::parse("postgres://u:pw@127.0.0.1:5432/test?schema=t_1&sslmode=disable")
+                .unwrap()
+        else {
+            panic!("not postgres");
+        };
+        assert_eq!(t.schema, "t_1");
+        assert_eq!(
+            t.display,
+            "postgres://u:***@127.0.0.1:5432/test?schema=t_1&sslmode=disable"
+        );
+        assert_eq!(t.config.get_dbname(), Some("test"));
+        assert!(Location::parse("mysql://x").is_err());
+        assert!(Location::parse("postgres://h/db?schema=a;drop").is_err());
+    }
+
+    #[test]
+    fn chain_lock_keys_differ_per_schema() {
+        assert_ne!(chain_lock_key("public"), chain_lock_key("t_1"));
+        assert_eq!(chain_lock_key("public"), chain_lock_key("public"));
+    }
+}
