@@ -351,11 +351,7 @@ fn print(v: &impl serde::Serialize) {
 }
 
 fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
-    let store = Store::open(
-        &config.database_path(),
-        config.limits.write_queue,
-        config.limits.group_commit_max,
-    )?;
+    let store = Store::open_ready(&config.database_url(), &config.store_options())?;
     match command {
         Command::Org(OrgCmd::Create {
             id,

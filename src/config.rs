@@ -20,8 +20,11 @@ pub struct Config {
     /// Base URL clients use to reach the gateway, for the `mcpUrl` of new
     /// sessions; defaults to `http://{listen}`.
     pub public_url: Option<String>,
-    /// Directory holding the SQLite database and the demo credentials.
+    /// Directory holding the SQLite database (by default) and the demo
+    /// credentials.
     pub data_dir: PathBuf,
+    /// Which database holds the store.
+    pub database: DatabaseConfig,
     /// Directory of `.cedar` policy files (read recursively is not done:
     /// only `*.cedar` directly inside).
     pub policies_dir: PathBuf,
@@ -48,6 +51,33 @@ pub struct Config {
     pub a2a: crate::a2a::A2aConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
+}
+
+/// The store's database.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://path` or `postgres://user@host:port/db[?schema=name]`.
+    /// Unset: `sqlite://{data_dir}/cedargate.db`.
+    pub url: Option<String>,
+    /// PostgreSQL: pooled connections per instance (the writer has its own).
+    pub pool_size: u32,
+    /// PostgreSQL: how long a request waits for a pooled connection before
+    /// it is answered "unavailable".
+    pub acquire_timeout_ms: u64,
+    /// Seconds between an instance's heartbeats in `gateway_instances`.
+    pub heartbeat_secs: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            pool_size: 16,
+            acquire_timeout_ms: 3000,
+            heartbeat_secs: 5,
+        }
+    }
 }
 
 /// How the policy set is reloaded and observed.
@@ -173,6 +203,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             data_dir: PathBuf::from("data"),
+            database: DatabaseConfig::default(),
             policies_dir: PathBuf::from("policies"),
             schema_file: PathBuf::from("schemas/gateway.cedarschema"),
             log_format: LogFormat::Human,
@@ -236,9 +267,23 @@ impl Config {
         fig.extract().map_err(Box::new)
     }
 
-    /// Path of the SQLite database inside the data directory.
-    pub fn database_path(&self) -> PathBuf {
-        self.data_dir.join("cedargate.db")
+    /// The store's URL: `database.url`, else the SQLite file in the data
+    /// directory.
+    pub fn database_url(&self) -> String {
+        match &self.database.url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("cedargate.db").display()),
+        }
+    }
+
+    /// Queue, batch and pool bounds of the store.
+    pub fn store_options(&self) -> crate::store::StoreOptions {
+        crate::store::StoreOptions {
+            write_queue: self.limits.write_queue,
+            group_commit_max: self.limits.group_commit_max,
+            pool_size: self.database.pool_size,
+            acquire_timeout: std::time::Duration::from_millis(self.database.acquire_timeout_ms),
+        }
     }
 
     /// Base URL for `mcpUrl`s, without a trailing slash.

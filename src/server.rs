@@ -60,11 +60,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     for w in &bundle.warnings {
         tracing::warn!(warning = %w, "policy validation warning");
     }
-    let store = Store::open(
-        &config.database_path(),
-        config.limits.write_queue,
-        config.limits.group_commit_max,
-    )?;
+    let store = Store::open_url(&config.database_url(), &config.store_options())?;
     store
         .writer()
         .submit(vec![Gateway::policy_set_op(&bundle)])

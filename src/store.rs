@@ -236,6 +236,14 @@ impl Store {
         Self::open_location(&Location::parse(url)?, options)
     }
 
+    /// Opens the store at `url` and fails unless the database answers and
+    /// is migrated (operator commands, which cannot wait).
+    pub fn open_ready(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+        let store = Self::open_url(url, options)?;
+        store.ensure_ready_blocking()?;
+        Ok(store)
+    }
+
     /// Opens the store, applies migrations and starts the writer thread.
     /// A PostgreSQL server that cannot be reached is not an error: the
     /// store starts unmigrated, [`Store::ensure_ready`] retries, and every

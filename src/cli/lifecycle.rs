@@ -319,12 +319,7 @@ pub fn schema(config: &Config, cmd: &SchemaCmd) -> ExitCode {
 }
 
 fn open_store(config: &Config) -> Result<Store, String> {
-    Store::open(
-        &config.database_path(),
-        config.limits.write_queue,
-        config.limits.group_commit_max,
-    )
-    .map_err(|e| e.to_string())
+    Store::open_ready(&config.database_url(), &config.store_options()).map_err(|e| e.to_string())
 }
 
 /// `audit replay`.

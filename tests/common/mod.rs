@@ -4,6 +4,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod cli;
+pub mod pg;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
