@@ -147,6 +147,11 @@ impl A2a {
         self.orgs.invalidate(org_id);
     }
 
+    /// Forgets every org's tool set.
+    pub fn invalidate_all(&self) {
+        self.orgs.invalidate_all();
+    }
+
     /// The concurrency slots of one peer.
     pub fn slots(&self, target: &PeerTarget) -> Arc<Semaphore> {
         self.slots.get_with(target.card_id.clone(), || {

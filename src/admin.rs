@@ -70,7 +70,7 @@ async fn create_org(
 ) -> Result<impl IntoResponse, AppError> {
     let req = body(payload)?;
     let org = gw.store.read(move |c| operator::create_org(c, req)).await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &org.id).await;
     Ok((StatusCode::CREATED, Json(org)))
 }
 
@@ -95,8 +95,9 @@ async fn delete_org(
     State(gw): State<Arc<Gateway>>,
     Path(org): Path<String>,
 ) -> Result<StatusCode, AppError> {
+    let changed_org = org.clone();
     gw.store.read(move |c| tenants::delete_org(c, &org)).await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -105,12 +106,13 @@ async fn create_project(
     Path(org): Path<String>,
     payload: Result<Json<CreateProject>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
+    let changed_org = org.clone();
     let req = body(payload)?;
     let p = gw
         .store
         .read(move |c| operator::create_project(c, &org, req))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok((StatusCode::CREATED, Json(p)))
 }
 
@@ -127,10 +129,11 @@ async fn delete_project(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<StatusCode, AppError> {
+    let changed_org = org.clone();
     gw.store
         .read(move |c| tenants::delete_project(c, &org, &id))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -139,12 +142,13 @@ async fn create_agent(
     Path(org): Path<String>,
     payload: Result<Json<CreateAgent>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
+    let changed_org = org.clone();
     let req = body(payload)?;
     let a = gw
         .store
         .read(move |c| operator::create_agent(c, &org, req))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok((StatusCode::CREATED, Json(a)))
 }
 
@@ -161,10 +165,11 @@ async fn delete_agent(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<StatusCode, AppError> {
+    let changed_org = org.clone();
     gw.store
         .read(move |c| tenants::delete_agent(c, &org, &id))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -173,12 +178,13 @@ async fn create_key(
     Path(org): Path<String>,
     payload: Result<Json<CreateKey>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
+    let changed_org = org.clone();
     let req = body(payload)?;
     let (key, secret) = gw
         .store
         .read(move |c| operator::create_key(c, &org, req))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok((
         StatusCode::CREATED,
         Json(json!({
@@ -204,10 +210,11 @@ async fn delete_key(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<StatusCode, AppError> {
+    let changed_org = org.clone();
     gw.store
         .read(move |c| tenants::delete_key(c, &org, &id))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -224,10 +231,11 @@ async fn delete_session(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<StatusCode, AppError> {
+    let changed_org = org.clone();
     gw.store
         .read(move |c| tenants::delete_session(c, &org, &id))
         .await?;
-    gw.invalidate_caches();
+    crate::cluster::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -113,6 +113,10 @@ pub async fn ensure(gw: &Gateway) -> Result<Option<DemoCredentials>, StoreError>
 }
 
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    // With a database server the data directory holds only this file.
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     #[cfg(unix)]
     {
         use std::io::Write;

@@ -91,6 +91,8 @@ pub struct Gateway {
     pub streams: crate::mcp::sse::Streams,
     /// MCP sessions a client terminated with `DELETE`.
     pub terminated: crate::mcp::streamable::Terminated,
+    /// This instance among those sharing the database.
+    pub cluster: crate::cluster::Cluster,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -133,6 +135,7 @@ impl Gateway {
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
             streams: crate::mcp::sse::Streams::new(config.sse.clone()),
             terminated: crate::mcp::streamable::Terminated::default(),
+            cluster: crate::cluster::Cluster::default(),
             config,
             store,
             pep,

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod demo;

@@ -266,6 +266,11 @@ pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt
         tracing::warn!(warning = %w, "policy validation warning");
     }
     let active = gw.pep.swap(bundle);
+    gw.cluster.recorded(&active.hash);
+    // Show the new hash in this instance's row at once.
+    if let Err(e) = crate::cluster::beat(gw).await {
+        tracing::warn!(error = %e, "could not refresh this instance's row after the reload");
+    }
     lifecycle
         .metrics
         .active_set(&active.hash, unix(&active.loaded_at));

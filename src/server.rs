@@ -60,13 +60,18 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     for w in &bundle.warnings {
         tracing::warn!(warning = %w, "policy validation warning");
     }
-    let store = Store::open_url(&config.database_url(), &config.store_options())?;
-    store
-        .writer()
-        .submit(vec![Gateway::policy_set_op(&bundle)])
-        .await?;
+    // Opening may talk to a database server with a blocking client.
+    let (url, options) = (config.database_url(), config.store_options());
+    let store = tokio::task::spawn_blocking(move || Store::open_url(&url, &options))
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))??;
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
     let gw = Arc::new(Gateway::new(config, store, bundle, catalog).map_err(StartError::Catalog)?);
+    // Record the policy set and register this instance now when the
+    // database answers; otherwise the heartbeat does it once it does.
+    if gw.store.is_migrated() {
+        crate::cluster::beat(&gw).await?;
+    }
     gw.lifecycle
         .started(&gw.pep.current(), tests.outcomes.len());
     if let Some(dir) = &gw.config.lifecycle.shadow_policies_dir {
@@ -128,6 +133,15 @@ async fn healthz() -> impl IntoResponse {
 }
 
 async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    if !gw.cluster.is_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({
+                "status": "not ready",
+                "reason": "waiting for the database (migrations, policy set, instance registration)",
+            })),
+        );
+    }
     let db = gw
         .store
         .read(|c| c.query_row("SELECT 1", crate::params![], |r| r.get::<i64>(0)))
@@ -167,6 +181,8 @@ pub async fn run(
     }
     let triggers = crate::lifecycle::watch::start(&gw);
     let refresher = tokio::spawn(crate::a2a::refresh_loop(Arc::clone(&gw)));
+    let heartbeat = tokio::spawn(crate::cluster::heartbeat_loop(Arc::downgrade(&gw)));
+    let changes = crate::cluster::start_listener(&gw);
     // Open SSE streams never end on their own: end them when shutdown
     // begins, or the drain would wait for them forever.
     let streams = gw.streams.clone();
@@ -178,10 +194,13 @@ pub async fn run(
         .with_graceful_shutdown(shutdown)
         .await;
     refresher.abort();
+    heartbeat.abort();
+    drop(changes);
     drop(triggers);
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }
+    crate::cluster::leave(&gw).await;
     served.map_err(|source| StartError::Io { addr, source })
 }
 

@@ -14,6 +14,7 @@ pub mod db;
 pub mod decisions;
 pub mod graph;
 pub mod instances;
+pub mod notify;
 pub mod observations;
 pub mod shadow;
 pub mod tenants;
@@ -39,7 +40,7 @@ pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL reported an error (or the connection failed).
-    #[error("database error: {0}")]
+    #[error("database error: {}", postgres_message(.0))]
     Postgres(#[from] postgres::Error),
     /// No pooled connection could be had in time (database unreachable).
     #[error("database unavailable: {0}")]
@@ -70,6 +71,18 @@ pub enum StoreError {
         /// The underlying error.
         source: std::io::Error,
     },
+}
+
+/// The server's own message when there is one (`postgres::Error` alone
+/// prints only "db error").
+fn postgres_message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
 }
 
 impl StoreError {

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::cli::{bin, run, stderr, stdout, write_config};
-use common::{copy_policies, repo};
+use common::cli::{bin, database_url, run, stderr, stdout, write_config};
+use common::{copy_policies, repo, tamper_decisions};
 use serde_json::{Value, json};
 
 /// Starts `serve`, returns the child and the demo URL and key it printed.
@@ -255,15 +255,11 @@ fn audit_verify_fails_on_a_tampered_trail() {
     });
     assert!(terminate(&mut child).success());
     assert!(run(&config, &["audit", "verify"]).status.success());
-    let db = rusqlite_path(dir.path());
-    let mut conn = cedargate::store::db::SqliteConn::open(&db).unwrap();
-    cedargate::store::db::Db::execute_batch(&mut conn, "DROP TRIGGER decisions_no_update; UPDATE decisions SET decision = 'allow', reasons = '[]' WHERE seq = 2;").unwrap();
-    drop(conn);
+    tamper_decisions(
+        &database_url(dir.path()),
+        "UPDATE decisions SET decision = 'allow', reasons = '[]' WHERE seq = 2;",
+    );
     let out = run(&config, &["audit", "verify"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("seq 2"), "{}", stderr(&out));
-}
-
-fn rusqlite_path(dir: &Path) -> std::path::PathBuf {
-    dir.join("data").join("cedargate.db")
 }

@@ -271,10 +271,10 @@ async fn verify_detects_edited_and_deleted_records() {
     // …so an attacker drops the guard first. Verification still catches it.
     g.gw.store
         .read(|c| {
-            c.execute_batch(
-                "DROP TRIGGER decisions_no_update; DROP TRIGGER decisions_no_delete;
-                 UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;",
-            )?;
+            let guards = common::drop_trail_guards(c.backend());
+            c.execute_batch(&format!(
+                "{guards} UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;"
+            ))?;
             Ok(())
         })
         .await

@@ -15,7 +15,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::cli::{copy_dir, run, stderr, stdout, write_config};
+use common::cli::{copy_dir, database_url, run, stderr, stdout, write_config};
+use common::tamper_decisions;
 use common::{TestGateway, repo};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -478,11 +479,10 @@ async fn export_and_ranged_verify() {
 
     // Edit row 5: a range containing it, or starting right after it,
     // fails; a range that does not touch it passes.
-    let db = rusqlite::Connection::open(dir.path().join("data/cedargate.db")).unwrap();
-    db.execute_batch(
-        "DROP TRIGGER decisions_no_update; UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;",
-    )
-    .unwrap();
+    tamper_decisions(
+        &database_url(dir.path()),
+        "UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;",
+    );
     for (from, to, ok) in [
         ("4", "6", false),
         ("6", "8", false),

@@ -548,9 +548,17 @@ async fn tool_failure_answers_32603_and_acknowledges_nothing() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;
     // Break the full-text index: recall's search and remember's insert
-    // trigger both fail inside the store.
+    // both fail inside the store.
     g.gw.store
-        .read(|c| c.execute_batch("DROP TABLE observations_fts;"))
+        .read(|c| {
+            c.execute_batch(match c.backend() {
+                cedargate::store::Backend::Sqlite => "DROP TABLE observations_fts;",
+                cedargate::store::Backend::Postgres => {
+                    "ALTER TABLE observations DROP COLUMN search;
+                     ALTER TABLE observations ADD CONSTRAINT broken CHECK (false) NOT VALID;"
+                }
+            })
+        })
         .await
         .unwrap();
     let body = g

@@ -208,14 +208,13 @@ async fn register(
     }
     let stored = row.clone();
     gw.store.read(move |c| registry::insert(c, &stored)).await?;
-    changed(&gw, &org);
+    changed(&gw, &org).await;
     Ok((StatusCode::CREATED, Json(row.to_api())))
 }
 
-/// Makes a registry change visible at once.
-fn changed(gw: &Gateway, org: &str) {
-    gw.a2a.invalidate(org);
-    gw.invalidate_caches();
+/// Makes a registry change visible at once, on every instance.
+async fn changed(gw: &Gateway, org: &str) {
+    crate::cluster::changed(gw, org).await;
 }
 
 async fn list(
@@ -250,7 +249,7 @@ async fn deregister(
 ) -> Result<StatusCode, AppError> {
     let o = org.clone();
     gw.store.read(move |c| registry::delete(c, &o, &id)).await?;
-    changed(&gw, &org);
+    changed(&gw, &org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -261,7 +260,7 @@ async fn refresh(
     let row = find(&gw, &org, &id).await?;
     let updated = refresh_row(&gw, &row).await?;
     // An explicit refresh always takes effect at once.
-    changed(&gw, &org);
+    changed(&gw, &org).await;
     Ok(Json(updated.to_api()))
 }
 
@@ -298,7 +297,7 @@ pub async fn refresh_row(gw: &Gateway, row: &CardRow) -> Result<CardRow, AppErro
         .ok_or_else(|| AppError::NotFound(format!("A2A agent `{}` was deregistered", row.id)))?;
     if (updated.health.clone(), updated.card.clone()) != before {
         tracing::info!(agent = %row.slug, org = %row.org_id, health = %updated.health, "A2A agent changed");
-        changed(gw, &row.org_id);
+        changed(gw, &row.org_id).await;
     }
     Ok(updated)
 }
@@ -334,7 +333,7 @@ async fn put_settings(
     gw.store
         .read(move |c| registry::set_timeout_ms(c, &o, ms))
         .await?;
-    changed(&gw, &org);
+    changed(&gw, &org).await;
     Ok(Json(
         json!({ "orgId": org, "timeoutMs": req.timeout_ms, "default": false }),
     ))

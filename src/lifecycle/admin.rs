@@ -39,7 +39,18 @@ async fn active_policies(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     let status = gw.lifecycle.status();
     let mut typed: Vec<&String> = b.typed.keys().collect();
     typed.sort();
+    // Every live instance on this database, each with the hash it runs
+    // (each instance reloads from its own files).
+    let instances = match crate::cluster::live_instances(&gw).await {
+        Ok(list) => json!(list),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list instances");
+            serde_json::Value::Null
+        }
+    };
     Json(json!({
+        "instanceId": gw.cluster.instance_id,
+        "instances": instances,
         "hash": b.hash,
         "loadedAt": b.loaded_at,
         "policyIds": b.policy_ids,

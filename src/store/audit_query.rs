@@ -128,7 +128,7 @@ pub fn seq_range(
 ) -> Result<Option<(i64, i64)>, StoreError> {
     let range: Option<(Option<i64>, Option<i64>)> = conn.query_opt(
         "SELECT MIN(seq), MAX(seq) FROM decisions
-         WHERE (?1 IS NULL OR time >= ?1) AND (?2 IS NULL OR time < ?2)",
+         WHERE (CAST(?1 AS TEXT) IS NULL OR time >= ?1) AND (CAST(?2 AS TEXT) IS NULL OR time < ?2)",
         params![since, until],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;

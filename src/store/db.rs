@@ -576,11 +576,13 @@ impl PgTarget {
     /// Opens a connection whose `search_path` is the store's schema.
     pub fn connect(&self) -> Result<PgConn, StoreError> {
         let mut client = self.config.connect(postgres::NoTls)?;
+        // (a client dropped here, on failure, is on a blocking thread)
         client.batch_execute(&format!("SET search_path TO \"{}\"", self.schema))?;
         Ok(PgConn {
-            client,
+            client: Some(client),
             statements: HashMap::new(),
             chain_key: chain_lock_key(&self.schema),
+            in_transaction: false,
         })
     }
 }
@@ -614,9 +616,13 @@ const PG_STATEMENT_CACHE: usize = 256;
 
 /// A PostgreSQL connection with its prepared-statement cache.
 pub struct PgConn {
-    client: postgres::Client,
+    /// Dropped by hand: closing a sync client blocks on its own runtime,
+    /// which panics on a thread that drives async tasks.
+    client: Option<postgres::Client>,
     statements: HashMap<String, postgres::Statement>,
     chain_key: i64,
+    /// A transaction is open (so a failure must roll it back).
+    in_transaction: bool,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -627,12 +633,38 @@ impl std::fmt::Debug for PgConn {
     }
 }
 
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // On a runtime thread: close the connection elsewhere.
+            let _ = std::thread::Builder::new()
+                .name("cedargate-pg-close".into())
+                .spawn(move || drop(client));
+        } else {
+            drop(client);
+        }
+    }
+}
+
 impl PgConn {
+    fn cl(&mut self) -> Result<&mut postgres::Client, StoreError> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| StoreError::Unavailable("connection closed".into()))
+    }
+
+    fn closed(&self) -> bool {
+        self.client.as_ref().is_none_or(postgres::Client::is_closed)
+    }
+
     fn statement(&mut self, sql: &str) -> Result<postgres::Statement, StoreError> {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let stmt = self.client.prepare(&to_dollar_placeholders(sql))?;
+        let stmt = self.cl()?.prepare(&to_dollar_placeholders(sql))?;
         if self.statements.len() >= PG_STATEMENT_CACHE {
             self.statements.clear();
         }
@@ -641,8 +673,8 @@ impl PgConn {
     }
 
     /// The underlying client (LISTEN and other PostgreSQL-only work).
-    pub fn client(&mut self) -> &mut postgres::Client {
-        &mut self.client
+    pub fn client(&mut self) -> Result<&mut postgres::Client, StoreError> {
+        self.cl()
     }
 }
 
@@ -768,12 +800,12 @@ impl Db for PgConn {
 
     fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
         let stmt = self.statement(sql)?;
-        Ok(self.client.execute(&stmt, &pg_params(params))?)
+        Ok(self.cl()?.execute(&stmt, &pg_params(params))?)
     }
 
     fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
         let stmt = self.statement(sql)?;
-        let rows = self.client.query(&stmt, &pg_params(params))?;
+        let rows = self.cl()?.query(&stmt, &pg_params(params))?;
         rows.iter()
             .map(|r| {
                 (0..r.len())
@@ -785,40 +817,44 @@ impl Db for PgConn {
     }
 
     fn execute_batch(&mut self, sql: &str) -> Result<(), StoreError> {
-        Ok(self.client.batch_execute(sql)?)
+        Ok(self.cl()?.batch_execute(sql)?)
     }
 
     fn begin(&mut self, durable: bool) -> Result<(), StoreError> {
         // An asynchronous commit is still ordered in the WAL: the next
         // synchronous commit flushes the WAL up to itself, covering it.
-        if durable {
-            Ok(self.client.batch_execute("BEGIN")?)
+        let sql = if durable {
+            "BEGIN"
         } else {
-            Ok(self
-                .client
-                .batch_execute("BEGIN; SET LOCAL synchronous_commit TO OFF")?)
-        }
+            "BEGIN; SET LOCAL synchronous_commit TO OFF"
+        };
+        self.cl()?.batch_execute(sql)?;
+        self.in_transaction = true;
+        Ok(())
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        Ok(self.client.batch_execute("COMMIT")?)
+        self.in_transaction = false;
+        Ok(self.cl()?.batch_execute("COMMIT")?)
     }
 
     fn rollback(&mut self) {
-        if !self.client.is_closed() {
-            let _ = self.client.batch_execute("ROLLBACK");
+        if std::mem::take(&mut self.in_transaction)
+            && let Some(c) = self.client.as_mut().filter(|c| !c.is_closed())
+        {
+            let _ = c.batch_execute("ROLLBACK");
         }
     }
 
     fn lock_chain(&mut self) -> Result<(), StoreError> {
         let key = self.chain_key;
-        self.client
+        self.cl()?
             .execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
         Ok(())
     }
 
     fn is_broken(&self) -> bool {
-        self.client.is_closed()
+        self.closed()
     }
 }
 
@@ -844,11 +880,12 @@ impl r2d2::ManageConnection for PgManager {
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> Result<(), StoreError> {
-        Ok(conn.client.simple_query("")?).map(|_| ())
+        conn.cl()?.simple_query("")?;
+        Ok(())
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.client.is_closed()
+        conn.closed()
     }
 }
 

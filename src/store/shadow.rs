@@ -85,7 +85,7 @@ pub fn recent(
                 live_hash, live_decision, live_reasons, live_errors,
                 candidate_dir, candidate_hash, candidate_decision, candidate_reasons, candidate_errors
          FROM shadow_divergences
-         WHERE (?1 IS NULL OR candidate_hash = ?1)
+         WHERE (CAST(?1 AS TEXT) IS NULL OR candidate_hash = ?1)
          ORDER BY id DESC LIMIT ?2";
     let list = |s: String| serde_json::from_str::<Vec<String>>(&s).unwrap_or_default();
     conn.query_map(sql, params![candidate_hash, limit as i64], |r| {

@@ -11,20 +11,27 @@ pub fn bin() -> Command {
 }
 
 /// Writes `dir/cedargate.toml` using `policies`, the shipped schema and a
-/// data dir inside `dir` (listening on an ephemeral port if served).
+/// data dir inside `dir` (listening on an ephemeral port if served), on the
+/// suite's backend.
 pub fn write_config(dir: &Path, policies: &Path) -> PathBuf {
     let path = dir.join("cedargate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\npolicies_dir = {:?}\nschema_file = {:?}\n",
-            dir.join("data"),
-            policies,
-            repo().join("schemas/gateway.cedarschema")
-        ),
-    )
-    .unwrap();
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\npolicies_dir = {:?}\nschema_file = {:?}\n",
+        dir.join("data"),
+        policies,
+        repo().join("schemas/gateway.cedarschema")
+    );
+    if let Some(url) = super::database_url_for(dir) {
+        text.push_str(&format!("\n[database]\nurl = {url:?}\n"));
+    }
+    std::fs::write(&path, text).unwrap();
     path
+}
+
+/// The store URL a config written by [`write_config`] into `dir` uses.
+pub fn database_url(dir: &Path) -> String {
+    super::database_url_for(dir)
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("data/cedargate.db").display()))
 }
 
 /// Runs one command with `config` (never with an admin token from the

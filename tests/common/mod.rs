@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod pg;
+pub mod sdk_peer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,6 +52,65 @@ pub struct Tenant {
     pub mcp_url: String,
 }
 
+/// The database a test data directory uses: `None` for the default (SQLite
+/// inside it) or, when the suite runs on PostgreSQL
+/// (`CG_TEST_BACKEND=postgres`), a fresh schema on the shared server.
+/// The URL is remembered in `dir/database-url`, so a gateway restarted over
+/// the same directory finds the same database.
+pub fn database_url_for(dir: &Path) -> Option<String> {
+    if !pg::backend_is_postgres() {
+        return None;
+    }
+    let marker = dir.join("database-url");
+    if let Ok(url) = std::fs::read_to_string(&marker) {
+        return Some(url);
+    }
+    let url = pg::fresh_schema_url(&pg::shared_url());
+    std::fs::write(&marker, &url).unwrap();
+    Some(url)
+}
+
+/// Drops the PostgreSQL schema a data directory was given, if any.
+pub fn drop_database_of(dir: &Path) {
+    if let Ok(url) = std::fs::read_to_string(dir.join("database-url")) {
+        pg::drop_schema(&url);
+    }
+}
+
+/// SQL that takes the trail's append-only triggers out of the way, as an
+/// attacker with database access would, on `backend`.
+pub fn drop_trail_guards(backend: cedargate::store::Backend) -> &'static str {
+    match backend {
+        cedargate::store::Backend::Sqlite => {
+            "DROP TRIGGER decisions_no_update; DROP TRIGGER decisions_no_delete;"
+        }
+        cedargate::store::Backend::Postgres => {
+            "ALTER TABLE decisions DISABLE TRIGGER decisions_no_update;
+             ALTER TABLE decisions DISABLE TRIGGER decisions_no_delete;"
+        }
+    }
+}
+
+/// Runs SQL that bypasses the trail's append-only guard (tamper tests):
+/// `update` runs with the `decisions` triggers out of the way, on whichever
+/// backend `url` names.
+pub fn tamper_decisions(url: &str, update: &str) {
+    use cedargate::store::{Store, StoreOptions};
+    let url = url.to_string();
+    let update = update.to_string();
+    std::thread::spawn(move || {
+        let store = Store::open_ready(&url, &StoreOptions::default()).unwrap();
+        store
+            .read_blocking(|c| {
+                let sql = format!("{} {update}", drop_trail_guards(c.backend()));
+                c.execute_batch(&sql)
+            })
+            .unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
 /// Copies the shipped policies into a fresh directory tests may edit.
 pub fn copy_policies(dest: &Path) -> PathBuf {
     let dir = dest.join("policies");
@@ -80,6 +140,7 @@ impl TestGateway {
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestGateway {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let database = database_url_for(dir.path());
         let mut config = Config {
             listen: addr,
             public_url: Some(format!("http://{addr}")),
@@ -90,6 +151,7 @@ impl TestGateway {
             demo_tenant: false,
             ..Config::default()
         };
+        config.database.url = database;
         tweak(&mut config);
         let gw = cedargate::server::prepare(config)
             .await
@@ -148,6 +210,11 @@ impl TestGateway {
             })
             .await
             .unwrap()
+    }
+
+    /// The store's URL.
+    pub fn database_url(&self) -> String {
+        self.gw.config.database_url()
     }
 
     /// Stops the server (drains, flushes) and hands back the data dir.
@@ -335,5 +402,13 @@ impl TestGateway {
             .read(|c| cedargate::store::decisions::tail(c, 1_000_000))
             .await
             .unwrap()
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        // Only the gateway still owning its directory (not stopped for a
+        // restart) drops its PostgreSQL schema.
+        drop_database_of(self.dir.path());
     }
 }

@@ -20,18 +20,18 @@ const PG_LIB: &str = "/usr/lib/postgresql";
 /// (an unreachable server must skip or fail quickly, not hang).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The shared server: `CEDARGATE_TEST_PG_URL`, or the machine's local one.
+/// The shared server: `CG_TEST_PG_URL`, or the machine's local one.
 pub fn shared_url() -> String {
-    std::env::var("CEDARGATE_TEST_PG_URL")
+    std::env::var("CG_TEST_PG_URL")
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// Whether the suite runs against PostgreSQL (`CEDARGATE_TEST_BACKEND=postgres`)
+/// Whether the suite runs against PostgreSQL (`CG_TEST_BACKEND=postgres`)
 /// instead of the default SQLite store.
 pub fn backend_is_postgres() -> bool {
-    std::env::var("CEDARGATE_TEST_BACKEND").is_ok_and(|v| v == "postgres")
+    std::env::var("CG_TEST_BACKEND").is_ok_and(|v| v == "postgres")
 }
 
 /// Whether we run under CI (`CI=true`), where a missing PostgreSQL must
