@@ -56,6 +56,9 @@ pub enum Command {
     /// Inspect the Cedar schema.
     #[command(subcommand)]
     Schema(SchemaCmd),
+    /// Apply pending database migrations (serve also does at start-up)
+    /// and list the applied versions.
+    Migrate,
 }
 
 /// `serve` flags.
@@ -455,6 +458,12 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
                 } else {
                     println!("{}", crate::audit::format_line(&d));
                 }
+            }
+        }
+        Command::Migrate => {
+            println!("database: {}", store.location().display());
+            for (version, applied_at) in store.read_blocking(crate::store::applied_migrations)? {
+                println!("  migration {version:>4}  applied {applied_at}");
             }
         }
         Command::Serve(_)

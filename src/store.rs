@@ -130,6 +130,18 @@ pub fn migrate(conn: &mut Conn) -> Result<Vec<i64>, StoreError> {
         Backend::Sqlite => SQLITE_MIGRATIONS,
         Backend::Postgres => POSTGRES_MIGRATIONS,
     };
+    if conn.backend() == Backend::Postgres {
+        // The connection's search_path names the store's schema; create it
+        // on first use (`?schema=` may name a new one).
+        let schema: String =
+            conn.query_row("SELECT current_setting('search_path')", params![], |r| {
+                r.get(0)
+            })?;
+        let schema = schema.trim_matches('"');
+        if !schema.is_empty() && !schema.contains(['"', ',']) {
+            conn.execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))?;
+        }
+    }
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version BIGINT PRIMARY KEY,
@@ -158,6 +170,15 @@ pub fn migrate(conn: &mut Conn) -> Result<Vec<i64>, StoreError> {
         }
         Ok(applied)
     })
+}
+
+/// Every applied migration: `(version, applied_at)`, oldest first.
+pub fn applied_migrations(conn: &mut Conn) -> Result<Vec<(i64, String)>, StoreError> {
+    conn.query_map(
+        "SELECT version, applied_at FROM schema_migrations ORDER BY version",
+        params![],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// How the store reaches its database.

@@ -127,15 +127,51 @@ where
 /// Creates a new empty schema on the server `base` names and returns `base`
 /// with `schema=<it>` added, so each test gets tables nobody else sees.
 pub fn try_fresh_schema_url(base: &str) -> Result<String, String> {
+    // Creation time first (8 hex digits of Unix seconds), so a sweep can
+    // drop what earlier runs left behind (a test that panicked mid-way, a
+    // gateway stopped and never restarted).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs();
     let name = format!(
-        "t_{}",
-        cedargate::ids::random_hex(8).map_err(|e| format!("no randomness: {e}"))?
+        "t_{:08x}{}",
+        now & 0xffff_ffff,
+        cedargate::ids::random_hex(4).map_err(|e| format!("no randomness: {e}"))?
     );
     let sql = format!("CREATE SCHEMA {}", quote_ident(&name));
     let (plain, _) = split_schema(base);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| sweep_stale_schemas(&plain, now));
     with_client(&plain, |c| c.batch_execute(&sql))?;
     let sep = if base.contains('?') { '&' } else { '?' };
     Ok(format!("{base}{sep}schema={name}"))
+}
+
+/// Drops test schemas created more than two hours before `now` (no test
+/// run lasts that long). Best effort.
+fn sweep_stale_schemas(plain: &str, now: u64) {
+    let stale = with_client(plain, |c| {
+        let rows = c.query(
+            "SELECT nspname FROM pg_namespace WHERE nspname ~ '^t_[0-9a-f]{16}$'",
+            &[],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>())
+    })
+    .unwrap_or_default()
+    .into_iter()
+    .filter(|name| {
+        name.get(2..10)
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .is_some_and(|t| t + 7200 < (now & 0xffff_ffff))
+    });
+    for name in stale {
+        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", quote_ident(&name));
+        let _ = with_client(plain, |c| c.batch_execute(&sql));
+    }
 }
 
 /// Like [`try_fresh_schema_url`], panicking (the test fails) when the
