@@ -269,19 +269,6 @@ async fn register(g: &TestGateway, org: &str, body: Value) -> (u16, Value) {
     .await
 }
 
-async fn tool_names(g: &TestGateway, t: &Tenant) -> Vec<String> {
-    let (status, body) = g
-        .mcp(t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// A gateway, a tenant, and a registered well-behaved local peer.
 async fn setup() -> (TestGateway, Tenant, LocalPeer, Value) {
     let g = TestGateway::start().await;
@@ -328,7 +315,7 @@ async fn registration_exposes_one_tool_per_skill_with_the_published_names() {
         hi["inputSchema"],
         json!({"type": "object", "additionalProperties": true})
     );
-    let names = tool_names(&g, &t).await;
+    let names = g.tool_names(&t).await;
     assert_eq!(
         names
             .iter()
@@ -342,7 +329,7 @@ async fn registration_exposes_one_tool_per_skill_with_the_published_names() {
 
     // Another org does not see them.
     let other = g.tenant("globex").await;
-    let names = tool_names(&g, &other).await;
+    let names = g.tool_names(&other).await;
     assert!(names.iter().all(|n| !n.contains('.')), "{names:?}");
 }
 
@@ -467,7 +454,7 @@ async fn a_legacy_card_at_agent_json_is_found_and_its_alias_calls_the_same_handl
     );
     assert_eq!(agent["slug"], "linear_prod");
     assert_eq!(agent["protocolVersion"], "0.3");
-    let names = tool_names(&g, &t).await;
+    let names = g.tool_names(&t).await;
     assert!(
         names.contains(&"linear_prod.create-issue".to_string()),
         "{names:?}"
@@ -681,7 +668,7 @@ forbid (principal, action == Gateway::Action::"a2a_invoke", resource == Gateway:
     assert_eq!(status, 201);
     // Still visible (view_tool is allowed), but not invocable.
     assert!(
-        tool_names(&g, &t)
+        g.tool_names(&t)
             .await
             .contains(&"vercel_ops.echo".to_string())
     );
@@ -739,7 +726,7 @@ forbid (principal, action in [Gateway::Action::"view_tool", Gateway::Action::"a2
     let peer = LocalPeer::start(CardShape::Both).await;
     register(&g, "acme", json!({"url": peer.base})).await;
     assert!(
-        tool_names(&g, &t)
+        g.tool_names(&t)
             .await
             .iter()
             .all(|n| !n.starts_with("vercel_ops."))
@@ -755,7 +742,7 @@ forbid (principal, action in [Gateway::Action::"view_tool", Gateway::Action::"a2
 async fn deregistration_removes_the_tools_at_once() {
     let (g, t, peer, agent) = setup().await;
     assert!(
-        tool_names(&g, &t)
+        g.tool_names(&t)
             .await
             .contains(&"vercel_ops.echo".to_string())
     );
@@ -771,7 +758,7 @@ async fn deregistration_removes_the_tools_at_once() {
         .await;
     assert_eq!(status, 204);
     assert!(
-        tool_names(&g, &t)
+        g.tool_names(&t)
             .await
             .iter()
             .all(|n| !n.starts_with("vercel_ops."))
@@ -828,7 +815,7 @@ async fn an_unreachable_peer_is_recorded_without_tools_and_exposed_once_it_recov
         agent["lastError"].as_str().unwrap().contains("503"),
         "{agent}"
     );
-    assert!(tool_names(&g, &t).await.iter().all(|n| !n.contains('.')));
+    assert!(g.tool_names(&t).await.iter().all(|n| !n.contains('.')));
     let body = call(&g, &t, "vercel_ops.say-hi", json!({})).await;
     assert_eq!(body["error"]["code"], -32601);
 
@@ -858,7 +845,7 @@ async fn an_unreachable_peer_is_recorded_without_tools_and_exposed_once_it_recov
         .await;
     assert_eq!(refreshed["health"], "unreachable");
     assert!(
-        tool_names(&g, &t)
+        g.tool_names(&t)
             .await
             .iter()
             .all(|n| !n.starts_with("vercel_ops."))
@@ -876,7 +863,7 @@ async fn the_background_refresh_exposes_a_recovered_peer() {
     peer.state.card_available.store(true, Ordering::SeqCst);
     let mut names = Vec::new();
     for _ in 0..100 {
-        names = tool_names(&g, &t).await;
+        names = g.tool_names(&t).await;
         if names.contains(&"vercel_ops.echo".to_string()) {
             break;
         }
@@ -1171,7 +1158,7 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
     let peer = LocalPeer::start(CardShape::Both).await;
     register(&g, "acme", json!({"url": peer.base})).await;
     let before = g.decisions().await.len();
-    let names = tool_names(&g, &t).await;
+    let names = g.tool_names(&t).await;
     assert!(!names.contains(&"vercel_ops.boom".to_string()), "{names:?}");
     assert_eq!(
         names

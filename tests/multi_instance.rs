@@ -54,24 +54,11 @@ async fn on(url: &str) -> TestGateway {
     TestGateway::start_with(move |c| c.database.url = Some(url)).await
 }
 
-async fn tool_names(g: &TestGateway, t: &Tenant) -> Vec<String> {
-    let (status, body) = g
-        .mcp(t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// Polls `g`'s tool list until `want(has the tool)` holds; the time it took.
 async fn until_listed(g: &TestGateway, t: &Tenant, tool: &str, want: bool) -> Duration {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
-        if tool_names(g, t).await.iter().any(|n| n == tool) == want {
+        if g.tool_names(t).await.iter().any(|n| n == tool) == want {
             return start.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -92,7 +79,7 @@ async fn a_peer_registered_on_one_instance_is_called_through_the_other() {
     let b = on(&schema.url).await;
     let t = a.tenant("acme").await;
     // B caches the org's (empty) peer set before the registration…
-    assert!(!tool_names(&b, &t).await.iter().any(|n| n.contains('.')));
+    assert!(!b.tool_names(&t).await.iter().any(|n| n.contains('.')));
 
     let (status, agent) = a
         .admin(
@@ -140,7 +127,7 @@ async fn a_key_revoked_on_one_instance_is_refused_by_the_other_at_once() {
     let a = on(&schema.url).await;
     let b = on(&schema.url).await;
     let t = a.tenant("acme").await;
-    assert_eq!(tool_names(&b, &t).await.len(), 2);
+    assert_eq!(b.tool_names(&t).await.len(), 2);
     let (status, _) = a
         .admin(
             Method::DELETE,
@@ -167,16 +154,9 @@ async fn a_key_revoked_on_one_instance_is_refused_by_the_other_at_once() {
 
 /// Sum of `cedargate_decisions_total` on an instance's `/metrics`.
 async fn decisions_made(g: &TestGateway) -> u64 {
-    let text = g
-        .http
-        .get(format!("{}/metrics", g.base))
-        .send()
+    g.metrics_text()
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with("cedargate_decisions_total{"))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum()

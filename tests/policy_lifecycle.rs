@@ -387,15 +387,7 @@ async fn shadow_mode_records_divergences_and_decides_nothing() {
             .any(|r| r.record.id == d["decisionId"].as_str().unwrap())
     );
 
-    let metrics = g
-        .http
-        .get(format!("{}/metrics", g.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = g.metrics_text().await;
     assert!(
         metrics.contains(
             "cedargate_shadow_divergences_total{action=\"call_tool\",flip=\"allow_to_deny\"} 1"

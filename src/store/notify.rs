@@ -35,7 +35,7 @@ pub fn channel(schema: &str) -> String {
 /// Publishes a change of `org` to every instance (PostgreSQL only).
 pub fn publish(conn: &mut Conn, channel: &str, org: &str) -> Result<(), StoreError> {
     if conn.backend() == Backend::Postgres {
-        conn.query("SELECT pg_notify(?1, ?2)", params![channel, org])?;
+        conn.execute("SELECT pg_notify(?1, ?2)", params![channel, org])?;
     }
     Ok(())
 }

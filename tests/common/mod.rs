@@ -367,6 +367,32 @@ impl TestGateway {
         body
     }
 
+    /// The names `tools/list` shows the tenant.
+    pub async fn tool_names(&self, t: &Tenant) -> Vec<String> {
+        let (status, body) = self
+            .mcp(t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// `GET /metrics` as text.
+    pub async fn metrics_text(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Admin API request.
     pub async fn admin(
         &self,
