@@ -95,6 +95,15 @@ pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
     gw.store.read(move |c| instances::upsert(c, &row)).await?;
+    if !gw.cluster.is_ready() {
+        // MCP sessions ended on any instance (or before a restart).
+        let since = crate::mcp::streamable::remembered_since();
+        let ids = gw
+            .store
+            .read(move |c| crate::mcp::streamable::load_terminations(c, &since))
+            .await?;
+        ids.iter().for_each(|sid| gw.terminated.remember(sid));
+    }
     gw.cluster.ready.store(true, Ordering::Release);
     Ok(())
 }
@@ -156,17 +165,38 @@ pub async fn live_instances(gw: &Gateway) -> Result<Vec<Instance>, StoreError> {
 /// caches now, and tell the other instances (they invalidate within the
 /// notification's delivery, well under a second).
 pub async fn changed(gw: &Gateway, org: &str) {
-    gw.a2a.invalidate(org);
-    gw.invalidate_caches();
+    apply(gw, &Change::Org(org.to_string()));
+    publish(gw, Change::Org(org.to_string())).await;
+}
+
+/// Tells the other instances about `change` (PostgreSQL only; best effort:
+/// caches catch up within `cache_ttl_secs`, terminations at the next
+/// reconnect of their listener).
+pub async fn publish(gw: &Gateway, change: Change) {
     if let Location::Postgres(target) = gw.store.location() {
         let channel = notify::channel(&target.schema);
-        let org = org.to_string();
         if let Err(e) = gw
             .store
-            .read(move |c| notify::publish(c, &channel, &org))
+            .read(move |c| notify::publish(c, &channel, &change))
             .await
         {
-            tracing::warn!(error = %e, "could not publish a change to the other instances; they catch up within cache_ttl_secs");
+            tracing::warn!(error = %e, "could not publish a change to the other instances");
+        }
+    }
+}
+
+/// Applies a change to this instance's caches.
+fn apply(gw: &Gateway, change: &Change) {
+    match change {
+        Change::Org(org) => {
+            gw.a2a.invalidate(org);
+            gw.invalidate_caches();
+        }
+        Change::McpTerminated(sid) => gw.terminated.remember(sid),
+        Change::McpResumed(sid) => gw.terminated.forget(sid),
+        Change::Everything => {
+            gw.a2a.invalidate_all();
+            gw.invalidate_caches();
         }
     }
 }
@@ -181,11 +211,18 @@ pub fn start_listener(gw: &Arc<Gateway>) -> Option<Listener> {
         let Some(gw) = weak.upgrade() else {
             return false;
         };
-        match change {
-            Change::Org(org) => gw.a2a.invalidate(&org),
-            Change::Everything => gw.a2a.invalidate_all(),
+        if change == Change::Everything {
+            // Terminations published while this listener was away.
+            let since = crate::mcp::streamable::remembered_since();
+            match gw
+                .store
+                .read_blocking(|c| crate::mcp::streamable::load_terminations(c, &since))
+            {
+                Ok(ids) => ids.iter().for_each(|sid| gw.terminated.remember(sid)),
+                Err(e) => tracing::warn!(error = %e, "cannot reload MCP session terminations"),
+            }
         }
-        gw.invalidate_caches();
+        apply(&gw, &change);
         true
     });
     match listener {

@@ -105,6 +105,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("store/migrations/0003_a2a.sql")),
     (4, include_str!("store/migrations/0004_lifecycle.sql")),
     (5, include_str!("store/migrations/0005_instances.sql")),
+    (
+        6,
+        include_str!("store/migrations/0006_mcp_terminations.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -119,6 +123,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         5,
         include_str!("store/migrations/postgres/0005_instances.sql"),
+    ),
+    (
+        6,
+        include_str!("store/migrations/postgres/0006_mcp_terminations.sql"),
     ),
 ];
 
@@ -467,5 +475,18 @@ impl Inner {
                 result
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_backends_have_the_same_migration_versions() {
+        let versions = |m: &[(i64, &str)]| m.iter().map(|(v, _)| *v).collect::<Vec<_>>();
+        assert_eq!(versions(SQLITE_MIGRATIONS), versions(POSTGRES_MIGRATIONS));
+        let expected: Vec<i64> = (1..=SQLITE_MIGRATIONS.len() as i64).collect();
+        assert_eq!(versions(SQLITE_MIGRATIONS), expected);
     }
 }

@@ -435,3 +435,72 @@ async fn a_database_restart_mid_load_fails_calls_cleanly_and_loses_nothing_ackno
     let report = g.gw.store.read(decisions::verify).await.unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// `DELETE` of the MCP session on one instance; `(status, body)` of a
+/// request carrying `Mcp-Session-Id` on `g`.
+async fn with_session_header(g: &TestGateway, t: &Tenant, body: Value) -> (u16, Value) {
+    let url = format!("{}/api/mcp/{}", g.base, t.session_id);
+    g.mcp_raw(
+        &url,
+        Some(&t.key),
+        &[("mcp-session-id", t.session_id.as_str())],
+        body.to_string(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_mcp_session_ended_on_one_instance_is_ended_on_every_instance() {
+    let Some(schema) = shared_schema() else {
+        return;
+    };
+    let a = on(&schema.url).await;
+    let b = on(&schema.url).await;
+    let t = a.tenant("acme").await;
+    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
+    assert_eq!(with_session_header(&b, &t, list.clone()).await.0, 200);
+
+    let url = format!("{}/api/mcp/{}", a.base, t.session_id);
+    let resp = a
+        .http
+        .delete(&url)
+        .bearer_auth(&t.key)
+        .header("mcp-session-id", &t.session_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let start = Instant::now();
+    loop {
+        let (status, body) = with_session_header(&b, &t, list.clone()).await;
+        if status == 404 {
+            assert_eq!(body["error"]["code"], -32002, "{body}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "B still serves the ended MCP session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A gateway started afterwards on the same database knows it too.
+    let c = on(&schema.url).await;
+    assert_eq!(with_session_header(&c, &t, list.clone()).await.0, 404);
+
+    // `initialize` (without the header) on B starts a new MCP session that
+    // A and C accept.
+    let init = json!({"jsonrpc":"2.0","id":2,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let (status, body) = b.mcp(&t, init).await;
+    assert_eq!(status, 200, "{body}");
+    for g in [&a, &c] {
+        let start = Instant::now();
+        while with_session_header(g, &t, list.clone()).await.0 != 200 {
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "the new MCP session is refused"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

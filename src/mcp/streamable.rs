@@ -6,7 +6,9 @@
 //! always that id. A header naming another session is refused (400), so a
 //! misconfigured client cannot be mistaken for another session's; after a
 //! `DELETE`, requests still carrying the id answer 404 until the client
-//! initializes again (without the header), as the spec asks. The gateway
+//! initializes again (without the header), as the spec asks; terminations
+//! are stored (`mcp_terminations`) and announced, so every instance of the
+//! database and a restarted one refuse the id too. The gateway
 //! session itself belongs to the daemon that opened it and outlives the
 //! MCP session.
 
@@ -21,6 +23,9 @@ use serde_json::Value;
 
 use super::{admit_headers, http_error, json_response, jsonrpc, resolve};
 use crate::gateway::Gateway;
+use crate::store::db::Value as SqlValue;
+use crate::store::notify::Change;
+use crate::store::{Conn, StoreError, WriteOp};
 
 /// The session header of Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -52,6 +57,50 @@ impl Default for Terminated {
 impl Terminated {
     fn contains(&self, session_id: &str) -> bool {
         self.sessions.contains_key(session_id)
+    }
+
+    /// Remembers a termination (made here or on another instance).
+    pub fn remember(&self, session_id: &str) {
+        self.sessions.insert(session_id.to_string(), ());
+    }
+
+    /// Forgets one: a new MCP session started.
+    pub fn forget(&self, session_id: &str) {
+        self.sessions.invalidate(session_id);
+    }
+}
+
+/// The oldest termination still remembered (now minus the TTL).
+pub fn remembered_since() -> String {
+    crate::ids::rfc3339(time::OffsetDateTime::now_utc() - TERMINATED_TTL)
+}
+
+/// Terminations stored since `since` (every instance's).
+pub fn load_terminations(conn: &mut Conn, since: &str) -> Result<Vec<String>, StoreError> {
+    conn.query_map(
+        "SELECT session_id FROM mcp_terminations WHERE terminated_at >= ?1",
+        crate::params![since],
+        |r| r.get(0),
+    )
+}
+
+/// Stores a termination (replacing an older one of the same session).
+fn termination_op(session_id: &str) -> WriteOp {
+    WriteOp::Exec {
+        sql: "INSERT INTO mcp_terminations (session_id, terminated_at) VALUES (?1, ?2)
+              ON CONFLICT (session_id) DO UPDATE SET terminated_at = excluded.terminated_at",
+        params: vec![
+            SqlValue::Text(session_id.to_string()),
+            SqlValue::Text(crate::ids::now_rfc3339()),
+        ],
+    }
+}
+
+/// Forgets a stored termination.
+fn resumption_op(session_id: &str) -> WriteOp {
+    WriteOp::Exec {
+        sql: "DELETE FROM mcp_terminations WHERE session_id = ?1",
+        params: vec![SqlValue::Text(session_id.to_string())],
     }
 }
 
@@ -111,7 +160,7 @@ fn sse_only(headers: &HeaderMap) -> bool {
 /// that accept only `text/event-stream`. An answer to a successful
 /// `initialize` carries `Mcp-Session-Id` and starts a fresh MCP session.
 pub(super) fn respond(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     headers: &HeaderMap,
     session_id: &str,
     had_initialize: bool,
@@ -131,7 +180,18 @@ pub(super) fn respond(
         json_response(StatusCode::OK, body)
     };
     if had_initialize && initialized(body) {
-        gw.terminated.sessions.invalidate(session_id);
+        if gw.terminated.contains(session_id) {
+            gw.terminated.forget(session_id);
+            // Other instances and restarts learn it too (best effort: the
+            // client is served here either way).
+            let (gw, sid) = (Arc::clone(gw), session_id.to_string());
+            tokio::spawn(async move {
+                if let Err(e) = gw.store.writer().submit(vec![resumption_op(&sid)]).await {
+                    tracing::warn!(error = %e, "cannot record a resumed MCP session");
+                }
+                crate::cluster::publish(&gw, Change::McpResumed(sid)).await;
+            });
+        }
         if let Ok(v) = HeaderValue::from_str(session_id) {
             resp.headers_mut().insert(SESSION_HEADER, v);
         }
@@ -170,7 +230,23 @@ pub async fn delete_endpoint(
     if let Some(resp) = refused {
         return resp;
     }
-    gw.terminated.sessions.insert(session_id.clone(), ());
+    // Every instance refuses the id from now on: stored before the 204,
+    // then announced.
+    if let Err(e) = gw
+        .store
+        .writer()
+        .submit(vec![termination_op(&session_id)])
+        .await
+    {
+        tracing::error!(error = %e, "cannot record an MCP session termination");
+        return http_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::INTERNAL_ERROR,
+            "storage unavailable",
+        );
+    }
+    gw.terminated.remember(&session_id);
+    crate::cluster::publish(&gw, Change::McpTerminated(session_id.clone())).await;
     let closed = gw.streams.close_session(&session_id);
     tracing::info!(session = %session_id, streams = closed, "MCP session terminated by the client");
     StatusCode::NO_CONTENT.into_response()

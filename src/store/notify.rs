@@ -20,8 +20,35 @@ use crate::params;
 pub enum Change {
     /// Something of this org (its peers, tenants or keys).
     Org(String),
+    /// A client ended this session's MCP session (`DELETE`).
+    McpTerminated(String),
+    /// An `initialize` started a new MCP session on this session.
+    McpResumed(String),
     /// Unknown: invalidate every cache (a listener reconnected).
     Everything,
+}
+
+impl Change {
+    /// The notification payload (ids never contain `:`).
+    fn payload(&self) -> String {
+        match self {
+            Change::Org(id) => format!("org:{id}"),
+            Change::McpTerminated(id) => format!("mcp-terminated:{id}"),
+            Change::McpResumed(id) => format!("mcp-resumed:{id}"),
+            Change::Everything => "everything".into(),
+        }
+    }
+
+    /// Reads a payload; anything unknown (a newer instance's kind) means
+    /// "everything", which is always safe.
+    fn parse(payload: &str) -> Change {
+        match payload.split_once(':') {
+            Some(("org", id)) => Change::Org(id.to_string()),
+            Some(("mcp-terminated", id)) => Change::McpTerminated(id.to_string()),
+            Some(("mcp-resumed", id)) => Change::McpResumed(id.to_string()),
+            _ => Change::Everything,
+        }
+    }
 }
 
 /// The channel of a schema (a hash, so any schema name fits the 63-byte
@@ -32,10 +59,13 @@ pub fn channel(schema: &str) -> String {
     format!("cedargate_{}", hex::encode(digest.get(..8).unwrap_or(&[])))
 }
 
-/// Publishes a change of `org` to every instance (PostgreSQL only).
-pub fn publish(conn: &mut Conn, channel: &str, org: &str) -> Result<(), StoreError> {
+/// Publishes a change to every instance (PostgreSQL only).
+pub fn publish(conn: &mut Conn, channel: &str, change: &Change) -> Result<(), StoreError> {
     if conn.backend() == Backend::Postgres {
-        conn.execute("SELECT pg_notify(?1, ?2)", params![channel, org])?;
+        conn.execute(
+            "SELECT pg_notify(?1, ?2)",
+            params![channel, change.payload()],
+        )?;
     }
     Ok(())
 }
@@ -104,7 +134,7 @@ fn listen_once(
             let mut notifications = client.notifications();
             let mut batch = notifications.timeout_iter(Duration::from_millis(500));
             while let Some(n) = postgres::fallible_iterator::FallibleIterator::next(&mut batch)? {
-                if !on_change(Change::Org(n.payload().to_string())) {
+                if !on_change(Change::parse(n.payload())) {
                     return Ok(false);
                 }
             }
@@ -118,6 +148,20 @@ fn listen_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn payloads_round_trip_and_unknown_ones_mean_everything() {
+        for c in [
+            Change::Org("acme".into()),
+            Change::McpTerminated("0192-ab".into()),
+            Change::McpResumed("0192-ab".into()),
+            Change::Everything,
+        ] {
+            assert_eq!(Change::parse(&c.payload()), c);
+        }
+        assert_eq!(Change::parse("acme"), Change::Everything);
+        assert_eq!(Change::parse("future-kind:x"), Change::Everything);
+    }
 
     #[test]
     fn channels_are_per_schema_and_fit_an_identifier() {
