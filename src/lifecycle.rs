@@ -267,16 +267,17 @@ pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt
     }
     let active = gw.pep.swap(bundle);
     gw.cluster.recorded(&active.hash);
-    // Show the new hash in this instance's row at once.
-    if let Err(e) = crate::cluster::beat(gw).await {
-        tracing::warn!(error = %e, "could not refresh this instance's row after the reload");
-    }
     lifecycle
         .metrics
         .active_set(&active.hash, unix(&active.loaded_at));
     attempt.result = "applied".into();
     tracing::info!(trigger, hash = %active.hash, policies = active.policy_ids.len(), "policy set reloaded");
     lifecycle.record(&attempt);
+    // Show the new hash in this instance's row at once (after the attempt
+    // is recorded, so the status never lags the active set).
+    if let Err(e) = crate::cluster::beat(gw).await {
+        tracing::warn!(error = %e, "could not refresh this instance's row after the reload");
+    }
     Ok(attempt)
 }
 
