@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use cedargate::config::Config;
 use cedargate::gateway::Gateway;
-use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use serde_json::{Value, json};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -87,52 +87,34 @@ impl Instance {
 
 /// Creates a tenant through the store; returns (session id, bearer key).
 async fn tenant(gw: &Gateway) -> Res<(String, String)> {
-    Ok(gw
+    let made = gw
         .store
         .read(|c| {
-            c.transaction(|tx| {
-                operator::create_org(
-                    tx,
-                    CreateOrg {
+            operator::provision(
+                c,
+                Provision {
+                    org: CreateOrg {
                         id: "bench".into(),
                         name: "Bench".into(),
                         plan: None,
                         entitlements: None,
                     },
-                )?;
-                operator::create_project(
-                    tx,
-                    "bench",
-                    CreateProject {
+                    project: CreateProject {
                         id: "p".into(),
                         memory_enabled: true,
                         graph_enabled: false,
                     },
-                )?;
-                operator::create_agent(
-                    tx,
-                    "bench",
-                    CreateAgent {
+                    agent: CreateAgent {
                         id: "a".into(),
                         name: "A".into(),
                         roles: vec!["developers".into()],
                     },
-                )?;
-                let (key, secret) =
-                    operator::create_key(tx, "bench", CreateKey { label: "k".into() })?;
-                let s = operator::open_session(
-                    tx,
-                    "bench",
-                    OpenSession {
-                        project_id: "p".into(),
-                        agent_id: "a".into(),
-                    },
-                    Some(&key.id),
-                )?;
-                Ok((s.id, secret))
-            })
+                    key_label: "k".into(),
+                },
+            )
         })
-        .await?)
+        .await?;
+    Ok((made.session.id, made.secret))
 }
 
 struct Outcome {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::gateway::Gateway;
-use crate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use crate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use crate::store::{StoreError, tenants};
 
 /// Demo org id.
@@ -52,54 +52,31 @@ pub async fn ensure(gw: &Gateway) -> Result<Option<DemoCredentials>, StoreError>
     let creds = gw
         .store
         .read(|c| {
-            c.transaction(|tx| {
-                operator::create_org(
-                    tx,
-                    CreateOrg {
+            let made = operator::provision(
+                c,
+                Provision {
+                    org: CreateOrg {
                         id: DEMO_ORG.into(),
                         name: "Demo".into(),
                         plan: Some("free".into()),
                         entitlements: None,
                     },
-                )?;
-                operator::create_project(
-                    tx,
-                    DEMO_ORG,
-                    CreateProject {
+                    project: CreateProject {
                         id: DEMO_PROJECT.into(),
                         memory_enabled: true,
                         graph_enabled: false,
                     },
-                )?;
-                operator::create_agent(
-                    tx,
-                    DEMO_ORG,
-                    CreateAgent {
+                    agent: CreateAgent {
                         id: DEMO_AGENT.into(),
                         name: "Demo agent".into(),
                         roles: vec!["developers".into()],
                     },
-                )?;
-                let (key, secret) = operator::create_key(
-                    tx,
-                    DEMO_ORG,
-                    CreateKey {
-                        label: "demo daemon".into(),
-                    },
-                )?;
-                let session = operator::open_session(
-                    tx,
-                    DEMO_ORG,
-                    OpenSession {
-                        project_id: DEMO_PROJECT.into(),
-                        agent_id: DEMO_AGENT.into(),
-                    },
-                    Some(&key.id),
-                )?;
-                Ok(DemoCredentials {
-                    session_id: session.id,
-                    key: secret,
-                })
+                    key_label: "demo daemon".into(),
+                },
+            )?;
+            Ok(DemoCredentials {
+                session_id: made.session.id,
+                key: made.secret,
             })
         })
         .await?;

@@ -188,6 +188,55 @@ pub fn open_session(
     Ok(s)
 }
 
+/// A whole tenant in one go: org, project, agent, key and a session.
+#[derive(Debug, Clone)]
+pub struct Provision {
+    /// The org.
+    pub org: CreateOrg,
+    /// Its project.
+    pub project: CreateProject,
+    /// Its agent.
+    pub agent: CreateAgent,
+    /// Label of the key.
+    pub key_label: String,
+}
+
+/// What [`provision`] created.
+#[derive(Debug, Clone)]
+pub struct Provisioned {
+    /// The key (metadata).
+    pub key: ApiKey,
+    /// The full bearer key, shown once.
+    pub secret: String,
+    /// The session, opened with that key.
+    pub session: Session,
+}
+
+/// Creates a tenant with one session in one transaction (the demo tenant,
+/// benchmarks): nothing is left half-made if any step fails.
+pub fn provision(conn: &mut Conn, p: Provision) -> Result<Provisioned, StoreError> {
+    conn.transaction(|tx| {
+        let org = create_org(tx, p.org)?;
+        let project = create_project(tx, &org.id, p.project)?;
+        let agent = create_agent(tx, &org.id, p.agent)?;
+        let (key, secret) = create_key(tx, &org.id, CreateKey { label: p.key_label })?;
+        let session = open_session(
+            tx,
+            &org.id,
+            OpenSession {
+                project_id: project.id,
+                agent_id: agent.id,
+            },
+            Some(&key.id),
+        )?;
+        Ok(Provisioned {
+            key,
+            secret,
+            session,
+        })
+    })
+}
+
 /// The MCP URL of a session.
 pub fn mcp_url(base_url: &str, session_id: &str) -> String {
     format!("{base_url}/api/mcp/{session_id}")

@@ -1112,18 +1112,10 @@ async fn a_stuck_subscriber_never_blocks_a_call_and_the_others_still_write() {
     .await;
     assert_eq!(costs, 3);
     // Events carry the published fields.
-    let event: String =
-        g.gw.store
-            .read(|c| {
-                c.query_row(
-                    "SELECT event FROM a2a_hook_events WHERE phase = 'post-verb' LIMIT 1",
-                    cedargate::params![],
-                    |r| r.get(0),
-                )
-            })
-            .await
-            .unwrap();
-    let event: Value = serde_json::from_str(&event).unwrap();
+    let events = g
+        .texts("SELECT event FROM a2a_hook_events WHERE phase = 'post-verb' LIMIT 1")
+        .await;
+    let event: Value = serde_json::from_str(&events[0]).unwrap();
     for field in [
         "verb",
         "legacyAlias",

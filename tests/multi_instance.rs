@@ -412,18 +412,11 @@ async fn a_database_restart_mid_load_fails_calls_cleanly_and_loses_nothing_ackno
         );
     }
     // Every acknowledged call's observation and record are stored.
-    let stored: Vec<String> =
-        g.gw.store
-            .read(|c| {
-                c.query_map(
-                    "SELECT content FROM observations",
-                    cedargate::params![],
-                    |r| r.get(0),
-                )
-            })
-            .await
-            .unwrap();
-    let stored: std::collections::HashSet<String> = stored.into_iter().collect();
+    let stored: std::collections::HashSet<String> = g
+        .texts("SELECT content FROM observations")
+        .await
+        .into_iter()
+        .collect();
     assert!(acked.len() > 10, "{}", acked.len());
     for content in &acked {
         assert!(

@@ -367,6 +367,15 @@ impl TestGateway {
         body
     }
 
+    /// The first column of every row of `sql`, as text.
+    pub async fn texts(&self, sql: &'static str) -> Vec<String> {
+        self.gw
+            .store
+            .read(move |c| c.query_map(sql, cedargate::params![], |r| r.get(0)))
+            .await
+            .unwrap()
+    }
+
     /// The names `tools/list` shows the tenant.
     pub async fn tool_names(&self, t: &Tenant) -> Vec<String> {
         let (status, body) = self
