@@ -157,7 +157,7 @@ async fn add_a_forbid_restart_and_see_it_decide() {
         .await;
     assert!(ok["result"].is_object(), "{ok}");
     let first_hash = g.gw.pep.current().hash.clone();
-    let dir = g.stop().await;
+    let dir = g.stop().await.into_dir();
 
     std::fs::write(
         policies.join("incident.cedar"),

@@ -286,7 +286,7 @@ async fn recorded_trail() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
             .iter()
             .any(|d| d.record.errors.contains("overflowing-forbid"))
     );
-    let dir = g.stop().await;
+    let dir = g.stop().await.into_dir();
     (dir, live, set_a, set_b)
 }
 

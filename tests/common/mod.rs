@@ -218,7 +218,7 @@ impl TestGateway {
     }
 
     /// Stops the server (drains, flushes) and hands back the data dir.
-    pub async fn stop(mut self) -> tempfile::TempDir {
+    pub async fn stop(mut self) -> StoppedDir {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -226,7 +226,7 @@ impl TestGateway {
             h.await.unwrap();
         }
         let dir = tempfile::tempdir().unwrap();
-        std::mem::replace(&mut self.dir, dir)
+        StoppedDir(Some(std::mem::replace(&mut self.dir, dir)))
     }
 
     /// Creates org `org` with project `proj`, agent `agent` (roles), a key
@@ -437,6 +437,25 @@ impl TestGateway {
             .read(|c| cedargate::store::decisions::tail(c, 1_000_000))
             .await
             .unwrap()
+    }
+}
+
+/// The data directory of a stopped gateway. Dropped as is, it drops the
+/// PostgreSQL schema too; [`StoppedDir::into_dir`] keeps both for a restart.
+pub struct StoppedDir(Option<tempfile::TempDir>);
+
+impl StoppedDir {
+    /// Keeps the directory (and its database) for another gateway.
+    pub fn into_dir(mut self) -> tempfile::TempDir {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for StoppedDir {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            drop_database_of(dir.path());
+        }
     }
 }
 
