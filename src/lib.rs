@@ -28,3 +28,9 @@ pub mod replay;
 pub mod server;
 pub mod store;
 pub mod tools;
+
+/// mimalloc instead of the system allocator: decision replay and the
+/// request path allocate and free many small objects (Cedar expressions,
+/// JSON values), and glibc malloc/free led the replay profile.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
