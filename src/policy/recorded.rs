@@ -54,6 +54,39 @@ impl RecordedRequest {
     }
 }
 
+/// `(session id, time)` when `json` is exactly the session context
+/// `{"session": {"__entity": {"type": "Gateway::Session", "id": …}},
+/// "time": {"__extn": {"fn": "datetime", "arg": …}}}` and nothing more
+/// (but for an `args` key when `ignore_args`, as it is then left out).
+fn session_shape(json: &Value, ignore_args: bool) -> Option<(&str, &str)> {
+    let map = json.as_object()?;
+    let extra = usize::from(ignore_args && map.contains_key("args"));
+    if map.len() != 2 + extra {
+        return None;
+    }
+    let entity = map
+        .get("session")?
+        .as_object()
+        .filter(|m| m.len() == 1)?
+        .get("__entity")?
+        .as_object()
+        .filter(|m| m.len() == 2)?;
+    if entity.get("type")?.as_str()? != "Gateway::Session" {
+        return None;
+    }
+    let extn = map
+        .get("time")?
+        .as_object()
+        .filter(|m| m.len() == 1)?
+        .get("__extn")?
+        .as_object()
+        .filter(|m| m.len() == 2)?;
+    if extn.get("fn")?.as_str()? != "datetime" {
+        return None;
+    }
+    Some((entity.get("id")?.as_str()?, extn.get("arg")?.as_str()?))
+}
+
 impl PolicyBundle {
     /// The context `bundle` decides a recorded request with.
     pub fn recorded_context(&self, req: &RecordedRequest) -> PreparedContext {
@@ -75,10 +108,15 @@ impl PolicyBundle {
                 self.typed_context(t, json, fits)
             }
             None => {
+                let drop_args = matches!(req.action, Action::CallTool | Action::A2aInvoke);
+                // Most records carry the plain session context: build it
+                // from values, as the live path did (same Cedar context,
+                // about three times cheaper than parsing the JSON).
+                if let Some((session_id, time)) = session_shape(&req.context, drop_args) {
+                    return self.prepare_session_context(session_id, time);
+                }
                 let mut json = req.context.clone();
-                if matches!(req.action, Action::CallTool | Action::A2aInvoke)
-                    && let Value::Object(map) = &mut json
-                {
+                if drop_args && let Value::Object(map) = &mut json {
                     map.remove("args");
                 }
                 self.prepare_context(req.action, json)
@@ -96,5 +134,29 @@ impl PolicyBundle {
             &context,
             entities,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_session_context_takes_the_fast_path() {
+        let ctx = super::super::entities::session_context("s-1", "2026-11-22T08:00:00.000Z");
+        let plain = Some(("s-1", "2026-11-22T08:00:00.000Z"));
+        assert_eq!(session_shape(&ctx, false), plain);
+        let mut extra = ctx.clone();
+        extra["args"] = serde_json::json!({"q": 1});
+        assert_eq!(session_shape(&extra, false), None);
+        assert_eq!(session_shape(&extra, true), plain);
+        extra["more"] = serde_json::json!(1);
+        assert_eq!(session_shape(&extra, true), None);
+        let mut other = ctx.clone();
+        other["session"]["__entity"]["type"] = "Gateway::Agent".into();
+        assert_eq!(session_shape(&other, false), None);
+        let mut not_datetime = ctx;
+        not_datetime["time"]["__extn"]["fn"] = "decimal".into();
+        assert_eq!(session_shape(&not_datetime, false), None);
     }
 }
