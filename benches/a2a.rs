@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use axum::routing::{get, post};
 use cedargate::config::Config;
 use cedargate::gateway::Gateway;
-use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
@@ -154,55 +154,34 @@ async fn start_gateway(dir: &std::path::Path) -> Res<Gw> {
 /// Org `org` with a project, an agent, a key and a session: (key, session).
 async fn tenant(gw: &Gateway, org: &str) -> Res<(String, String)> {
     let org = org.to_string();
-    Ok(gw
+    let made = gw
         .store
         .read(move |c| {
-            operator::create_org(
+            operator::provision(
                 c,
-                CreateOrg {
-                    id: org.clone(),
-                    name: org.clone(),
-                    plan: None,
-                    entitlements: None,
+                Provision {
+                    org: CreateOrg {
+                        id: org.clone(),
+                        name: org,
+                        plan: None,
+                        entitlements: None,
+                    },
+                    project: CreateProject {
+                        id: "p".into(),
+                        memory_enabled: true,
+                        graph_enabled: false,
+                    },
+                    agent: CreateAgent {
+                        id: "a".into(),
+                        name: "a".into(),
+                        roles: vec![],
+                    },
+                    key_label: "bench".into(),
                 },
-            )?;
-            operator::create_project(
-                c,
-                &org,
-                CreateProject {
-                    id: "p".into(),
-                    memory_enabled: true,
-                    graph_enabled: false,
-                },
-            )?;
-            operator::create_agent(
-                c,
-                &org,
-                CreateAgent {
-                    id: "a".into(),
-                    name: "a".into(),
-                    roles: vec![],
-                },
-            )?;
-            let (key, secret) = operator::create_key(
-                c,
-                &org,
-                CreateKey {
-                    label: "bench".into(),
-                },
-            )?;
-            let s = operator::open_session(
-                c,
-                &org,
-                OpenSession {
-                    project_id: "p".into(),
-                    agent_id: "a".into(),
-                },
-                Some(&key.id),
-            )?;
-            Ok((secret, s.id))
+            )
         })
-        .await?)
+        .await?;
+    Ok((made.secret, made.session.id))
 }
 
 async fn register(gw_addr: SocketAddr, org: &str, peer: SocketAddr) -> Res<()> {

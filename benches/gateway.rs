@@ -39,7 +39,7 @@ use cedar_policy::{Authorizer, Context, Request, RestrictedExpression};
 use cedargate::audit::{self, Decided, Scope};
 use cedargate::config::Config;
 use cedargate::gateway::{Gateway, SessionView};
-use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use cedargate::policy::entities::session_context;
 use cedargate::policy::{Action, Kind, PolicyBundle, PreparedContext};
 use cedargate::store::decisions::{self, GENESIS_HASH, NewDecision};
@@ -402,53 +402,31 @@ async fn create_tenant(gw: &Gateway) -> Res<(String, String)> {
     let made = gw
         .store
         .read(|c| {
-            operator::create_org(
+            operator::provision(
                 c,
-                CreateOrg {
-                    id: ORG.into(),
-                    name: "Bench".into(),
-                    plan: None,
-                    entitlements: None,
+                Provision {
+                    org: CreateOrg {
+                        id: ORG.into(),
+                        name: "Bench".into(),
+                        plan: None,
+                        entitlements: None,
+                    },
+                    project: CreateProject {
+                        id: PROJECT.into(),
+                        memory_enabled: true,
+                        graph_enabled: false,
+                    },
+                    agent: CreateAgent {
+                        id: AGENT.into(),
+                        name: "Bench agent".into(),
+                        roles: vec!["developers".into()],
+                    },
+                    key_label: "daemon".into(),
                 },
-            )?;
-            operator::create_project(
-                c,
-                ORG,
-                CreateProject {
-                    id: PROJECT.into(),
-                    memory_enabled: true,
-                    graph_enabled: false,
-                },
-            )?;
-            operator::create_agent(
-                c,
-                ORG,
-                CreateAgent {
-                    id: AGENT.into(),
-                    name: "Bench agent".into(),
-                    roles: vec!["developers".into()],
-                },
-            )?;
-            let (key, secret) = operator::create_key(
-                c,
-                ORG,
-                CreateKey {
-                    label: "daemon".into(),
-                },
-            )?;
-            let s = operator::open_session(
-                c,
-                ORG,
-                OpenSession {
-                    project_id: PROJECT.into(),
-                    agent_id: AGENT.into(),
-                },
-                Some(&key.id),
-            )?;
-            Ok((secret, s.id))
+            )
         })
         .await?;
-    Ok(made)
+    Ok((made.secret, made.session.id))
 }
 
 /// Stores `n` observations of the bench project in one durable commit.

@@ -17,7 +17,7 @@ use cedargate::gateway::Gateway;
 use cedargate::graph::embed::LocalEmbedder;
 use cedargate::graph::pipeline::node_text;
 use cedargate::mcp::GuardFilter;
-use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use cedargate::policy::Kind;
 use cedargate::store::WriteOp;
 use cedargate::store::graph::{EdgeRow, GraphWrite, NodeRow, Provenance};
@@ -177,55 +177,34 @@ async fn start(data: &Path) -> Res<Server> {
 }
 
 async fn tenant(gw: &Gateway) -> Res<(String, String)> {
-    Ok(gw
+    let made = gw
         .store
         .read(|c| {
-            operator::create_org(
+            operator::provision(
                 c,
-                CreateOrg {
-                    id: ORG.into(),
-                    name: "Bench".into(),
-                    plan: None,
-                    entitlements: None,
+                Provision {
+                    org: CreateOrg {
+                        id: ORG.into(),
+                        name: "Bench".into(),
+                        plan: None,
+                        entitlements: None,
+                    },
+                    project: CreateProject {
+                        id: PROJECT.into(),
+                        memory_enabled: true,
+                        graph_enabled: true,
+                    },
+                    agent: CreateAgent {
+                        id: AGENT.into(),
+                        name: "Bench agent".into(),
+                        roles: vec!["developers".into()],
+                    },
+                    key_label: "daemon".into(),
                 },
-            )?;
-            operator::create_project(
-                c,
-                ORG,
-                CreateProject {
-                    id: PROJECT.into(),
-                    memory_enabled: true,
-                    graph_enabled: true,
-                },
-            )?;
-            operator::create_agent(
-                c,
-                ORG,
-                CreateAgent {
-                    id: AGENT.into(),
-                    name: "Bench agent".into(),
-                    roles: vec!["developers".into()],
-                },
-            )?;
-            let (key, secret) = operator::create_key(
-                c,
-                ORG,
-                CreateKey {
-                    label: "daemon".into(),
-                },
-            )?;
-            let s = operator::open_session(
-                c,
-                ORG,
-                OpenSession {
-                    project_id: PROJECT.into(),
-                    agent_id: AGENT.into(),
-                },
-                Some(&key.id),
-            )?;
-            Ok((secret, s.id))
+            )
         })
-        .await?)
+        .await?;
+    Ok((made.secret, made.session.id))
 }
 
 /// Generates the graph rows: every node embedded by the local embedder,

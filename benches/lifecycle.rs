@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use cedargate::audit::{self, Scope};
 use cedargate::lifecycle::{load_candidate, tool_schemas};
-use cedargate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
+use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use cedargate::policy::entities::{self, EntitySlice};
 use cedargate::policy::{Action, Kind, PolicyBundle};
 use cedargate::replay::{self, Against};
@@ -100,54 +100,33 @@ fn sessions(store: &Store, bundle: &PolicyBundle, n: usize) -> Vec<(String, Stri
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let org = format!("org-{i}");
-        let (key, sid) = store
+        let made = store
             .read_blocking(|c| {
-                operator::create_org(
+                operator::provision(
                     c,
-                    CreateOrg {
-                        id: org.clone(),
-                        name: org.clone(),
-                        plan: None,
-                        entitlements: None,
+                    Provision {
+                        org: CreateOrg {
+                            id: org.clone(),
+                            name: org.clone(),
+                            plan: None,
+                            entitlements: None,
+                        },
+                        project: CreateProject {
+                            id: "web".into(),
+                            memory_enabled: true,
+                            graph_enabled: i % 2 == 0,
+                        },
+                        agent: CreateAgent {
+                            id: "claude".into(),
+                            name: "Claude".into(),
+                            roles: vec!["developers".into()],
+                        },
+                        key_label: "daemon".into(),
                     },
-                )?;
-                operator::create_project(
-                    c,
-                    &org,
-                    CreateProject {
-                        id: "web".into(),
-                        memory_enabled: true,
-                        graph_enabled: i % 2 == 0,
-                    },
-                )?;
-                operator::create_agent(
-                    c,
-                    &org,
-                    CreateAgent {
-                        id: "claude".into(),
-                        name: "Claude".into(),
-                        roles: vec!["developers".into()],
-                    },
-                )?;
-                let (key, _) = operator::create_key(
-                    c,
-                    &org,
-                    CreateKey {
-                        label: "daemon".into(),
-                    },
-                )?;
-                let s = operator::open_session(
-                    c,
-                    &org,
-                    OpenSession {
-                        project_id: "web".into(),
-                        agent_id: "claude".into(),
-                    },
-                    Some(&key.id),
-                )?;
-                Ok((key, s.id))
+                )
             })
             .unwrap_or_else(|e| panic!("{e}"));
+        let (key, sid) = (made.key, made.session.id);
         let tenant = store
             .read_blocking(|c| tenants::load_session_tenant(c, &sid))
             .unwrap_or_else(|e| panic!("{e}"))

@@ -366,19 +366,6 @@ impl Store {
         &self.inner.location
     }
 
-    /// The backend.
-    pub fn backend(&self) -> Backend {
-        self.inner.location.backend()
-    }
-
-    /// The SQLite database file, when the store is SQLite.
-    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
-        match &self.inner.location {
-            Location::Sqlite(p) => Some(p),
-            Location::Postgres(_) => None,
-        }
-    }
-
     /// Whether migrations are applied.
     pub fn is_migrated(&self) -> bool {
         self.inner.migrated.load(Ordering::Acquire)

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use super::card::{self, ProtocolVersion};
 use super::registry::{self, CardRow, Fetched, PeerAuth};
+use crate::cluster;
 use crate::error::AppError;
 use crate::gateway::Gateway;
 use crate::store::tenants;
@@ -208,13 +209,8 @@ async fn register(
     }
     let stored = row.clone();
     gw.store.read(move |c| registry::insert(c, &stored)).await?;
-    changed(&gw, &org).await;
+    cluster::changed(&gw, &org).await;
     Ok((StatusCode::CREATED, Json(row.to_api())))
-}
-
-/// Makes a registry change visible at once, on every instance.
-async fn changed(gw: &Gateway, org: &str) {
-    crate::cluster::changed(gw, org).await;
 }
 
 async fn list(
@@ -249,7 +245,7 @@ async fn deregister(
 ) -> Result<StatusCode, AppError> {
     let o = org.clone();
     gw.store.read(move |c| registry::delete(c, &o, &id)).await?;
-    changed(&gw, &org).await;
+    cluster::changed(&gw, &org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -260,7 +256,7 @@ async fn refresh(
     let row = find(&gw, &org, &id).await?;
     let updated = refresh_row(&gw, &row).await?;
     // An explicit refresh always takes effect at once.
-    changed(&gw, &org).await;
+    cluster::changed(&gw, &org).await;
     Ok(Json(updated.to_api()))
 }
 
@@ -297,7 +293,7 @@ pub async fn refresh_row(gw: &Gateway, row: &CardRow) -> Result<CardRow, AppErro
         .ok_or_else(|| AppError::NotFound(format!("A2A agent `{}` was deregistered", row.id)))?;
     if (updated.health.clone(), updated.card.clone()) != before {
         tracing::info!(agent = %row.slug, org = %row.org_id, health = %updated.health, "A2A agent changed");
-        changed(gw, &row.org_id).await;
+        cluster::changed(gw, &row.org_id).await;
     }
     Ok(updated)
 }
@@ -333,7 +329,7 @@ async fn put_settings(
     gw.store
         .read(move |c| registry::set_timeout_ms(c, &o, ms))
         .await?;
-    changed(&gw, &org).await;
+    cluster::changed(&gw, &org).await;
     Ok(Json(
         json!({ "orgId": org, "timeoutMs": req.timeout_ms, "default": false }),
     ))

@@ -191,21 +191,6 @@ impl FromValue for i64 {
         }
     }
 }
-impl FromValue for u64 {
-    fn from_value(v: &Value) -> Option<Self> {
-        i64::from_value(v).and_then(|i| u64::try_from(i).ok())
-    }
-}
-impl FromValue for u32 {
-    fn from_value(v: &Value) -> Option<Self> {
-        i64::from_value(v).and_then(|i| u32::try_from(i).ok())
-    }
-}
-impl FromValue for usize {
-    fn from_value(v: &Value) -> Option<Self> {
-        i64::from_value(v).and_then(|i| usize::try_from(i).ok())
-    }
-}
 impl FromValue for bool {
     fn from_value(v: &Value) -> Option<Self> {
         i64::from_value(v).map(|i| i != 0)
@@ -343,19 +328,6 @@ pub fn is_unique_violation(e: &StoreError) -> bool {
     }
 }
 
-/// Whether `e` is a foreign-key violation (a referenced row is missing).
-pub fn is_foreign_key_violation(e: &StoreError) -> bool {
-    match e {
-        StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
-            f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY
-        }
-        StoreError::Postgres(e) => {
-            e.code() == Some(&postgres::error::SqlState::FOREIGN_KEY_VIOLATION)
-        }
-        _ => false,
-    }
-}
-
 // ---------------------------------------------------------------- SQLite --
 
 /// A SQLite connection.
@@ -390,11 +362,6 @@ impl SqliteConn {
             unsynced: false,
             durable: true,
         })
-    }
-
-    /// The underlying connection (SQLite-only maintenance).
-    pub fn raw(&self) -> &rusqlite::Connection {
-        &self.conn
     }
 
     /// Fsyncs the WAL file itself (Linux flushes an inode's dirty pages
