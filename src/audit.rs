@@ -178,6 +178,10 @@ pub struct NodeGuard<'a> {
     decided: Vec<(String, String, String, usize)>,
     /// Distinct verdicts (most batches have one or two).
     classes: Vec<Verdict>,
+    /// Verdict class of each node key already decided in this call.
+    shared: std::collections::HashMap<String, usize>,
+    /// Cedar evaluations made.
+    evaluated: usize,
 }
 
 impl<'a> NodeGuard<'a> {
@@ -203,6 +207,8 @@ impl<'a> NodeGuard<'a> {
             time: time.to_string(),
             decided: Vec::new(),
             classes: Vec::new(),
+            shared: std::collections::HashMap::new(),
+            evaluated: 0,
         }
     }
 
@@ -218,25 +224,144 @@ impl<'a> NodeGuard<'a> {
         self.classes.len() - 1
     }
 
-    /// Decides `read_node` for each node (one Cedar decision each, against
-    /// one entity set holding the session slice and these nodes). Failing
-    /// to build the entities denies them all.
+    /// Decides `read_node` for each node. Nodes that no policy of the
+    /// bundle can tell apart (same values of the attributes policies read,
+    /// see [`crate::policy::node_reads`]) share the verdict of the first of
+    /// them decided in this call, unless that verdict carries errors or an
+    /// observer re-decides requests (shadow mode); every other node gets
+    /// its own Cedar decision. Failing to build the entities denies.
     pub fn decide(&mut self, nodes: &[NodeRef<'_>]) -> Vec<bool> {
         if nodes.is_empty() {
             return Vec::new();
         }
+        let started = std::time::Instant::now();
+        let observer = self.bundle.hooks.observer();
+        let redecides = observer.is_some_and(|o| o.redecides());
+        let share = !redecides;
+        let dependence = self.bundle.node_reads;
+        // Each node's verdict class, once known.
+        let mut class: Vec<Option<usize>> = vec![None; nodes.len()];
+        // Nodes decided alone, and the first node of each key new to this call.
+        let mut alone: Vec<usize> = Vec::new();
+        let mut firsts: Vec<usize> = Vec::new();
+        // Later nodes waiting on a first node's verdict: (node, first).
+        let mut waiting: Vec<(usize, usize)> = Vec::new();
+        let mut first_of: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let key = share
+                .then(|| dependence.key(n.node_type, n.name))
+                .flatten()
+                .map(key_text);
+            match key {
+                None => alone.push(i),
+                Some(k) => {
+                    if let Some(c) = self.shared.get(&k) {
+                        class[i] = Some(*c);
+                    } else if let Some(first) = first_of.get(&k) {
+                        waiting.push((i, *first));
+                    } else {
+                        first_of.insert(k, i);
+                        firsts.push(i);
+                    }
+                }
+            }
+        }
+        let decided = self.decide_each(nodes, &firsts, redecides);
+        let mut firsts_ok = std::collections::HashMap::new();
+        for (i, verdict) in firsts.iter().zip(decided) {
+            let shareable = verdict.errors.is_empty();
+            let c = self.class_of(verdict);
+            class[*i] = Some(c);
+            if shareable {
+                firsts_ok.insert(*i, c);
+                if let Some(n) = nodes.get(*i)
+                    && let Some(k) = dependence.key(n.node_type, n.name)
+                {
+                    self.shared.insert(key_text(k), c);
+                }
+            }
+        }
+        for (i, first) in waiting {
+            match firsts_ok.get(&first) {
+                Some(c) => class[i] = Some(*c),
+                // An error may name the node: decide the others alone.
+                None => alone.push(i),
+            }
+        }
+        alone.sort_unstable();
+        let decided = self.decide_each(nodes, &alone, redecides);
+        for (i, verdict) in alone.iter().zip(decided) {
+            class[*i] = Some(self.class_of(verdict));
+        }
+        if let Some(observer) = observer.filter(|_| !redecides) {
+            // Each node is credited an equal share of the batch's time.
+            let each = started.elapsed() / u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+            for (n, c) in nodes.iter().zip(&class) {
+                let Some(verdict) = c.and_then(|c| self.classes.get(c)) else {
+                    continue;
+                };
+                observer.observe(&crate::policy::Observed {
+                    bundle: self.bundle,
+                    entities: &self.slice.entities,
+                    entities_json: None,
+                    principal: &self.principal,
+                    action: Action::ReadNode,
+                    resource: &crate::policy::Kind::GraphNode.uid(n.id),
+                    context: self.context,
+                    verdict,
+                    decision_id: &self.id,
+                    elapsed: each,
+                });
+            }
+        }
+        let mut out = Vec::with_capacity(nodes.len());
+        for (n, c) in nodes.iter().zip(class) {
+            // Every node got a class above; a missing one denies.
+            let c = c.unwrap_or_else(|| {
+                self.class_of(Verdict::denied_with("node was not decided".into()))
+            });
+            out.push(self.classes.get(c).is_some_and(|v| v.allowed));
+            self.decided.push((
+                n.id.to_string(),
+                n.node_type.to_string(),
+                n.name.to_string(),
+                c,
+            ));
+        }
+        out
+    }
+
+    /// One Cedar decision for each of `nodes[picked]`, against one entity
+    /// set holding the session slice and those nodes. An observer that
+    /// re-decides requests is given each decision here, with its entities.
+    fn decide_each(
+        &mut self,
+        nodes: &[NodeRef<'_>],
+        picked: &[usize],
+        redecides: bool,
+    ) -> Vec<Verdict> {
+        if picked.is_empty() {
+            return Vec::new();
+        }
+        self.evaluated += picked.len();
+        let refs: Vec<NodeRef<'_>> = picked
+            .iter()
+            .filter_map(|i| nodes.get(*i))
+            .copied()
+            .collect();
         let built = if self.slice.schema_hash != self.bundle.schema_hash {
             Err("entity slice was built for a different schema".to_string())
         } else {
-            node_entities(&self.slice.entities, &self.project_id, nodes)
+            node_entities(&self.slice.entities, &self.project_id, &refs)
         };
-        let uids: Vec<EntityUid> = nodes
-            .iter()
-            .map(|n| crate::policy::Kind::GraphNode.uid(n.id))
-            .collect();
-        let started = std::time::Instant::now();
-        let verdicts = match &built {
+        match &built {
             Ok(entities) => {
+                let uids: Vec<EntityUid> = refs
+                    .iter()
+                    .map(|n| crate::policy::Kind::GraphNode.uid(n.id))
+                    .collect();
+                let started = std::time::Instant::now();
                 let verdicts = self.bundle.decide_many(
                     &self.principal,
                     Action::ReadNode,
@@ -244,9 +369,8 @@ impl<'a> NodeGuard<'a> {
                     self.context,
                     entities,
                 );
-                if let Some(observer) = self.bundle.hooks.observer() {
-                    // One batch: each decision is credited an equal share.
-                    let each = started.elapsed() / u32::try_from(uids.len().max(1)).unwrap_or(1);
+                if let Some(observer) = self.bundle.hooks.observer().filter(|_| redecides) {
+                    let each = started.elapsed() / u32::try_from(uids.len()).unwrap_or(u32::MAX);
                     for (resource, v) in uids.iter().zip(&verdicts) {
                         observer.observe(&crate::policy::Observed {
                             bundle: self.bundle,
@@ -264,28 +388,17 @@ impl<'a> NodeGuard<'a> {
                 }
                 verdicts
             }
-            Err(e) => nodes
+            Err(e) => refs
                 .iter()
-                .map(|_| Verdict {
-                    allowed: false,
-                    reasons: Vec::new(),
-                    errors: vec![e.clone()],
-                    advice: Vec::new(),
-                })
+                .map(|_| Verdict::denied_with(e.clone()))
                 .collect(),
-        };
-        let mut out = Vec::with_capacity(nodes.len());
-        for (n, verdict) in nodes.iter().zip(verdicts) {
-            out.push(verdict.allowed);
-            let class = self.class_of(verdict);
-            self.decided.push((
-                n.id.to_string(),
-                n.node_type.to_string(),
-                n.name.to_string(),
-                class,
-            ));
         }
-        out
+    }
+
+    /// Number of Cedar evaluations made so far (nodes sharing a verdict
+    /// count once).
+    pub fn cedar_decisions(&self) -> usize {
+        self.evaluated
     }
 
     /// Number of nodes decided so far.
@@ -357,6 +470,12 @@ impl<'a> NodeGuard<'a> {
             notes: notes.to_string(),
         })
     }
+}
+
+/// One text per node key (the attribute values a shared verdict depends on).
+fn key_text((node_type, name): crate::policy::node_reads::NodeKey<'_>) -> String {
+    let part = |v: Option<&str>| v.map_or_else(|| "-".to_string(), |v| format!("+{v}"));
+    format!("{}\0{}", part(node_type), part(name))
 }
 
 /// The session entities plus one `GraphNode` per node.

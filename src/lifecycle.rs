@@ -294,4 +294,8 @@ impl DecisionObserver for GatewayObserver {
             .decision(d.action.name(), d.verdict.allowed, d.elapsed.as_secs_f64());
         self.shadow.observe(d);
     }
+
+    fn redecides(&self) -> bool {
+        self.shadow.is_active()
+    }
 }

@@ -9,6 +9,7 @@
 pub mod entities;
 pub mod fmt;
 pub mod load;
+pub mod node_reads;
 pub mod recorded;
 pub mod schema_gen;
 pub mod tests_runner;
@@ -250,6 +251,9 @@ pub struct PolicyBundle {
     /// `@advice` of each policy that has one, looked up once at load
     /// (Cedar's annotation lookup re-parses the key on every call).
     pub advice: std::collections::HashMap<PolicyId, String>,
+    /// What `read_node` verdicts can depend on, so nodes no policy can tell
+    /// apart share one decision.
+    pub node_reads: node_reads::NodeDependence,
     /// Tools decided under their own typed action (read from the schema).
     pub typed: std::collections::HashMap<String, schema_gen::TypedTool>,
     /// Observers of every decision made with this bundle (metrics, shadow
@@ -287,6 +291,14 @@ pub struct Observed<'a> {
 pub trait DecisionObserver: Send + Sync + std::fmt::Debug {
     /// Called once per decision, after the verdict.
     fn observe(&self, decision: &Observed<'_>);
+
+    /// Whether the observer decides the observed requests again (shadow
+    /// evaluation) and so needs each decision's own request and entities;
+    /// when it does not, `read_node` decisions of nodes no policy can tell
+    /// apart are shared (see [`node_reads`]).
+    fn redecides(&self) -> bool {
+        true
+    }
 }
 
 /// The observer slot shared by the bundles of one [`Pep`].
@@ -329,7 +341,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn denied_with(error: String) -> Self {
+    /// A deny carrying `error` (nothing could be decided).
+    pub fn denied_with(error: String) -> Self {
         Verdict {
             allowed: false,
             reasons: Vec::new(),

@@ -111,6 +111,11 @@ impl Shadow {
         self.candidate.swap(None).map(|c| status_of(&c))
     }
 
+    /// Whether a candidate is being shadowed.
+    pub fn is_active(&self) -> bool {
+        self.candidate.load().is_some()
+    }
+
     /// The current candidate's counters.
     pub fn status(&self) -> Option<ShadowStatus> {
         self.candidate.load_full().map(|c| status_of(&c))

@@ -48,6 +48,12 @@ impl<'a> GuardFilter<'a> {
         self.guard.len()
     }
 
+    /// Number of Cedar evaluations made so far (nodes sharing a verdict
+    /// count once).
+    pub fn cedar_decisions(&self) -> usize {
+        self.guard.cedar_decisions()
+    }
+
     /// The batched decision record (none when no node was decided).
     pub fn record(self) -> Option<NewDecision> {
         self.guard.record()
