@@ -650,6 +650,107 @@ async fn a_read_node_forbid_hides_nodes_edges_and_paths() {
     );
 }
 
+/// Names of the nodes a batched `read_node` record denied, and a check
+/// that every node of every batch replays to its recorded verdict.
+async fn denied_and_replayed(g: &TestGateway) -> std::collections::BTreeSet<String> {
+    let bundle = g.gw.pep.current();
+    let mut denied = std::collections::BTreeSet::new();
+    for d in g.decisions().await {
+        if d.record.action != "read_node" || d.record.policy_hash != bundle.hash {
+            continue;
+        }
+        let notes: Value = serde_json::from_str(&d.record.notes).unwrap();
+        let verdicts = notes["readNodeBatch"]["verdicts"].as_array().unwrap();
+        for n in notes["readNodeBatch"]["nodes"].as_array().unwrap() {
+            if verdicts[n[3].as_u64().unwrap() as usize]["decision"] == "deny" {
+                denied.insert(n[2].as_str().unwrap().to_string());
+            }
+        }
+        let snapshot = g.entity_snapshot(&d.record.entities_hash).await;
+        for r in cedargate::audit::replay_node_batch(&bundle, &d.record, &snapshot).unwrap() {
+            assert_eq!(r.recorded, r.decision, "{}", r.id);
+        }
+    }
+    denied
+}
+
+/// Nodes of one type share a decision only while no policy tells them
+/// apart: a forbid on one name, then on one node's uid, hides exactly that
+/// node and leaves the other node of its type readable.
+#[tokio::test]
+async fn a_forbid_on_one_name_or_one_uid_hides_only_that_node() {
+    let g = TestGateway::start_with_policy(
+        "no-mysql.cedar",
+        "@id(\"no-mysql\")\nforbid (principal, action == Gateway::Action::\"read_node\", resource)\nwhen { resource.name == \"MySQL\" };\n",
+    )
+    .await;
+    let (t, _, _) = ingested(&g, "acme").await;
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "billing-worker"}),
+    )
+    .await;
+    let seen = names(&n["nodes"]);
+    assert!(!seen.contains(&"MySQL".to_string()), "{seen:?}");
+    assert!(seen.contains(&"Kafka".to_string()), "{seen:?}");
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "UserRepository"}),
+    )
+    .await;
+    let postgres = node_id(&n["nodes"], "PostgresDB");
+    assert_eq!(
+        denied_and_replayed(&g)
+            .await
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec!["MySQL".to_string()]
+    );
+
+    // Now single out PostgresDB by its uid (MySQL readable again).
+    let dir = g.gw.config.policies_dir.clone();
+    std::fs::remove_file(dir.join("no-mysql.cedar")).unwrap();
+    std::fs::write(
+        dir.join("no-postgres.cedar"),
+        format!(
+            "@id(\"no-postgres\")\nforbid (principal, action == Gateway::Action::\"read_node\", resource == Gateway::GraphNode::\"{postgres}\");\n"
+        ),
+    )
+    .unwrap();
+    let (status, body) = g
+        .admin(reqwest::Method::POST, "/admin/policies/reload", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(g.gw.pep.current().node_reads.uid);
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "UserRepository"}),
+    )
+    .await;
+    assert_eq!(names(&n["nodes"]), vec!["AuthService", "UserRepository"]);
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "billing-worker"}),
+    )
+    .await;
+    assert!(names(&n["nodes"]).contains(&"MySQL".to_string()));
+    assert_eq!(
+        denied_and_replayed(&g)
+            .await
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec!["PostgresDB".to_string()]
+    );
+}
+
 #[tokio::test]
 async fn a_write_node_deny_changes_nothing() {
     let g = TestGateway::start_with_policy(
