@@ -6,6 +6,7 @@
 //! Every decision fails closed: no permit, an error on a `forbid`, a context or
 //! request that cannot be built, all deny.
 
+pub mod action_slices;
 pub mod entities;
 pub mod fmt;
 pub mod load;
@@ -231,6 +232,9 @@ pub struct PolicyBundle {
     pub schema: Schema,
     /// The policies, keyed by their `@id`.
     pub policies: PolicySet,
+    /// The same policies split by the action they can apply to; decisions
+    /// evaluate only their action's slice.
+    pub slices: action_slices::ActionSlices,
     /// SHA-256 over the schema and every policy file (name and text): the
     /// policy version recorded in every decision.
     pub hash: String,
@@ -423,8 +427,13 @@ impl PolicyBundle {
         fits: bool,
     ) -> PreparedContext {
         let cedar = if fits {
-            Context::from_json_value(json.clone(), Some((&self.schema, &typed.action)))
-                .map_err(|e| format!("cannot build context: {e}"))
+            match typed_pairs(typed, &json) {
+                Some(pairs) => {
+                    Context::from_pairs(pairs).map_err(|e| format!("cannot build context: {e}"))
+                }
+                None => Context::from_json_value(json.clone(), Some((&self.schema, &typed.action)))
+                    .map_err(|e| format!("cannot build context: {e}")),
+            }
         } else {
             Err(format!(
                 "arguments do not fit the Cedar type of `context.args` of `{}`",
@@ -548,7 +557,11 @@ impl PolicyBundle {
     /// Decides an already-built request (used by replay, which rebuilds the
     /// recorded request itself).
     pub fn decide_request(&self, request: &Request, entities: &Entities) -> Verdict {
-        let response = Authorizer::new().is_authorized(request, &self.policies, entities);
+        let policies = request
+            .action()
+            .and_then(|a| self.slices.get(a))
+            .unwrap_or(&self.policies);
+        let response = Authorizer::new().is_authorized(request, policies, entities);
         let diagnostics = response.diagnostics();
         let mut errors = Vec::new();
         let mut forbid_errored = false;
@@ -581,6 +594,26 @@ impl PolicyBundle {
     pub fn parse_entities(&self, json: &serde_json::Value) -> Result<Entities, String> {
         Entities::from_json_value(json.clone(), Some(&self.schema)).map_err(|e| e.to_string())
     }
+}
+
+/// The Cedar values of a typed tool context that is exactly
+/// `{session, time, args}` with `args` projected onto the tool's type,
+/// built from values (several times cheaper than parsing its JSON against
+/// the schema); `None` for any other shape, which is then parsed.
+pub(crate) fn typed_pairs(
+    typed: &schema_gen::TypedTool,
+    json: &serde_json::Value,
+) -> Option<[(String, RestrictedExpression); 3]> {
+    let (session_id, time) = recorded::session_shape(json, true)?;
+    let args = schema_gen::restricted(&typed.args, json.get("args")?)?;
+    Some([
+        (
+            "session".to_string(),
+            RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id)),
+        ),
+        ("time".to_string(), RestrictedExpression::new_datetime(time)),
+        ("args".to_string(), args),
+    ])
 }
 
 /// The policy enforcement point: the active [`PolicyBundle`], swapped

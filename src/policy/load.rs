@@ -456,6 +456,7 @@ pub fn bundle_from_sources(
         })
         .collect();
     Ok(PolicyBundle {
+        slices: super::action_slices::ActionSlices::build(&schema, &pset),
         node_reads: super::node_reads::NodeDependence::of(&pset, schema_text),
         typed,
         hooks: std::sync::Arc::default(),

@@ -58,7 +58,7 @@ impl RecordedRequest {
 /// `{"session": {"__entity": {"type": "Gateway::Session", "id": …}},
 /// "time": {"__extn": {"fn": "datetime", "arg": …}}}` and nothing more
 /// (but for an `args` key when `ignore_args`, as it is then left out).
-fn session_shape(json: &Value, ignore_args: bool) -> Option<(&str, &str)> {
+pub(super) fn session_shape(json: &Value, ignore_args: bool) -> Option<(&str, &str)> {
     let map = json.as_object()?;
     let extra = usize::from(ignore_args && map.contains_key("args"));
     if map.len() != 2 + extra {

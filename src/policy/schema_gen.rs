@@ -33,7 +33,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use cedar_policy::{EntityUid, SchemaFragment};
+use cedar_policy::{EntityUid, RestrictedExpression, SchemaFragment};
 use serde_json::{Map, Value, json};
 
 use super::{Action, NAMESPACE};
@@ -412,6 +412,47 @@ pub fn project(ty: &ArgType, v: &Value) -> Option<Value> {
     }
 }
 
+/// The Cedar value of arguments already [`project`]ed onto `ty`, built
+/// directly rather than parsed from their JSON (the context of a typed
+/// tool decision; `Request::new` still checks it against the schema).
+/// `None` when `v` is not such a projection.
+pub fn restricted(ty: &ArgType, v: &Value) -> Option<RestrictedExpression> {
+    match ty {
+        ArgType::String => v
+            .as_str()
+            .map(|s| RestrictedExpression::new_string(s.to_string())),
+        ArgType::Long => v.as_i64().map(RestrictedExpression::new_long),
+        ArgType::Bool => v.as_bool().map(RestrictedExpression::new_bool),
+        ArgType::Decimal => v
+            .pointer("/__extn/arg")
+            .and_then(Value::as_str)
+            .map(RestrictedExpression::new_decimal),
+        ArgType::Set(elem) => {
+            let items = v.as_array()?;
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                out.push(restricted(elem, item)?);
+            }
+            Some(RestrictedExpression::new_set(out))
+        }
+        ArgType::Record(attrs) => {
+            let obj = v.as_object()?;
+            let mut out = Vec::with_capacity(obj.len());
+            for (name, t, _) in attrs {
+                if let Some(x) = obj.get(name) {
+                    out.push((name.clone(), restricted(t, x)?));
+                }
+            }
+            // Anything the type does not declare is not a projection.
+            if out.len() != obj.len() {
+                return None;
+            }
+            RestrictedExpression::new_record(out).ok()
+        }
+        ArgType::Unsupported => None,
+    }
+}
+
 /// A JSON number as a Cedar `decimal` (4 fractional digits, rounded).
 fn decimal(v: &Value) -> Option<Value> {
     let f = v.as_f64()?;
@@ -491,6 +532,80 @@ mod tests {
         };
         assert!(attrs.contains(&("branch".into(), ArgType::String, true)));
         assert!(attrs.contains(&("ratio".into(), ArgType::Decimal, false)));
+    }
+
+    /// The context built from values and the one parsed from its JSON
+    /// against the schema are the same to every policy.
+    #[test]
+    fn contexts_built_from_values_equal_the_parsed_ones() {
+        let tools = [tool(
+            "deploy",
+            json!({"type":"object","required":["branch"],"properties":{
+                "branch":{"type":"string"},
+                "replicas":{"type":"integer"},
+                "ratio":{"type":"number"},
+                "dry":{"type":"boolean"},
+                "tags":{"type":"array","items":{"type":"string"}},
+                "meta":{"type":"object","properties":{"owner":{"type":"string"},"n":{"type":"integer"}}}
+            }}),
+        )];
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &tools).unwrap();
+        let (schema, _) = cedar_policy::Schema::from_cedarschema_str(&effective).unwrap();
+        let typed = typed_tools(&effective).remove("deploy").unwrap();
+        let policies: cedar_policy::PolicySet = r#"
+            permit (principal, action == Gateway::Action::"deploy", resource)
+            when { context.args.branch == "main" && context.args.replicas == 3 &&
+                   context.args.ratio.greaterThan(decimal("0.5")) && context.args.dry &&
+                   context.args.tags.contains("blue") && context.args.meta has owner &&
+                   context.args.meta.owner == "ops" && !(context.args.meta has n) &&
+                   context.time > datetime("2026-01-01") &&
+                   context.session == Gateway::Session::"s-1" };"#
+            .parse()
+            .unwrap();
+        let decide = |args: Value| {
+            let mut json =
+                crate::policy::entities::session_context("s-1", "2026-11-22T08:00:00.000Z");
+            json["args"] = project(&typed.args, &args).unwrap();
+            let parsed = cedar_policy::Context::from_json_value(
+                json.clone(),
+                Some((&schema, &typed.action)),
+            )
+            .unwrap();
+            let built = cedar_policy::Context::from_pairs(
+                crate::policy::typed_pairs(&typed, &json).expect("fast path"),
+            )
+            .unwrap();
+            [parsed, built].map(|ctx| {
+                let request = cedar_policy::Request::new(
+                    crate::policy::Kind::Agent.uid("a"),
+                    typed.action.clone(),
+                    crate::policy::Kind::Tool.uid("deploy"),
+                    ctx,
+                    Some(&schema),
+                )
+                .unwrap();
+                cedar_policy::Authorizer::new()
+                    .is_authorized(&request, &policies, &cedar_policy::Entities::empty())
+                    .decision()
+            })
+        };
+        let allowed = json!({"branch":"main","replicas":3,"ratio":0.75,"dry":true,
+            "tags":["blue","green"],"meta":{"owner":"ops"},"extra":1});
+        assert_eq!(decide(allowed.clone()), [cedar_policy::Decision::Allow; 2]);
+        for change in [
+            json!({"branch":"dev"}),
+            json!({"replicas":4}),
+            json!({"ratio":0.25}),
+            json!({"dry":false}),
+            json!({"tags":["green"]}),
+            json!({"meta":{"owner":"ops","n":1}}),
+        ] {
+            let mut args = allowed.clone();
+            for (k, v) in change.as_object().unwrap() {
+                args[k] = v.clone();
+            }
+            assert_eq!(decide(args), [cedar_policy::Decision::Deny; 2], "{change}");
+        }
     }
 
     #[test]
