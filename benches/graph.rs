@@ -130,6 +130,28 @@ fn row(label: &str, goal: &str, v: Vec<Duration>) {
     println!("{label:<44} p50 {p50:>8.3} ms   p99 {p99:>8.3} ms   n={n:<5} goal: {goal}");
 }
 
+/// A `read_node` guard for the bench agent's session.
+fn bench_guard<'a>(
+    bundle: &'a cedargate::policy::PolicyBundle,
+    slice: &'a cedargate::policy::entities::EntitySlice,
+    context: &'a cedargate::policy::PreparedContext,
+    session_id: &str,
+    time: &str,
+) -> NodeGuard<'a> {
+    NodeGuard::new(
+        bundle,
+        slice,
+        Kind::Agent.uid(AGENT),
+        PROJECT,
+        context,
+        Scope {
+            org_id: Some(ORG),
+            session_id: Some(session_id),
+        },
+        time,
+    )
+}
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -494,18 +516,7 @@ async fn run() -> Res<()> {
         let mut decided = 0;
         for _ in 0..iters.min(100) {
             let t = Instant::now();
-            let mut guard = NodeGuard::new(
-                &variant,
-                &view.slice,
-                Kind::Agent.uid(AGENT),
-                PROJECT,
-                &context,
-                Scope {
-                    org_id: Some(ORG),
-                    session_id: Some(&session_id),
-                },
-                &time,
-            );
+            let mut guard = bench_guard(&variant, &view.slice, &context, &session_id, &time);
             let allowed = guard.decide(&refs).into_iter().filter(|a| *a).count();
             decided = guard.cedar_decisions();
             let rec = guard.record();
@@ -592,20 +603,7 @@ async fn run() -> Res<()> {
 
     // The same reads in-process (no HTTP, no durable commit): graph work
     // plus the Cedar read_node filter and its batched record.
-    let new_guard = || {
-        NodeGuard::new(
-            &bundle,
-            &view.slice,
-            Kind::Agent.uid(AGENT),
-            PROJECT,
-            &context,
-            Scope {
-                org_id: Some(ORG),
-                session_id: Some(&session_id),
-            },
-            &time,
-        )
-    };
+    let new_guard = || bench_guard(&bundle, &view.slice, &context, &session_id, &time);
     let (mut iq, mut inb, mut ip) = (Vec::new(), Vec::new(), Vec::new());
     let mut decisions = [0usize; 3];
     let mut evaluations = [0usize; 3];

@@ -619,22 +619,34 @@ async fn a_read_node_forbid_hides_nodes_edges_and_paths() {
     assert_eq!(p, Value::Null);
 
     // The per-node decisions are recorded in batches and replay exactly.
+    let denied = denied_and_replayed(&g).await;
+    assert_eq!(
+        denied.keys().cloned().collect::<Vec<_>>(),
+        vec!["MySQL".to_string(), "PostgresDB".to_string()]
+    );
+    for reasons in denied.values() {
+        assert_eq!(reasons, &json!(["no-database-nodes"]));
+    }
+}
+
+/// The nodes batched `read_node` records of the active set denied (name →
+/// the deny's reasons), after checking that every node of every batch
+/// replays to its recorded verdict.
+async fn denied_and_replayed(g: &TestGateway) -> std::collections::BTreeMap<String, Value> {
     let bundle = g.gw.pep.current();
-    let records = g.decisions().await;
-    let batches: Vec<_> = records
-        .iter()
-        .filter(|d| d.record.action == "read_node")
-        .collect();
-    assert!(!batches.is_empty());
-    let mut denied_names = std::collections::BTreeSet::new();
-    for d in &batches {
+    let mut denied = std::collections::BTreeMap::new();
+    let mut batches = 0;
+    for d in g.decisions().await {
+        if d.record.action != "read_node" || d.record.policy_hash != bundle.hash {
+            continue;
+        }
+        batches += 1;
         let notes: Value = serde_json::from_str(&d.record.notes).unwrap();
         let verdicts = notes["readNodeBatch"]["verdicts"].as_array().unwrap();
         for n in notes["readNodeBatch"]["nodes"].as_array().unwrap() {
             let v = &verdicts[n[3].as_u64().unwrap() as usize];
             if v["decision"] == "deny" {
-                assert_eq!(v["reasons"], json!(["no-database-nodes"]));
-                denied_names.insert(n[2].as_str().unwrap().to_string());
+                denied.insert(n[2].as_str().unwrap().to_string(), v["reasons"].clone());
             }
         }
         let snapshot = g.entity_snapshot(&d.record.entities_hash).await;
@@ -644,33 +656,7 @@ async fn a_read_node_forbid_hides_nodes_edges_and_paths() {
             assert_eq!(r.recorded, r.decision, "{}", r.id);
         }
     }
-    assert_eq!(
-        denied_names.into_iter().collect::<Vec<_>>(),
-        vec!["MySQL".to_string(), "PostgresDB".to_string()]
-    );
-}
-
-/// Names of the nodes a batched `read_node` record denied, and a check
-/// that every node of every batch replays to its recorded verdict.
-async fn denied_and_replayed(g: &TestGateway) -> std::collections::BTreeSet<String> {
-    let bundle = g.gw.pep.current();
-    let mut denied = std::collections::BTreeSet::new();
-    for d in g.decisions().await {
-        if d.record.action != "read_node" || d.record.policy_hash != bundle.hash {
-            continue;
-        }
-        let notes: Value = serde_json::from_str(&d.record.notes).unwrap();
-        let verdicts = notes["readNodeBatch"]["verdicts"].as_array().unwrap();
-        for n in notes["readNodeBatch"]["nodes"].as_array().unwrap() {
-            if verdicts[n[3].as_u64().unwrap() as usize]["decision"] == "deny" {
-                denied.insert(n[2].as_str().unwrap().to_string());
-            }
-        }
-        let snapshot = g.entity_snapshot(&d.record.entities_hash).await;
-        for r in cedargate::audit::replay_node_batch(&bundle, &d.record, &snapshot).unwrap() {
-            assert_eq!(r.recorded, r.decision, "{}", r.id);
-        }
-    }
+    assert!(batches > 0, "no batched read_node record");
     denied
 }
 
@@ -706,7 +692,7 @@ async fn a_forbid_on_one_name_or_one_uid_hides_only_that_node() {
     assert_eq!(
         denied_and_replayed(&g)
             .await
-            .into_iter()
+            .into_keys()
             .collect::<Vec<_>>(),
         vec!["MySQL".to_string()]
     );
@@ -745,7 +731,7 @@ async fn a_forbid_on_one_name_or_one_uid_hides_only_that_node() {
     assert_eq!(
         denied_and_replayed(&g)
             .await
-            .into_iter()
+            .into_keys()
             .collect::<Vec<_>>(),
         vec!["PostgresDB".to_string()]
     );
