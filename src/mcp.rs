@@ -30,7 +30,7 @@ use crate::gateway::{Gateway, ResolveError, SessionView};
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext};
 use crate::store::WriteOp;
 use crate::tools::{Adapter, ToolOutput, memory};
-use jsonrpc::{Message, RpcError};
+use jsonrpc::{Answer, Message, Reply, RpcError};
 
 /// Header carrying the negotiated protocol version after `initialize`.
 pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
@@ -40,7 +40,12 @@ pub const SERVER_NAME: &str = "cedargate";
 
 /// A JSON response with a status.
 fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
+    json_text_response(status, body.to_string())
+}
+
+/// A response with a status and a JSON text body.
+fn json_text_response(status: StatusCode, body: String) -> Response {
+    let mut resp = (status, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -253,12 +258,9 @@ pub async fn post_endpoint(
     if responses.is_empty() {
         return StatusCode::ACCEPTED.into_response();
     }
-    let body = if batch {
-        Value::Array(responses)
-    } else {
-        responses.into_iter().next().unwrap_or(Value::Null)
-    };
-    streamable::respond(&gw, &headers, &session_id, initialize, &body)
+    let initialized = initialize && streamable::initialized(&responses);
+    let body = jsonrpc::body(&responses, batch);
+    streamable::respond(&gw, &headers, &session_id, initialized, body)
 }
 
 /// The `MCP-Protocol-Version` header: absent, a supported version, or a 400.
@@ -362,20 +364,16 @@ async fn read_messages(gw: &Gateway, body: Body) -> Result<(bool, Vec<Message>),
 
 /// Answers `messages` in order (notifications and client responses get
 /// nothing), then queues the request's remaining deferred records.
-async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Value> {
+async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
     let mut responses = Vec::new();
     for message in messages {
         match message {
             Message::Request { id, method, params } => {
                 let outcome = dispatch(call, &method, params).await;
-                responses.push(match outcome {
-                    Ok(result) => jsonrpc::result_response(id, result),
-                    Err(err) => jsonrpc::error_response(id, &err),
-                });
+                responses.push(Answer::of(id, outcome));
             }
-            Message::Invalid { id, reason } => responses.push(jsonrpc::error_response(
-                id,
-                &jsonrpc::invalid_request(&reason),
+            Message::Invalid { id, reason } => responses.push(Answer::Json(
+                jsonrpc::error_response(id, &jsonrpc::invalid_request(&reason)),
             )),
             Message::Notification { .. } | Message::ClientResponse => {}
         }
@@ -484,12 +482,12 @@ fn resolve_error(e: ResolveError) -> Response {
     }
 }
 
-async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Value, RpcError> {
+async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Reply, RpcError> {
     match method {
-        "initialize" => initialize(call, &params).await,
-        "ping" => Ok(json!({})),
-        "tools/list" => tools_list(call).await,
-        "tools/call" => tools_call(call, params).await,
+        "initialize" => initialize(call, &params).await.map(Reply::Json),
+        "ping" => Ok(Reply::Json(json!({}))),
+        "tools/list" => Ok(Reply::Text(tools_list(call))),
+        "tools/call" => tools_call(call, params).await.map(Reply::Json),
         _ => Err(RpcError::with_data(
             jsonrpc::METHOD_NOT_FOUND,
             format!("method `{method}` not found"),
@@ -516,9 +514,11 @@ async fn initialize(call: &Call, params: &Value) -> Result<Value, RpcError> {
     }))
 }
 
-async fn tools_list(call: &Call) -> Result<Value, RpcError> {
+/// The `tools/list` result, assembled from each visible tool's serialized
+/// entry.
+fn tools_list(call: &Call) -> String {
     let agent = call.agent_uid();
-    let mut tools = Vec::new();
+    let mut tools: Vec<&str> = Vec::new();
     let mut records = Vec::new();
     for spec in &call.view.tools {
         if spec.adapter == Adapter::A2a {
@@ -531,13 +531,17 @@ async fn tools_list(call: &Call) -> Result<Value, RpcError> {
             &call.context,
         );
         if decided.allowed() {
-            tools.push(spec.listing().clone());
+            tools.push(spec.listing_json());
         }
         records.push(WriteOp::Decision(Box::new(decided.finish_default())));
     }
     a2a::list_tools(call, &mut tools, &mut records);
     call.defer(records);
-    Ok(json!({ "tools": tools }))
+    let mut out = String::with_capacity(16 + tools.iter().map(|t| t.len() + 1).sum::<usize>());
+    out.push_str("{\"tools\":[");
+    out.push_str(&tools.join(","));
+    out.push_str("]}");
+    out
 }
 
 fn internal(e: &dyn std::fmt::Display) -> RpcError {

@@ -57,6 +57,8 @@ pub struct ToolSpec {
     validator: jsonschema::Validator,
     /// The `tools/list` entry, built once.
     listing: Value,
+    /// `listing` serialized.
+    listing_json: String,
 }
 
 /// A rejected argument.
@@ -83,6 +85,7 @@ impl ToolSpec {
         let listing =
             json!({ "name": name, "description": description, "inputSchema": input_schema });
         Ok(ToolSpec {
+            listing_json: listing.to_string(),
             listing,
             name: name.to_string(),
             description: description.to_string(),
@@ -139,6 +142,12 @@ impl ToolSpec {
     /// The entry in `tools/list`.
     pub fn listing(&self) -> &Value {
         &self.listing
+    }
+
+    /// The entry in `tools/list`, serialized once (a listing of a large
+    /// catalog is assembled from these instead of serializing it per call).
+    pub fn listing_json(&self) -> &str {
+        &self.listing_json
     }
 
     /// How the PEP sees this tool.

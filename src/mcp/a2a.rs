@@ -239,7 +239,7 @@ fn output(value: Value) -> ToolOutput {
 /// shares one decision made on a representative, recorded with the class it
 /// covers (`notes.equivalenceClass`); replaying that record with any tool
 /// of the class gives the same verdict.
-pub(super) fn list_tools(call: &Call, tools: &mut Vec<Value>, records: &mut Vec<WriteOp>) {
+pub(super) fn list_tools<'a>(call: &'a Call, tools: &mut Vec<&'a str>, records: &mut Vec<WriteOp>) {
     let agent = call.agent_uid();
     let named = call.gw.a2a.policy_literals(&call.bundle);
     let a2a_tools = || {
@@ -283,7 +283,7 @@ pub(super) fn list_tools(call: &Call, tools: &mut Vec<Value>, records: &mut Vec<
             }
         };
         if allowed {
-            tools.push(spec.listing().clone());
+            tools.push(spec.listing_json());
         }
     }
 }

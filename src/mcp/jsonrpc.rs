@@ -82,6 +82,86 @@ pub fn result_response(id: Value, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "result": result })
 }
 
+/// The result of one request: a JSON value, or JSON text serialized ahead
+/// (a `tools/list` of a large catalog is assembled from each tool's
+/// serialized entry rather than cloned and serialized per call).
+#[derive(Debug)]
+pub enum Reply {
+    /// A value, serialized with the response.
+    Json(Value),
+    /// JSON text, written into the response as it is.
+    Text(String),
+}
+
+/// One response of a request body.
+#[derive(Debug)]
+pub enum Answer {
+    /// A whole response object.
+    Json(Value),
+    /// A success whose result is JSON text.
+    Text {
+        /// The request's id.
+        id: Value,
+        /// The result, serialized.
+        result: String,
+    },
+}
+
+impl Answer {
+    /// The answer to request `id` from what its method produced.
+    pub fn of(id: Value, outcome: Result<Reply, RpcError>) -> Answer {
+        match outcome {
+            Ok(Reply::Json(result)) => Answer::Json(result_response(id, result)),
+            Ok(Reply::Text(result)) => Answer::Text { id, result },
+            Err(err) => Answer::Json(error_response(id, &err)),
+        }
+    }
+
+    /// The response as a value, when it is one (a `Text` answer is never an
+    /// `initialize` answer).
+    pub fn json(&self) -> Option<&Value> {
+        match self {
+            Answer::Json(v) => Some(v),
+            Answer::Text { .. } => None,
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Answer::Json(v) => out.push_str(&v.to_string()),
+            Answer::Text { id, result } => {
+                out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+                out.push_str(&id.to_string());
+                out.push_str(",\"result\":");
+                out.push_str(result);
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// The body answering a request: the array of answers for a batch, else
+/// its one answer.
+pub fn body(answers: &[Answer], batch: bool) -> String {
+    let mut out = String::new();
+    if batch {
+        out.push('[');
+    }
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        a.write(&mut out);
+        if !batch {
+            break;
+        }
+    }
+    if batch {
+        out.push(']');
+    }
+    out
+}
+
 /// One element of a request body.
 #[derive(Debug, Clone)]
 pub enum Message {

@@ -34,7 +34,7 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
-use super::jsonrpc::{self, Message};
+use super::jsonrpc::{self, Answer, Message};
 use super::{Call, admit_headers, http_error, read_messages, resolve};
 use crate::config::SseConfig;
 use crate::gateway::Gateway;
@@ -417,6 +417,7 @@ async fn answer_on_stream(
     let responses = super::answer(&call, messages).await;
     if let Some(version) = responses
         .iter()
+        .filter_map(Answer::json)
         .filter(|r| initialize_ids.contains(&r["id"]))
         .find_map(|r| r["result"]["protocolVersion"].as_str())
         && let Ok(mut v) = entry.version.lock()
@@ -426,12 +427,8 @@ async fn answer_on_stream(
     if responses.is_empty() {
         return;
     }
-    let body = if batch {
-        Value::Array(responses)
-    } else {
-        responses.into_iter().next().unwrap_or(Value::Null)
-    };
-    let event = Event::default().event("message").data(body.to_string());
+    let body = super::jsonrpc::body(&responses, batch);
+    let event = Event::default().event("message").data(body);
     if entry.tx.send(event).await.is_err() {
         shared.undelivered.fetch_add(1, Ordering::SeqCst);
         tracing::debug!(session = %entry.session_id, "answer dropped: the SSE stream had ended");

@@ -19,9 +19,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use moka::sync::Cache;
-use serde_json::Value;
 
-use super::{admit_headers, http_error, json_response, jsonrpc, resolve};
+use super::jsonrpc::Answer;
+use super::{admit_headers, http_error, json_text_response, jsonrpc, resolve};
 use crate::gateway::Gateway;
 use crate::store::db::Value as SqlValue;
 use crate::store::notify::Change;
@@ -163,8 +163,8 @@ pub(super) fn respond(
     gw: &Arc<Gateway>,
     headers: &HeaderMap,
     session_id: &str,
-    had_initialize: bool,
-    body: &Value,
+    initialized: bool,
+    body: String,
 ) -> Response {
     let mut resp = if sse_only(headers) {
         let mut resp =
@@ -177,9 +177,9 @@ pub(super) fn respond(
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         resp
     } else {
-        json_response(StatusCode::OK, body)
+        json_text_response(StatusCode::OK, body)
     };
-    if had_initialize && initialized(body) {
+    if initialized {
         if gw.terminated.contains(session_id) {
             gw.terminated.forget(session_id);
             // Other instances and restarts learn it too (best effort: the
@@ -199,15 +199,11 @@ pub(super) fn respond(
     resp
 }
 
-/// Whether an answer (single or batch) holds a successful `initialize`.
-fn initialized(body: &Value) -> bool {
-    let ok = |r: &Value| {
+/// Whether the answers hold a successful `initialize`.
+pub(super) fn initialized(answers: &[Answer]) -> bool {
+    answers.iter().filter_map(Answer::json).any(|r| {
         r["result"]["protocolVersion"].is_string() && r["result"]["serverInfo"].is_object()
-    };
-    match body {
-        Value::Array(items) => items.iter().any(ok),
-        other => ok(other),
-    }
+    })
 }
 
 /// `DELETE /api/mcp/{sessionId}`: terminates the MCP session (and ends its
