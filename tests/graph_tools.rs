@@ -1059,3 +1059,47 @@ async fn a_bad_embeddings_url_refuses_to_start() {
     let err = cedargate::server::prepare(config).await.unwrap_err();
     assert!(err.to_string().contains("embedding_url"), "{err}");
 }
+
+/// Shadow mode sees every node's own request: a candidate forbidding one
+/// node by name diverges on exactly that node, while the live set (which
+/// reads nothing of a node and so shares one decision) shows it.
+#[tokio::test]
+async fn shadow_mode_decides_each_node_under_the_candidate() {
+    let g = TestGateway::start().await;
+    let (t, _, _) = ingested(&g, "acme").await;
+    let holder = tempfile::tempdir().unwrap();
+    let candidate = common::copy_policies(holder.path());
+    std::fs::write(
+        candidate.join("no-mysql.cedar"),
+        "@id(\"no-mysql\")\nforbid (principal, action == Gateway::Action::\"read_node\", resource)\nwhen { resource.name == \"MySQL\" };\n",
+    )
+    .unwrap();
+    let (status, body) = g
+        .admin(
+            reqwest::Method::PUT,
+            "/admin/shadow",
+            Some(json!({ "policiesDir": candidate })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let n = call(
+        &g,
+        &t,
+        "graph_neighbors",
+        json!({"entity": "billing-worker"}),
+    )
+    .await;
+    let mysql = node_id(&n["nodes"], "MySQL");
+    assert!(names(&n["nodes"]).len() > 2, "{n}");
+
+    let (status, body) = g.admin(reqwest::Method::GET, "/admin/shadow", None).await;
+    assert_eq!(status, 200, "{body}");
+    let c = &body["candidate"];
+    assert_eq!(c["divergences"], 1, "{body}");
+    assert_eq!(c["allowToDeny"], 1, "{body}");
+    let d = &body["divergences"][0];
+    assert_eq!(d["action"], "read_node");
+    assert_eq!(d["resource"], format!("Gateway::GraphNode::\"{mysql}\""));
+    assert_eq!(d["candidateReasons"], json!(["no-mysql"]));
+}
