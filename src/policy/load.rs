@@ -455,9 +455,15 @@ pub fn bundle_from_sources(
                 .map(|a| (p.id().clone(), a.to_string()))
         })
         .collect();
+    let slices = super::action_slices::ActionSlices::build(&schema, &pset);
+    // Only policies that can apply to `read_node` can tell nodes apart.
+    let node_reads = super::node_reads::NodeDependence::of(
+        slices.get(&super::Action::ReadNode.uid()).unwrap_or(&pset),
+        schema_text,
+    );
     Ok(PolicyBundle {
-        slices: super::action_slices::ActionSlices::build(&schema, &pset),
-        node_reads: super::node_reads::NodeDependence::of(&pset, schema_text),
+        slices,
+        node_reads,
         typed,
         hooks: std::sync::Arc::default(),
         advice,
@@ -503,6 +509,39 @@ mod tests {
                 .contains(&"only-the-session-agent-acts".to_string())
         );
         assert_eq!(bundle.hash.len(), 64);
+    }
+
+    /// Only policies that can apply to `read_node` decide whether graph
+    /// nodes share verdicts.
+    #[test]
+    fn node_reads_come_from_the_read_node_slice() {
+        let load = |text: &str| {
+            bundle_from_sources(
+                "schemas/gateway.cedarschema",
+                SCHEMA,
+                file("policies/p.cedar", text),
+            )
+            .unwrap_or_else(|e| panic!("{}", e.render()))
+        };
+        let other_action = load(
+            "@id(\"a\")\nforbid (principal, action == Gateway::Action::\"view_tool\", resource)\nwhen { (if resource == Gateway::Tool::\"t\" then principal else principal).name == \"y\" };\n@id(\"b\")\nforbid (principal, action == Gateway::Action::\"write_node\", resource)\nwhen { Gateway::GraphNode::\"n\" in resource };\n",
+        );
+        let all = super::super::node_reads::NodeDependence::of(
+            &other_action.policies,
+            &other_action.schema_text,
+        );
+        assert!(
+            all.name && all.uid,
+            "the whole set does read nodes: {all:?}"
+        );
+        assert_eq!(
+            other_action.node_reads,
+            super::super::node_reads::NodeDependence::default()
+        );
+        let any_action = load(
+            "@id(\"a\")\nforbid (principal, action, resource is Gateway::GraphNode)\nwhen { resource.name == \"y\" };\n",
+        );
+        assert!(any_action.node_reads.name && !any_action.node_reads.uid);
     }
 
     #[test]
