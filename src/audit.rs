@@ -237,55 +237,47 @@ impl<'a> NodeGuard<'a> {
         let started = std::time::Instant::now();
         let observer = self.bundle.hooks.observer();
         let redecides = observer.is_some_and(|o| o.redecides());
-        let share = !redecides;
         let dependence = self.bundle.node_reads;
         // Each node's verdict class, once known.
         let mut class: Vec<Option<usize>> = vec![None; nodes.len()];
-        // Nodes decided alone, and the first node of each key new to this call.
+        // Nodes decided alone; the first node of each key new to this call;
+        // later nodes of those keys, waiting on the first one's verdict.
         let mut alone: Vec<usize> = Vec::new();
-        let mut firsts: Vec<usize> = Vec::new();
-        // Later nodes waiting on a first node's verdict: (node, first).
-        let mut waiting: Vec<(usize, usize)> = Vec::new();
-        let mut first_of: std::collections::HashMap<String, usize> =
-            std::collections::HashMap::new();
+        let mut firsts: Vec<(usize, String)> = Vec::new();
+        let mut waiting: Vec<(usize, String)> = Vec::new();
+        let mut pending = std::collections::HashSet::new();
         for (i, n) in nodes.iter().enumerate() {
-            let key = share
+            let key = (!redecides)
                 .then(|| dependence.key(n.node_type, n.name))
                 .flatten()
                 .map(key_text);
             match key {
                 None => alone.push(i),
-                Some(k) => {
-                    if let Some(c) = self.shared.get(&k) {
-                        class[i] = Some(*c);
-                    } else if let Some(first) = first_of.get(&k) {
-                        waiting.push((i, *first));
-                    } else {
-                        first_of.insert(k, i);
-                        firsts.push(i);
+                Some(k) => match self.shared.get(&k) {
+                    Some(c) => class[i] = Some(*c),
+                    None if pending.contains(&k) => waiting.push((i, k)),
+                    None => {
+                        pending.insert(k.clone());
+                        firsts.push((i, k));
                     }
-                }
+                },
             }
         }
-        let decided = self.decide_each(nodes, &firsts, redecides);
-        let mut firsts_ok = std::collections::HashMap::new();
-        for (i, verdict) in firsts.iter().zip(decided) {
+        let picked: Vec<usize> = firsts.iter().map(|(i, _)| *i).collect();
+        let decided = self.decide_each(nodes, &picked, redecides);
+        for ((i, k), verdict) in firsts.into_iter().zip(decided) {
             let shareable = verdict.errors.is_empty();
             let c = self.class_of(verdict);
-            class[*i] = Some(c);
+            class[i] = Some(c);
             if shareable {
-                firsts_ok.insert(*i, c);
-                if let Some(n) = nodes.get(*i)
-                    && let Some(k) = dependence.key(n.node_type, n.name)
-                {
-                    self.shared.insert(key_text(k), c);
-                }
+                self.shared.insert(k, c);
             }
         }
-        for (i, first) in waiting {
-            match firsts_ok.get(&first) {
+        for (i, k) in waiting {
+            match self.shared.get(&k) {
                 Some(c) => class[i] = Some(*c),
-                // An error may name the node: decide the others alone.
+                // The first verdict had errors, which may name its node:
+                // decide the others alone.
                 None => alone.push(i),
             }
         }

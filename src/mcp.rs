@@ -537,11 +537,7 @@ fn tools_list(call: &Call) -> String {
     }
     a2a::list_tools(call, &mut tools, &mut records);
     call.defer(records);
-    let mut out = String::with_capacity(16 + tools.iter().map(|t| t.len() + 1).sum::<usize>());
-    out.push_str("{\"tools\":[");
-    out.push_str(&tools.join(","));
-    out.push_str("]}");
-    out
+    format!("{{\"tools\":[{}]}}", tools.join(","))
 }
 
 fn internal(e: &dyn std::fmt::Display) -> RpcError {

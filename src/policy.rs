@@ -373,14 +373,8 @@ impl PolicyBundle {
     /// `Request::new` checks it against each action's context type.
     pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
         let json = entities::session_context(session_id, time);
-        let cedar = Context::from_pairs([
-            (
-                "session".to_string(),
-                RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id)),
-            ),
-            ("time".to_string(), RestrictedExpression::new_datetime(time)),
-        ])
-        .map_err(|e| format!("cannot build context: {e}"));
+        let cedar = Context::from_pairs(session_pairs(session_id, time))
+            .map_err(|e| format!("cannot build context: {e}"));
         self.prepared(json, cedar)
     }
 
@@ -606,14 +600,19 @@ pub(crate) fn typed_pairs(
 ) -> Option<[(String, RestrictedExpression); 3]> {
     let (session_id, time) = recorded::session_shape(json, true)?;
     let args = schema_gen::restricted(&typed.args, json.get("args")?)?;
-    Some([
+    let [session, time] = session_pairs(session_id, time);
+    Some([session, time, ("args".to_string(), args)])
+}
+
+/// The Cedar values of the session context `{session, time}`.
+fn session_pairs(session_id: &str, time: &str) -> [(String, RestrictedExpression); 2] {
+    [
         (
             "session".to_string(),
             RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id)),
         ),
         ("time".to_string(), RestrictedExpression::new_datetime(time)),
-        ("args".to_string(), args),
-    ])
+    ]
 }
 
 /// The policy enforcement point: the active [`PolicyBundle`], swapped

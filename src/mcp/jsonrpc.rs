@@ -144,21 +144,20 @@ impl Answer {
 /// its one answer.
 pub fn body(answers: &[Answer], batch: bool) -> String {
     let mut out = String::new();
-    if batch {
-        out.push('[');
+    if !batch {
+        if let Some(a) = answers.first() {
+            a.write(&mut out);
+        }
+        return out;
     }
+    out.push('[');
     for (i, a) in answers.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         a.write(&mut out);
-        if !batch {
-            break;
-        }
     }
-    if batch {
-        out.push(']');
-    }
+    out.push(']');
     out
 }
 
