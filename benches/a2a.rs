@@ -10,11 +10,19 @@
 //! - **Large catalogs**: `tools/list` in a session of an org whose peer
 //!   declares 1,000 skills, Cedar `view_tool` included (goal: p99 ≤ 2 ms).
 //!
+//! - **The floor**: the same request through a bare axum route that
+//!   forwards it with reqwest (no policy, no records), to show what the
+//!   HTTP stack alone adds on this machine.
+//!
 //! Gateway, peer and load generator run in this process on separate tokio
 //! runtimes (2, 1 and 1 worker threads) and speak HTTP/1.1 keep-alive over
 //! loopback through a minimal client (one connection per concurrent
 //! worker), so the client costs as little of the shared CPU as possible.
-//! Knob: `BENCH_ITERS` (requests per worker at concurrency 1; default 2000).
+//! Knobs: `BENCH_ITERS` (requests per worker at concurrency 1; default
+//! 2000), `BENCH_CONC` (comma-separated concurrencies; default `1,16`).
+//! After the table, the CPU each thread group spent per request (from
+//! procfs): with all of it on two shared cores, this is what bounds the
+//! latency at concurrency 16.
 //!
 //! Without `--bench` (under `cargo test --all-targets`) it exits at once.
 
@@ -105,6 +113,53 @@ async fn start_peer(name: &'static str, n_skills: usize) -> Res<SocketAddr> {
                 )
             }),
         );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(addr)
+}
+
+// ---------------------------------------------------------------------------
+// The floor: a bare forwarder.
+
+/// An axum route that forwards its body to the peer with a reqwest client
+/// configured like the bridge's and answers the peer's body: the HTTP work
+/// every gateway call does (serve one request, make one), with no policy,
+/// no records and no translation. Its added latency is the floor of what
+/// any gateway written on this stack adds on this machine.
+async fn start_forwarder(peer: SocketAddr) -> Res<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let url = format!("http://{peer}/rpc");
+    let app = axum::Router::new().route(
+        "/forward",
+        post(move |body: axum::body::Bytes| {
+            let client = client.clone();
+            let url = url.clone();
+            async move {
+                let answer = async {
+                    let resp = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("a2a-version", "1.0")
+                        .body(body)
+                        .send()
+                        .await?;
+                    resp.bytes().await
+                };
+                match answer.await {
+                    Ok(bytes) => (axum::http::StatusCode::OK, bytes),
+                    Err(e) => (
+                        axum::http::StatusCode::BAD_GATEWAY,
+                        axum::body::Bytes::from(e.to_string()),
+                    ),
+                }
+            }
+        }),
+    );
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -271,6 +326,60 @@ impl Conn {
     }
 }
 
+/// CPU time used so far by this process's threads, grouped by thread-name
+/// prefix (`srv`, `peer`, `cli`, `cedargate-write`, …), in µs. Read from
+/// `/proc/self/task/*/stat`; empty where there is no procfs.
+fn cpu_by_thread() -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    // Clock ticks are 100 Hz on every Linux the bench targets.
+    const TICK_US: f64 = 10_000.0;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat.get(open + 1..close).unwrap_or_default();
+        let group = name.split('-').next().unwrap_or(name);
+        let group = if name.starts_with("cedargate-write") {
+            "writer"
+        } else {
+            group
+        };
+        let fields: Vec<&str> = stat
+            .get(close + 2..)
+            .unwrap_or_default()
+            .split(' ')
+            .collect();
+        // utime and stime are fields 14 and 15 of stat (11 and 12 after the comm).
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<f64>().ok()))
+            .sum();
+        *out.entry(group.to_string()).or_insert(0.0) += ticks * TICK_US;
+    }
+    out
+}
+
+/// CPU µs per request of each thread group between two readings.
+fn cpu_per_request(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+    requests: usize,
+) -> String {
+    after
+        .iter()
+        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .map(|(k, d)| format!("{k} {:.0}", d / requests.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A target: where to POST, with which headers and body, and what the
 /// answer must contain.
 #[derive(Clone)]
@@ -282,6 +391,16 @@ struct Target {
     expect: &'static str,
 }
 
+/// Warm-up requests of a worker sending `per_worker` measured ones.
+fn warm_up(per_worker: usize) -> usize {
+    (per_worker / 10).max(10)
+}
+
+/// Requests `run` sends in all, warm-up included.
+fn sent(conc: usize, per_worker: usize) -> usize {
+    conc * (warm_up(per_worker) + per_worker)
+}
+
 /// `conc` workers, `per_worker` requests each (after 10% warm-up).
 async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Stats> {
     let mut tasks = Vec::new();
@@ -289,7 +408,7 @@ async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Stats> {
         let t = t.clone();
         tasks.push(tokio::spawn(async move {
             let mut conn = Conn::open(t.addr, &t.path, &t.headers).await?;
-            let warm = (per_worker / 10).max(10);
+            let warm = warm_up(per_worker);
             let mut lat = Vec::with_capacity(per_worker);
             for i in 0..warm + per_worker {
                 let started = Instant::now();
@@ -323,6 +442,11 @@ fn main() -> Res<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
+    let concurrencies: Vec<usize> = std::env::var("BENCH_CONC")
+        .ok()
+        .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 16]);
     let srv = runtime("srv", 2)?;
     let peer_rt = runtime("peer", 1)?;
     let cli = runtime("cli", 1)?;
@@ -331,6 +455,7 @@ fn main() -> Res<()> {
     let peer = peer_rt.block_on(start_peer("Bench Peer", 2))?;
     let big_peer = peer_rt.block_on(start_peer("Big Peer", BIG_SKILLS))?;
     let gw = srv.block_on(start_gateway(dir.path()))?;
+    let forwarder = srv.block_on(start_forwarder(peer))?;
     let (key, session) = srv.block_on(tenant(&gw.gw, "bench"))?;
     let (big_key, big_session) = srv.block_on(tenant(&gw.gw, "big"))?;
     cli.block_on(register(gw.addr, "bench", peer))?;
@@ -347,6 +472,13 @@ fn main() -> Res<()> {
             &args,
             &session,
         ))?),
+        expect: "TASK_STATE_COMPLETED",
+    };
+    let forwarded = Target {
+        addr: forwarder,
+        path: "/forward".into(),
+        headers: vec![],
+        body: Arc::clone(&direct.body),
         expect: "TASK_STATE_COMPLETED",
     };
     let mcp_headers = |key: &str| {
@@ -390,16 +522,36 @@ fn main() -> Res<()> {
             name, s.n, s.p50, s.p99, s.mean
         );
     };
-    for conc in [1usize, 16] {
+    let mut cpu_lines = Vec::new();
+    for conc in concurrencies {
         let per = if conc == 1 {
             iters
         } else {
             (iters / 4).max(50)
         };
+        let c0 = cpu_by_thread();
         let d = cli.block_on(run(&direct, conc, per))?;
+        let c1 = cpu_by_thread();
+        let f = cli.block_on(run(&forwarded, conc, per))?;
+        let c2 = cpu_by_thread();
         let g = cli.block_on(run(&via_gateway, conc, per))?;
+        let c3 = cpu_by_thread();
         row(&format!("direct SendMessage to the peer, c={conc}"), &d);
+        row(&format!("bare axum→reqwest forwarder, c={conc}"), &f);
         row(&format!("tools/call through the gateway, c={conc}"), &g);
+        println!(
+            "{:<44} {:>6} {:>10.0} {:>10.0}   (the floor of this stack on this machine)",
+            format!("  added by the bare forwarder, c={conc}"),
+            "",
+            f.p50 - d.p50,
+            f.p99 - d.p99
+        );
+        cpu_lines.push(format!(
+            "  c={conc} direct: {}\n  c={conc} forwarder: {}\n  c={conc} gateway: {}",
+            cpu_per_request(&c0, &c1, sent(conc, per)),
+            cpu_per_request(&c1, &c2, sent(conc, per)),
+            cpu_per_request(&c2, &c3, sent(conc, per))
+        ));
         println!(
             "{:<44} {:>6} {:>10.0} {:>10.0}   (goal: ≤ 1000 µs added at p50)",
             format!("  added by the gateway, c={conc}"),
@@ -412,6 +564,13 @@ fn main() -> Res<()> {
     let l = cli.block_on(run(&list_big, 1, per))?;
     row(&format!("tools/list, {BIG_SKILLS} A2A skills, c=1"), &l);
     println!("{:<44} {:>6} {:>10} {:>10}", "  goal", "", "", "≤ 2000");
+    if !cpu_lines.is_empty() {
+        println!();
+        println!("CPU µs per request by thread group:");
+        for l in cpu_lines {
+            println!("{l}");
+        }
+    }
     drop(gw);
     Ok(())
 }
