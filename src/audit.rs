@@ -78,7 +78,7 @@ pub fn decide(
 ) -> Decided {
     let started = std::time::Instant::now();
     let verdict = if slice.schema_hash == bundle.schema_hash {
-        bundle.decide(principal, action, resource, context, &slice.entities)
+        decide_in_session(bundle, slice, principal, action, resource, context)
     } else {
         // A slice built against another schema may not conform: fail closed.
         Verdict {
@@ -121,6 +121,42 @@ pub fn decide(
         });
     }
     Decided { verdict, record }
+}
+
+/// Decides with the slice's remembered verdict when the request has the
+/// plain session context and no policy of its action reads anything else
+/// of the context (see [`crate::policy::session_verdicts`]); otherwise
+/// asks Cedar, and remembers what may be reused.
+fn decide_in_session(
+    bundle: &PolicyBundle,
+    slice: &EntitySlice,
+    principal: &EntityUid,
+    action: Action,
+    resource: &EntityUid,
+    context: &PreparedContext,
+) -> Verdict {
+    let action_uid = action.uid();
+    let reusable = context.plain_session().filter(|_| {
+        bundle.session_determined.contains(&action_uid)
+            && !bundle.hooks.observer().is_some_and(|o| o.redecides())
+    });
+    let Some(session_id) = reusable else {
+        return bundle.decide(principal, action, resource, context, &slice.entities);
+    };
+    let memo = &slice.verdicts;
+    if let Some(v) = memo.get(&bundle.hash, session_id, principal, &action_uid, resource) {
+        return v;
+    }
+    let verdict = bundle.decide(principal, action, resource, context, &slice.entities);
+    memo.put(
+        &bundle.hash,
+        session_id,
+        principal,
+        &action_uid,
+        resource,
+        &verdict,
+    );
+    verdict
 }
 
 /// One line per record for `cedargate audit tail`.

@@ -647,14 +647,15 @@ async fn tools_call(call: &Call, params: Value) -> Result<Value, RpcError> {
     }
 
     // Typed tools are decided under their own action, with `context.args`.
-    let tool_context = call.bundle.prepare_tool_context(
+    let typed_context = call.bundle.typed_tool_context(
         Action::CallTool,
         &spec.name,
         &tenant.session.id,
         &call.time,
         &args_value,
     );
-    let mut decided = call.decide(&agent, Action::CallTool, &tool_uid, &tool_context);
+    let tool_context = typed_context.as_ref().unwrap_or(&call.context);
+    let mut decided = call.decide(&agent, Action::CallTool, &tool_uid, tool_context);
     decided.record.notes = notes.to_string();
     if !decided.allowed() {
         let data = json!({

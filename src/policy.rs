@@ -13,6 +13,7 @@ pub mod load;
 pub mod node_reads;
 pub mod recorded;
 pub mod schema_gen;
+pub mod session_verdicts;
 pub mod tests_runner;
 
 use std::str::FromStr;
@@ -258,6 +259,9 @@ pub struct PolicyBundle {
     /// What `read_node` verdicts can depend on, so nodes no policy can tell
     /// apart share one decision.
     pub node_reads: node_reads::NodeDependence,
+    /// Actions whose verdicts, given the session, do not depend on the
+    /// rest of the context: decided once per session slice.
+    pub session_determined: session_verdicts::SessionDetermined,
     /// Tools decided under their own typed action (read from the schema).
     pub typed: std::collections::HashMap<String, schema_gen::TypedTool>,
     /// Observers of every decision made with this bundle (metrics, shadow
@@ -325,10 +329,31 @@ pub struct PreparedContext {
     pub json: serde_json::Value,
     /// `json` serialized, as recorded in the decision trail.
     pub text: String,
-    cedar: Result<Context, String>,
+    /// The Cedar context; a plain session context is built on first use
+    /// (a reused verdict needs none).
+    cedar: std::sync::OnceLock<Result<Context, String>>,
+    /// For a plain session context `{session, time}`: the session id and
+    /// time it is built from.
+    session: Option<(String, String)>,
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
+}
+
+impl PreparedContext {
+    /// The Cedar context (built now if it was deferred).
+    fn cedar(&self) -> &Result<Context, String> {
+        self.cedar.get_or_init(|| match &self.session {
+            Some((session_id, time)) => Context::from_pairs(session_pairs(session_id, time))
+                .map_err(|e| format!("cannot build context: {e}")),
+            None => Err("context was not prepared".into()),
+        })
+    }
+
+    /// The session id of a plain session context `{session, time}`.
+    pub fn plain_session(&self) -> Option<&str> {
+        self.session.as_ref().map(|(id, _)| id.as_str())
+    }
 }
 
 /// The outcome of one authorization, before it is recorded.
@@ -373,16 +398,22 @@ impl PolicyBundle {
     /// `Request::new` checks it against each action's context type.
     pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
         let json = entities::session_context(session_id, time);
-        let cedar = Context::from_pairs(session_pairs(session_id, time))
-            .map_err(|e| format!("cannot build context: {e}"));
-        self.prepared(json, cedar)
+        PreparedContext {
+            text: json.to_string(),
+            json,
+            cedar: std::sync::OnceLock::new(),
+            session: Some((session_id.to_string(), time.to_string())),
+            schema_hash: self.schema_hash.clone(),
+            action: None,
+        }
     }
 
     fn prepared(&self, json: serde_json::Value, cedar: Result<Context, String>) -> PreparedContext {
         PreparedContext {
             text: json.to_string(),
             json,
-            cedar,
+            cedar: std::sync::OnceLock::from(cedar),
+            session: None,
             schema_hash: self.schema_hash.clone(),
             action: None,
         }
@@ -400,8 +431,23 @@ impl PolicyBundle {
         time: &str,
         args: &serde_json::Value,
     ) -> PreparedContext {
+        self.typed_tool_context(group, tool, session_id, time, args)
+            .unwrap_or_else(|| self.prepare_session_context(session_id, time))
+    }
+
+    /// The context of a `call_tool` / `a2a_invoke` decision on a tool this
+    /// bundle has a typed action for; `None` for an untyped tool, which is
+    /// decided with the request's session context.
+    pub fn typed_tool_context(
+        &self,
+        group: Action,
+        tool: &str,
+        session_id: &str,
+        time: &str,
+        args: &serde_json::Value,
+    ) -> Option<PreparedContext> {
         match self.typed.get(tool).filter(|t| t.group == group) {
-            None => self.prepare_session_context(session_id, time),
+            None => None,
             Some(typed) => {
                 let mut json = entities::session_context(session_id, time);
                 let projected = schema_gen::project(&typed.args, args);
@@ -409,7 +455,7 @@ impl PolicyBundle {
                 if let (Some(a), serde_json::Value::Object(map)) = (projected, &mut json) {
                     map.insert("args".into(), a);
                 }
-                self.typed_context(typed, json, fits)
+                Some(self.typed_context(typed, json, fits))
             }
         }
     }
@@ -481,7 +527,7 @@ impl PolicyBundle {
                 ));
             }
         };
-        let ctx = match &context.cedar {
+        let ctx = match context.cedar() {
             Ok(c) => c.clone(),
             Err(e) => return Verdict::denied_with(e.clone()),
         };
@@ -520,7 +566,7 @@ impl PolicyBundle {
                 ));
                 continue;
             }
-            let ctx = match &context.cedar {
+            let ctx = match context.cedar() {
                 Ok(c) => c.clone(),
                 Err(e) => {
                     out.push(Verdict::denied_with(e.clone()));

@@ -119,6 +119,65 @@ async fn a_valid_edit_takes_effect_without_restart() {
     assert_eq!((s, body["result"].as_str()), (200, Some("unchanged")));
 }
 
+/// Verdicts a session repeats are reused only while no policy of the
+/// action reads the context beyond `context.session`: a policy on
+/// `context.time` is decided on every request, so a deadline that passes
+/// between two requests of one session denies the second.
+#[tokio::test]
+async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
+    let (g, dir, _keep) = gateway(false).await;
+    let t = g.tenant("initech").await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    // Reused within the session under the shipped set: every request still
+    // records its own decision, with its own time.
+    for _ in 0..3 {
+        let (s, body) = g.mcp(&t, list.clone()).await;
+        assert_eq!(s, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let access: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.action == "access_session")
+        .collect();
+    assert_eq!(access.len(), 3);
+    assert!(access.iter().all(|d| d.record.decision == "allow"));
+    let times: std::collections::HashSet<_> = access.iter().map(|d| &d.record.context).collect();
+    assert_eq!(times.len(), 3, "each record has its own time");
+
+    // The same millisecond RFC 3339 form as `context.time`.
+    let deadline = cedargate::ids::rfc3339(
+        time::OffsetDateTime::now_utc() + time::Duration::milliseconds(1500),
+    );
+    std::fs::write(
+        dir.join("deadline.cedar"),
+        format!(
+            "@id(\"sessions-until-deadline\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource)\nwhen {{ context.time >= datetime(\"{deadline}\") }};\n"
+        ),
+    )
+    .unwrap();
+    let (s, body) = reload(&g).await;
+    assert_eq!(
+        (s, body["result"].as_str()),
+        (200, Some("applied")),
+        "{body}"
+    );
+    for _ in 0..2 {
+        let (s, body) = g.mcp(&t, list.clone()).await;
+        assert_eq!(s, 200, "before the deadline: {body}");
+    }
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let (s, denied) = g.mcp(&t, list.clone()).await;
+    assert_eq!(s, 403, "{denied}");
+    assert_eq!(denied["error"]["code"], -32003, "{denied}");
+    let last = g.decisions().await.pop().unwrap();
+    assert_eq!(
+        (last.record.action.as_str(), last.record.reasons.as_str()),
+        ("access_session", r#"["sessions-until-deadline"]"#)
+    );
+}
+
 /// Asserts a reload is rejected, the active set is untouched and the
 /// error is reported by `GET /admin/policies`.
 async fn assert_rejected(g: &TestGateway, expect: &[&str]) -> Value {

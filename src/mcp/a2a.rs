@@ -50,8 +50,9 @@ pub(super) async fn call_tool(
     }
 
     // A tool the schema declares a typed action for is decided under it,
-    // with its arguments as `context.args`.
-    let tool_context = call.bundle.prepare_tool_context(
+    // with its arguments as `context.args`; any other with the request's
+    // session context.
+    let typed_context = call.bundle.typed_tool_context(
         Action::A2aInvoke,
         &spec.name,
         &call.view.tenant.session.id,
@@ -62,7 +63,7 @@ pub(super) async fn call_tool(
         &call.agent_uid(),
         Action::A2aInvoke,
         &Kind::Tool.uid(&spec.name),
-        &tool_context,
+        typed_context.as_ref().unwrap_or(&call.context),
     );
     let mut notes = notes;
     if called_as != spec.name {

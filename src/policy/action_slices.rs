@@ -68,6 +68,11 @@ impl ActionSlices {
     pub fn get(&self, action: &EntityUid) -> Option<&PolicySet> {
         self.by_action.get(action)
     }
+
+    /// Every action with its slice.
+    pub fn iter(&self) -> impl Iterator<Item = (&EntityUid, &PolicySet)> {
+        self.by_action.iter()
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,9 @@ pub struct EntitySlice {
     pub hash: String,
     /// Hash of the schema the slice was checked against.
     pub schema_hash: String,
+    /// Verdicts of this slice's sessions that repeat on every request
+    /// (shared by clones of the slice).
+    pub verdicts: Arc<crate::policy::session_verdicts::VerdictMemo>,
 }
 
 /// A tool as the PEP sees it.
@@ -147,6 +150,7 @@ pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, 
         hash: hex::encode(Sha256::digest(text.as_bytes())),
         json: Arc::from(text),
         schema_hash: bundle.schema_hash.clone(),
+        verdicts: Arc::default(),
     })
 }
 

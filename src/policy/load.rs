@@ -461,9 +461,11 @@ pub fn bundle_from_sources(
         slices.get(&super::Action::ReadNode.uid()).unwrap_or(&pset),
         schema_text,
     );
+    let session_determined = super::session_verdicts::SessionDetermined::of(&slices);
     Ok(PolicyBundle {
         slices,
         node_reads,
+        session_determined,
         typed,
         hooks: std::sync::Arc::default(),
         advice,
@@ -542,6 +544,50 @@ mod tests {
             "@id(\"a\")\nforbid (principal, action, resource is Gateway::GraphNode)\nwhen { resource.name == \"y\" };\n",
         );
         assert!(any_action.node_reads.name && !any_action.node_reads.uid);
+    }
+
+    /// The shipped set reads `context` only through `context.session`, so
+    /// a session decides each of these once per policy set; a policy on the
+    /// time takes its own action (only) out.
+    #[test]
+    fn session_determined_actions_come_from_each_action_slice() {
+        let shipped = load_bundle(
+            Path::new("schemas/gateway.cedarschema"),
+            Path::new("policies"),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+        for action in [
+            super::super::Action::AccessSession,
+            super::super::Action::ViewTool,
+            super::super::Action::CallTool,
+            super::super::Action::A2aInvoke,
+            super::super::Action::ReadNode,
+        ] {
+            assert!(
+                shipped.session_determined.contains(&action.uid()),
+                "{}",
+                action.name()
+            );
+        }
+        let timed = bundle_from_sources(
+            "schemas/gateway.cedarschema",
+            SCHEMA,
+            file(
+                "policies/p.cedar",
+                "@id(\"a\")\npermit (principal, action, resource);\n@id(\"b\")\nforbid (principal, action == Gateway::Action::\"view_tool\", resource)\nwhen { context.time < datetime(\"2026-01-01\") };\n",
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert!(
+            !timed
+                .session_determined
+                .contains(&super::super::Action::ViewTool.uid())
+        );
+        assert!(
+            timed
+                .session_determined
+                .contains(&super::super::Action::AccessSession.uid())
+        );
     }
 
     #[test]

@@ -1,0 +1,258 @@
+//! Verdicts that repeat within a session, decided once per entity slice.
+//!
+//! A Cedar verdict is a function of the policies, the entities, and the
+//! request (principal, action, resource, context). An MCP session decides
+//! against one entity slice, and its plain context `{session, time}`
+//! differs between requests only by `time`. When no policy that can apply
+//! to an action reads `context` except through `context.session`, the
+//! verdict of one (principal, action, resource) in one session is the same
+//! on every request until the policies or the slice change: it is decided
+//! once and remembered on the slice, under the policy-set hash.
+//!
+//! Nothing else changes: every request still records its own decision
+//! (with its own time and context), and replay decides each record alone,
+//! so the trail keeps proving every reused verdict. A verdict that carries
+//! errors is never reused, and nothing is reused while a shadow candidate
+//! runs (it must see each request).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use cedar_policy::{EntityUid, PolicySet};
+use serde_json::Value;
+
+use super::Verdict;
+use super::action_slices::ActionSlices;
+
+/// The actions whose verdicts, given the session, do not depend on
+/// `context.time` (nor on anything else of the context).
+#[derive(Debug, Clone, Default)]
+pub struct SessionDetermined {
+    actions: HashSet<EntityUid>,
+}
+
+impl SessionDetermined {
+    /// Reads every action's slice. Without slices (they could not be built)
+    /// no action qualifies.
+    pub fn of(slices: &ActionSlices) -> Self {
+        SessionDetermined {
+            actions: slices
+                .iter()
+                .filter(|(_, policies)| reads_only_session(policies))
+                .map(|(action, _)| action.clone())
+                .collect(),
+        }
+    }
+
+    /// Whether verdicts of `action` can be reused within a session.
+    pub fn contains(&self, action: &EntityUid) -> bool {
+        self.actions.contains(action)
+    }
+}
+
+/// Whether every policy of `policies` reads `context` only as
+/// `context.session`. A policy that cannot be read counts as reading more.
+pub fn reads_only_session(policies: &PolicySet) -> bool {
+    policies.policies().all(|p| match p.to_json() {
+        Ok(est) => !reads_context_beyond_session(&est),
+        Err(_) => false,
+    })
+}
+
+/// Finds a `context` variable that is not the receiver of `.session`.
+fn reads_context_beyond_session(est: &Value) -> bool {
+    match est {
+        Value::Object(map) => {
+            if map.get("Var").and_then(Value::as_str) == Some("context") {
+                return true;
+            }
+            if let Some(Value::Object(access)) = map.get(".")
+                && access.get("attr").and_then(Value::as_str) == Some("session")
+                && access
+                    .get("left")
+                    .and_then(|l| l.get("Var"))
+                    .and_then(Value::as_str)
+                    == Some("context")
+            {
+                return false;
+            }
+            map.values().any(reads_context_beyond_session)
+        }
+        Value::Array(items) => items.iter().any(reads_context_beyond_session),
+        _ => false,
+    }
+}
+
+/// Verdicts remembered on one entity slice.
+#[derive(Debug, Default)]
+pub struct VerdictMemo {
+    inner: Mutex<Memo>,
+}
+
+#[derive(Debug, Default)]
+struct Memo {
+    /// The policy set the verdicts were decided with.
+    policy_hash: String,
+    verdicts: HashMap<MemoKey, Verdict>,
+}
+
+/// Session id, principal, action, resource.
+type MemoKey = (String, EntityUid, EntityUid, EntityUid);
+
+/// Most verdicts one slice remembers (a session sees each of its tools
+/// under a few actions; beyond this the memo starts over).
+const MEMO_MAX: usize = 8192;
+
+impl VerdictMemo {
+    /// The verdict remembered for this request, if any.
+    pub fn get(
+        &self,
+        policy_hash: &str,
+        session_id: &str,
+        principal: &EntityUid,
+        action: &EntityUid,
+        resource: &EntityUid,
+    ) -> Option<Verdict> {
+        let memo = self.inner.lock().ok()?;
+        if memo.policy_hash != policy_hash {
+            return None;
+        }
+        let key = (
+            session_id.to_string(),
+            principal.clone(),
+            action.clone(),
+            resource.clone(),
+        );
+        memo.verdicts.get(&key).cloned()
+    }
+
+    /// Remembers an error-free verdict.
+    pub fn put(
+        &self,
+        policy_hash: &str,
+        session_id: &str,
+        principal: &EntityUid,
+        action: &EntityUid,
+        resource: &EntityUid,
+        verdict: &Verdict,
+    ) {
+        if !verdict.errors.is_empty() {
+            return;
+        }
+        let Ok(mut memo) = self.inner.lock() else {
+            return;
+        };
+        if memo.policy_hash != policy_hash || memo.verdicts.len() >= MEMO_MAX {
+            memo.verdicts.clear();
+            memo.policy_hash = policy_hash.to_string();
+        }
+        memo.verdicts.insert(
+            (
+                session_id.to_string(),
+                principal.clone(),
+                action.clone(),
+                resource.clone(),
+            ),
+            verdict.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only_session(policies: &str) -> bool {
+        let set: PolicySet = policies.parse().unwrap();
+        reads_only_session(&set)
+    }
+
+    #[test]
+    fn session_attributes_are_fine_and_anything_else_of_the_context_is_not() {
+        assert!(only_session(
+            r#"permit (principal, action, resource) when { resource in context.session.org };
+               forbid (principal, action, resource) unless { principal == context.session.agent };
+               permit (principal, action, resource) when { context.session.project.memoryEnabled };"#
+        ));
+        assert!(!only_session(
+            r#"forbid (principal, action, resource) when { context.time < datetime("2026-01-01") };"#
+        ));
+        assert!(!only_session(
+            r#"forbid (principal, action, resource) when { context has args };"#
+        ));
+        assert!(!only_session(
+            r#"forbid (principal, action, resource) when { context == {} };"#
+        ));
+        assert!(!only_session(
+            r#"forbid (principal, action, resource) when { context.args.count > 2 };"#
+        ));
+        // `context.session` used as a whole value is still only the session.
+        assert!(only_session(
+            r#"permit (principal, action, resource) when { context.session == resource };"#
+        ));
+    }
+
+    #[test]
+    fn a_linked_template_reading_the_time_counts() {
+        let mut set: PolicySet = r#"
+            @id("t")
+            forbid (principal == ?principal, action, resource)
+            when { context.time > datetime("2026-01-01") };"#
+            .parse()
+            .unwrap();
+        assert!(
+            reads_only_session(&set),
+            "an unlinked template applies to nothing"
+        );
+        let template = set.templates().next().unwrap().id().clone();
+        set.link(
+            template,
+            cedar_policy::PolicyId::new("t1"),
+            [(
+                cedar_policy::SlotId::principal(),
+                r#"Gateway::Agent::"a""#.parse().unwrap(),
+            )]
+            .into(),
+        )
+        .unwrap();
+        assert!(!reads_only_session(&set));
+    }
+
+    #[test]
+    fn the_memo_forgets_on_another_policy_set_and_never_keeps_errors() {
+        let memo = VerdictMemo::default();
+        let uid = |s: &str| -> EntityUid { s.parse().unwrap() };
+        let (p, a, r) = (
+            uid(r#"Gateway::Agent::"a""#),
+            uid(r#"Gateway::Action::"view_tool""#),
+            uid(r#"Gateway::Tool::"t""#),
+        );
+        let allow = Verdict {
+            allowed: true,
+            reasons: vec!["p1".into()],
+            errors: vec![],
+            advice: vec![],
+        };
+        memo.put("h1", "s1", &p, &a, &r, &allow);
+        assert_eq!(
+            memo.get("h1", "s1", &p, &a, &r).map(|v| v.allowed),
+            Some(true)
+        );
+        assert!(
+            memo.get("h1", "s2", &p, &a, &r).is_none(),
+            "another session"
+        );
+        assert!(
+            memo.get("h2", "s1", &p, &a, &r).is_none(),
+            "another policy set"
+        );
+        memo.put("h2", "s1", &p, &a, &uid(r#"Gateway::Tool::"u""#), &allow);
+        assert!(
+            memo.get("h1", "s1", &p, &a, &r).is_none(),
+            "forgotten on reload"
+        );
+        let errored = Verdict::denied_with("boom".into());
+        memo.put("h2", "s1", &p, &a, &r, &errored);
+        assert!(memo.get("h2", "s1", &p, &a, &r).is_none());
+    }
+}
