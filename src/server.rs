@@ -166,7 +166,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
 }
 
 /// Serves on `listener` until `shutdown` resolves, then drains in-flight
-/// requests and flushes every queued decision record.
+/// requests and the hook subscribers, and flushes every queued write.
 pub async fn run(
     listener: TcpListener,
     gw: Arc<Gateway>,
@@ -197,6 +197,13 @@ pub async fn run(
     heartbeat.abort();
     drop(changes);
     drop(triggers);
+    // Hook subscribers hold events for a moment to batch their rows.
+    if tokio::time::timeout(std::time::Duration::from_secs(5), gw.a2a.bus.drain())
+        .await
+        .is_err()
+    {
+        tracing::warn!("hook subscribers did not drain within 5 s");
+    }
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }

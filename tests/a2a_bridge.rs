@@ -626,6 +626,45 @@ async fn every_failure_has_its_code_and_a_record() {
     assert_eq!(failed, 7);
 }
 
+/// Load tracking: a call in flight has a `running` row (subscribers batch
+/// their rows for a moment, never for the length of a call), finished with
+/// its outcome and error code when the call ends.
+#[tokio::test]
+async fn a_call_in_flight_is_tracked_as_running_until_it_ends() {
+    let (g, t, _peer, _) = setup().await;
+    let (status, set) = g
+        .admin(
+            Method::PUT,
+            "/admin/orgs/acme/a2a-settings",
+            Some(json!({"timeoutMs": 2500})),
+        )
+        .await;
+    assert_eq!(status, 200, "{set}");
+    let running = async {
+        wait_rows(
+            &g,
+            "SELECT COUNT(*) FROM a2a_task_instances WHERE verb = 'vercel_ops.slow' AND status = 'running'",
+            1,
+        )
+        .await
+    };
+    let (body, seen_running) = tokio::join!(call(&g, &t, "vercel_ops.slow", json!({})), running);
+    assert_eq!(
+        seen_running, 1,
+        "the row was running while the call was in flight"
+    );
+    assert_eq!(body["error"]["code"], -32201, "{body}");
+    let finished = wait_rows(
+        &g,
+        "SELECT COUNT(*) FROM a2a_task_instances WHERE verb = 'vercel_ops.slow' AND status = 'failed' AND error_code = -32201 AND duration_ms >= 2500",
+        1,
+    )
+    .await;
+    assert_eq!(finished, 1);
+    let rows = query_one(&g, "SELECT COUNT(*) FROM a2a_task_instances").await;
+    assert_eq!(rows, 1, "one row per call");
+}
+
 #[tokio::test]
 async fn a_peer_that_went_away_is_a_transport_error() {
     let (g, t, peer, _) = setup().await;

@@ -8,6 +8,13 @@
 //! take is dropped and counted. A slow or failing subscriber therefore never
 //! delays a call.
 //!
+//! A subscriber wakes once per [`LINGER`] window, not once per event, and
+//! handles the window's events together: its rows reach the database in
+//! one job (a row then costs a share of a page write, not several whole
+//! pages), and a call that ends within the window gets one task-instance
+//! row instead of an insert and an update. [`HookBus::drain`] hands over
+//! whatever is held (graceful shutdown).
+//!
 //! **Architecture Invariant:** the durable decision record of a call never
 //! depends on the bus; subscriber rows are best-effort telemetry.
 
@@ -17,14 +24,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::store::db::Value as SqlValue;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{Store, WriteOp};
 
 /// Events a subscriber queue holds before new ones are dropped.
 pub const QUEUE_CAPACITY: usize = 4096;
 /// Most events a subscriber handles in one batch.
-const BATCH_MAX: usize = 256;
+pub const BATCH_MAX: usize = 1024;
+/// How long a subscriber holds its first event waiting for more.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// When an event is emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -125,14 +134,30 @@ pub trait Subscriber: Send + Sync + 'static {
 
 struct Slot {
     name: String,
-    tx: mpsc::Sender<Arc<VerbEvent>>,
+    tx: mpsc::Sender<Msg>,
+    /// Cuts a subscriber's wait short (drain).
+    wake: Arc<tokio::sync::Notify>,
     dropped: Arc<AtomicU64>,
 }
 
+/// What a subscriber queue carries.
+enum Msg {
+    Event(Arc<VerbEvent>),
+    /// Handle what is held now, then acknowledge.
+    Flush(oneshot::Sender<()>),
+}
+
 /// The bus.
-#[derive(Default)]
 pub struct HookBus {
     slots: std::sync::RwLock<Vec<Slot>>,
+    /// How long subscribers hold a batch open ([`LINGER`]).
+    linger: std::time::Duration,
+}
+
+impl Default for HookBus {
+    fn default() -> Self {
+        HookBus::with_linger(LINGER)
+    }
 }
 
 impl std::fmt::Debug for HookBus {
@@ -149,23 +174,29 @@ impl std::fmt::Debug for HookBus {
 }
 
 impl HookBus {
+    /// A bus whose subscribers hold each batch open for `linger`.
+    pub fn with_linger(linger: std::time::Duration) -> Self {
+        HookBus {
+            slots: std::sync::RwLock::default(),
+            linger,
+        }
+    }
+
     /// Adds a subscriber with a queue of `capacity` events, served by a
     /// task on the current runtime.
     pub fn subscribe<S: Subscriber>(&self, subscriber: S, capacity: usize) {
-        let (tx, mut rx) = mpsc::channel::<Arc<VerbEvent>>(capacity.max(1));
+        let (tx, rx) = mpsc::channel::<Msg>(capacity.max(1));
         let name = subscriber.name().to_string();
         let dropped = Arc::new(AtomicU64::new(0));
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(BATCH_MAX);
-            while rx.recv_many(&mut batch, BATCH_MAX).await > 0 {
-                let events = std::mem::take(&mut batch);
-                if let Err(e) = subscriber.handle(events).await {
-                    tracing::warn!(subscriber = subscriber.name(), error = %e, "hook subscriber failed");
-                }
-            }
-        });
+        let wake = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(serve(subscriber, rx, Arc::clone(&wake), self.linger));
         if let Ok(mut slots) = self.slots.write() {
-            slots.push(Slot { name, tx, dropped });
+            slots.push(Slot {
+                name,
+                tx,
+                wake,
+                dropped,
+            });
         }
     }
 
@@ -176,11 +207,32 @@ impl HookBus {
             return;
         };
         for slot in slots.iter() {
-            if slot.tx.try_send(Arc::clone(&event)).is_err() {
+            if slot.tx.try_send(Msg::Event(Arc::clone(&event))).is_err() {
                 let n = slot.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
                     tracing::warn!(subscriber = %slot.name, dropped = n, "hook subscriber is not keeping up; events dropped");
                 }
+            }
+        }
+    }
+
+    /// Makes every subscriber handle the events it holds now, and waits
+    /// until each has (their writes are then queued on the writer).
+    pub async fn drain(&self) {
+        let senders: Vec<(mpsc::Sender<Msg>, Arc<tokio::sync::Notify>)> = self
+            .slots
+            .read()
+            .map(|s| {
+                s.iter()
+                    .map(|s| (s.tx.clone(), Arc::clone(&s.wake)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (tx, wake) in senders {
+            let (ack, done) = oneshot::channel();
+            if tx.send(Msg::Flush(ack)).await.is_ok() {
+                wake.notify_one();
+                let _ = done.await;
             }
         }
     }
@@ -198,13 +250,65 @@ impl HookBus {
     }
 }
 
+/// A subscriber's task. It wakes for the first event of a batch, sleeps
+/// `linger` while later events queue up without waking it, then handles
+/// everything queued (up to [`BATCH_MAX`] events) at once: one wake-up and
+/// one writer job per batch instead of per event. A flush request (`wake`)
+/// cuts the wait short.
+async fn serve<S: Subscriber>(
+    subscriber: S,
+    mut rx: mpsc::Receiver<Msg>,
+    wake: Arc<tokio::sync::Notify>,
+    linger: std::time::Duration,
+) {
+    let mut inbox = Vec::with_capacity(BATCH_MAX);
+    while rx.recv_many(&mut inbox, BATCH_MAX).await > 0 {
+        if !inbox.iter().any(|m| matches!(m, Msg::Flush(_))) {
+            tokio::select! {
+                () = tokio::time::sleep(linger) => {}
+                () = wake.notified() => {}
+            }
+        }
+        while inbox.len() < BATCH_MAX {
+            match rx.try_recv() {
+                Ok(msg) => inbox.push(msg),
+                Err(_) => break,
+            }
+        }
+        let mut events = Vec::with_capacity(inbox.len());
+        let mut acks = Vec::new();
+        for msg in inbox.drain(..) {
+            match msg {
+                Msg::Event(e) => events.push(e),
+                Msg::Flush(ack) => acks.push(ack),
+            }
+        }
+        if !events.is_empty()
+            && let Err(e) = subscriber.handle(events).await
+        {
+            tracing::warn!(subscriber = subscriber.name(), error = %e, "hook subscriber failed");
+        }
+        for ack in acks {
+            let _ = ack.send(());
+        }
+    }
+}
+
 fn text(s: &str) -> SqlValue {
     SqlValue::Text(s.to_string())
 }
 
-/// Load tracking: a `running` row at pre-verb, finished at post-verb.
+/// Load tracking: a `running` row at pre-verb, finished at post-verb. A
+/// call whose events all arrive in one batch is written once, finished.
 #[derive(Debug)]
 pub struct TaskInstances(pub Store);
+
+/// One call's events within a batch that holds its pre-verb.
+struct CallRow<'a> {
+    pre: &'a VerbEvent,
+    post: Option<&'a VerbEvent>,
+    error_code: Option<i64>,
+}
 
 impl Subscriber for TaskInstances {
     fn name(&self) -> &str {
@@ -212,25 +316,32 @@ impl Subscriber for TaskInstances {
     }
 
     async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+        let mut rows: Vec<CallRow<'_>> = Vec::new();
+        let mut row_of: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        // Events of calls whose row an earlier batch inserted.
         let mut ops = Vec::new();
-        for e in events {
-            match e.phase {
-                Phase::PreVerb => ops.push(WriteOp::Exec {
-                    sql: "INSERT INTO a2a_task_instances
-                          (id, org_id, agent_card_id, verb, skill_id, session_id, status, started_at)
-                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
-                    params: vec![
-                        text(&e.call_id),
-                        text(&e.org_id),
-                        text(&e.agent_card_id),
-                        text(&e.verb),
-                        text(&e.skill_id),
-                        text(&e.session_id),
-                        text(if e.context.denied { "denied" } else { "running" }),
-                        text(&e.emitted_at),
-                    ],
-                }),
-                Phase::PostVerb => ops.push(WriteOp::Exec {
+        for e in &events {
+            let known = row_of.get(e.call_id.as_str()).copied();
+            match (e.phase, known) {
+                (Phase::PreVerb, _) => {
+                    row_of.insert(&e.call_id, rows.len());
+                    rows.push(CallRow {
+                        pre: e,
+                        post: None,
+                        error_code: None,
+                    });
+                }
+                (Phase::PostVerb, Some(i)) => {
+                    if let Some(row) = rows.get_mut(i) {
+                        row.post = Some(e);
+                    }
+                }
+                (Phase::VerbError, Some(i)) => {
+                    if let Some(row) = rows.get_mut(i) {
+                        row.error_code = e.error.as_ref().map(|x| x.code);
+                    }
+                }
+                (Phase::PostVerb, None) => ops.push(WriteOp::Exec {
                     sql: "UPDATE a2a_task_instances SET status = ?2, finished_at = ?3, duration_ms = ?4
                           WHERE id = ?1",
                     params: vec![
@@ -240,7 +351,7 @@ impl Subscriber for TaskInstances {
                         SqlValue::Real(e.duration_ms.unwrap_or_default()),
                     ],
                 }),
-                Phase::VerbError => ops.push(WriteOp::Exec {
+                (Phase::VerbError, None) => ops.push(WriteOp::Exec {
                     sql: "UPDATE a2a_task_instances SET error_code = ?2 WHERE id = ?1",
                     params: vec![
                         text(&e.call_id),
@@ -248,6 +359,39 @@ impl Subscriber for TaskInstances {
                     ],
                 }),
             }
+        }
+        for row in rows {
+            let e = row.pre;
+            let status = match row.post {
+                Some(post) => post.outcome.unwrap_or("failed"),
+                None if e.context.denied => "denied",
+                None => "running",
+            };
+            let opt_text = |v: Option<&str>| v.map_or(SqlValue::Null, text);
+            ops.push(WriteOp::Exec {
+                sql: "INSERT INTO a2a_task_instances
+                      (id, org_id, agent_card_id, verb, skill_id, session_id, status, started_at,
+                       finished_at, duration_ms, error_code)
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT DO NOTHING",
+                params: vec![
+                    text(&e.call_id),
+                    text(&e.org_id),
+                    text(&e.agent_card_id),
+                    text(&e.verb),
+                    text(&e.skill_id),
+                    text(&e.session_id),
+                    text(status),
+                    text(&e.emitted_at),
+                    opt_text(row.post.map(|p| p.emitted_at.as_str())),
+                    row.post
+                        .and_then(|p| p.duration_ms)
+                        .map_or(SqlValue::Null, SqlValue::Real),
+                    row.error_code.map_or(SqlValue::Null, SqlValue::Int),
+                ],
+            });
+        }
+        if ops.is_empty() {
+            return Ok(());
         }
         self.0
             .writer()
@@ -334,5 +478,71 @@ impl Subscriber for CostEvents {
             .enqueue(ops)
             .await
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records the size of every batch it handles.
+    struct Batches(Arc<std::sync::Mutex<Vec<usize>>>);
+
+    impl Subscriber for Batches {
+        fn name(&self) -> &str {
+            "batches"
+        }
+
+        async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+            if let Ok(mut b) = self.0.lock() {
+                b.push(events.len());
+            }
+            Ok(())
+        }
+    }
+
+    fn event(call_id: &str) -> VerbEvent {
+        VerbEvent {
+            phase: Phase::PreVerb,
+            verb: "p.s".into(),
+            legacy_alias: "a2a_p_s".into(),
+            org_id: "o".into(),
+            agent_card_id: "c".into(),
+            agent_url: "http://peer/rpc".into(),
+            skill_id: "s".into(),
+            session_id: "sess".into(),
+            args: Value::Null,
+            emitted_at: "2026-01-01T00:00:00.000Z".into(),
+            call_id: call_id.into(),
+            context: EventContext {
+                denied: false,
+                decision_id: "d".into(),
+            },
+            duration_ms: None,
+            outcome: None,
+            error: None,
+            bytes: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_window_of_events_is_one_batch_and_drain_hands_over_what_is_held() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let bus = HookBus::with_linger(std::time::Duration::from_millis(200));
+        bus.subscribe(Batches(Arc::clone(&seen)), 64);
+        for i in 0..5 {
+            bus.emit(event(&format!("call-{i}")));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        assert_eq!(*seen.lock().unwrap(), vec![5], "one batch for the window");
+
+        // Drain hands over what is held without waiting out the window.
+        let slow = HookBus::with_linger(std::time::Duration::from_secs(60));
+        slow.subscribe(Batches(Arc::clone(&seen)), 64);
+        slow.emit(event("late"));
+        tokio::time::timeout(std::time::Duration::from_secs(10), slow.drain())
+            .await
+            .expect("drain did not wait for the 60 s window");
+        assert_eq!(*seen.lock().unwrap(), vec![5, 1]);
     }
 }

@@ -334,12 +334,16 @@ pub fn is_unique_violation(e: &StoreError) -> bool {
 #[derive(Debug)]
 pub struct SqliteConn {
     conn: rusqlite::Connection,
-    /// `PRAGMA synchronous` is FULL (a commit syncs the WAL).
+    /// `PRAGMA synchronous` is FULL (a commit syncs the WAL). Connections
+    /// open with FULL; the first explicit transaction switches to NORMAL,
+    /// and [`Db::commit`] then syncs the WAL itself when it must.
     synced: bool,
-    /// A commit since the last sync of the WAL skipped its sync.
+    /// A commit since the last sync of the WAL wrote frames unsynced.
     unsynced: bool,
     /// The open transaction is durable.
     durable: bool,
+    /// `total_changes()` when the open transaction began.
+    changes_at_begin: u64,
 }
 
 impl SqliteConn {
@@ -361,6 +365,7 @@ impl SqliteConn {
             synced: true,
             unsynced: false,
             durable: true,
+            changes_at_begin: 0,
         })
     }
 
@@ -443,27 +448,27 @@ impl Db for SqliteConn {
     }
 
     fn begin(&mut self, durable: bool) -> Result<(), StoreError> {
-        // Only batches someone waits on pay for an fsync: in WAL mode a
-        // NORMAL commit appends its frames unsynced, and the next FULL
-        // commit's sync of the same file covers them.
-        if durable != self.synced {
-            let mode = if durable { "FULL" } else { "NORMAL" };
-            self.conn
-                .execute_batch(&format!("PRAGMA synchronous = {mode};"))?;
-            self.synced = durable;
+        // Only batches someone waits on pay for an fsync. SQLite runs with
+        // NORMAL (a commit appends its WAL frames unsynced) and a durable
+        // commit syncs the WAL file itself, which covers every frame
+        // appended before it: one fsync per durable batch, and no pragma
+        // switch between durable and best-effort batches.
+        if self.synced {
+            self.conn.execute_batch("PRAGMA synchronous = NORMAL;")?;
+            self.synced = false;
         }
         self.durable = durable;
+        self.changes_at_begin = self.conn.total_changes();
         Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
         self.conn.execute_batch("COMMIT")?;
-        if !self.durable {
+        // A transaction that changed no row wrote no WAL frame.
+        if self.conn.total_changes() != self.changes_at_begin {
             self.unsynced = true;
-        } else if self.unsynced {
-            // A durable commit may write no WAL frame (a flush, an
-            // idempotent insert), so SQLite would not sync: sync the
-            // earlier unsynced frames explicitly.
+        }
+        if self.durable && self.unsynced {
             self.sync_wal()?;
             self.unsynced = false;
         }
