@@ -11,6 +11,7 @@ use cedar_policy::EntityUid;
 use serde_json::Value;
 
 use crate::policy::entities::EntitySlice;
+use crate::policy::session_verdicts::VerdictKey;
 use crate::policy::{Action, PolicyBundle, PreparedContext, Verdict};
 use crate::store::decisions::NewDecision;
 
@@ -143,19 +144,18 @@ fn decide_in_session(
     let Some(session_id) = reusable else {
         return bundle.decide(principal, action, resource, context, &slice.entities);
     };
-    let memo = &slice.verdicts;
-    if let Some(v) = memo.get(&bundle.hash, session_id, principal, &action_uid, resource) {
+    let key = VerdictKey {
+        policy_hash: &bundle.hash,
+        session_id,
+        principal,
+        action: &action_uid,
+        resource,
+    };
+    if let Some(v) = slice.verdicts.get(&key) {
         return v;
     }
     let verdict = bundle.decide(principal, action, resource, context, &slice.entities);
-    memo.put(
-        &bundle.hash,
-        session_id,
-        principal,
-        &action_uid,
-        resource,
-        &verdict,
-    );
+    slice.verdicts.put(&key, &verdict);
     verdict
 }
 

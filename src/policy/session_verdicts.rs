@@ -99,62 +99,59 @@ struct Memo {
 /// Session id, principal, action, resource.
 type MemoKey = (String, EntityUid, EntityUid, EntityUid);
 
+/// One request a verdict is remembered for.
+#[derive(Debug, Clone, Copy)]
+pub struct VerdictKey<'a> {
+    /// The policy set deciding it.
+    pub policy_hash: &'a str,
+    /// The session of its plain context.
+    pub session_id: &'a str,
+    /// Principal.
+    pub principal: &'a EntityUid,
+    /// Action (the group action; typed contexts are never remembered).
+    pub action: &'a EntityUid,
+    /// Resource.
+    pub resource: &'a EntityUid,
+}
+
+impl VerdictKey<'_> {
+    fn owned(&self) -> MemoKey {
+        (
+            self.session_id.to_string(),
+            self.principal.clone(),
+            self.action.clone(),
+            self.resource.clone(),
+        )
+    }
+}
+
 /// Most verdicts one slice remembers (a session sees each of its tools
 /// under a few actions; beyond this the memo starts over).
 const MEMO_MAX: usize = 8192;
 
 impl VerdictMemo {
     /// The verdict remembered for this request, if any.
-    pub fn get(
-        &self,
-        policy_hash: &str,
-        session_id: &str,
-        principal: &EntityUid,
-        action: &EntityUid,
-        resource: &EntityUid,
-    ) -> Option<Verdict> {
+    pub fn get(&self, key: &VerdictKey<'_>) -> Option<Verdict> {
         let memo = self.inner.lock().ok()?;
-        if memo.policy_hash != policy_hash {
+        if memo.policy_hash != key.policy_hash {
             return None;
         }
-        let key = (
-            session_id.to_string(),
-            principal.clone(),
-            action.clone(),
-            resource.clone(),
-        );
-        memo.verdicts.get(&key).cloned()
+        memo.verdicts.get(&key.owned()).cloned()
     }
 
     /// Remembers an error-free verdict.
-    pub fn put(
-        &self,
-        policy_hash: &str,
-        session_id: &str,
-        principal: &EntityUid,
-        action: &EntityUid,
-        resource: &EntityUid,
-        verdict: &Verdict,
-    ) {
+    pub fn put(&self, key: &VerdictKey<'_>, verdict: &Verdict) {
         if !verdict.errors.is_empty() {
             return;
         }
         let Ok(mut memo) = self.inner.lock() else {
             return;
         };
-        if memo.policy_hash != policy_hash || memo.verdicts.len() >= MEMO_MAX {
+        if memo.policy_hash != key.policy_hash || memo.verdicts.len() >= MEMO_MAX {
             memo.verdicts.clear();
-            memo.policy_hash = policy_hash.to_string();
+            memo.policy_hash = key.policy_hash.to_string();
         }
-        memo.verdicts.insert(
-            (
-                session_id.to_string(),
-                principal.clone(),
-                action.clone(),
-                resource.clone(),
-            ),
-            verdict.clone(),
-        );
+        memo.verdicts.insert(key.owned(), verdict.clone());
     }
 }
 
@@ -233,26 +230,31 @@ mod tests {
             errors: vec![],
             advice: vec![],
         };
-        memo.put("h1", "s1", &p, &a, &r, &allow);
+        let key = |policy_hash, session_id, resource| VerdictKey {
+            policy_hash,
+            session_id,
+            principal: &p,
+            action: &a,
+            resource,
+        };
+        memo.put(&key("h1", "s1", &r), &allow);
         assert_eq!(
-            memo.get("h1", "s1", &p, &a, &r).map(|v| v.allowed),
+            memo.get(&key("h1", "s1", &r)).map(|v| v.allowed),
             Some(true)
         );
+        assert!(memo.get(&key("h1", "s2", &r)).is_none(), "another session");
         assert!(
-            memo.get("h1", "s2", &p, &a, &r).is_none(),
-            "another session"
-        );
-        assert!(
-            memo.get("h2", "s1", &p, &a, &r).is_none(),
+            memo.get(&key("h2", "s1", &r)).is_none(),
             "another policy set"
         );
-        memo.put("h2", "s1", &p, &a, &uid(r#"Gateway::Tool::"u""#), &allow);
+        let u = uid(r#"Gateway::Tool::"u""#);
+        memo.put(&key("h2", "s1", &u), &allow);
         assert!(
-            memo.get("h1", "s1", &p, &a, &r).is_none(),
+            memo.get(&key("h1", "s1", &r)).is_none(),
             "forgotten on reload"
         );
         let errored = Verdict::denied_with("boom".into());
-        memo.put("h2", "s1", &p, &a, &r, &errored);
-        assert!(memo.get("h2", "s1", &p, &a, &r).is_none());
+        memo.put(&key("h2", "s1", &r), &errored);
+        assert!(memo.get(&key("h2", "s1", &r)).is_none());
     }
 }
