@@ -125,9 +125,10 @@ impl VerdictKey<'_> {
     }
 }
 
-/// Most verdicts one slice remembers (a session sees each of its tools
-/// under a few actions; beyond this the memo starts over).
-const MEMO_MAX: usize = 8192;
+/// Most verdicts one slice remembers: a session sees each of its tools
+/// under two actions, plus `access_session`; beyond this the memo starts
+/// over (about 1 MB at most per cached session view).
+const MEMO_MAX: usize = 4096;
 
 impl VerdictMemo {
     /// The verdict remembered for this request, if any.
