@@ -39,6 +39,7 @@ use cedar_policy::{Authorizer, Context, Request, RestrictedExpression};
 use cedargate::audit::{self, Decided, Scope};
 use cedargate::config::Config;
 use cedargate::gateway::{Gateway, SessionView};
+use cedargate::mcp::jsonrpc::{self, Answer, Reply};
 use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use cedargate::policy::entities::session_context;
 use cedargate::policy::{Action, Kind, PolicyBundle, PreparedContext};
@@ -358,6 +359,15 @@ struct Server {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     handle: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+/// The `tools/list` response body the endpoint writes for `entries`.
+fn list_answer(entries: Vec<&str>) -> String {
+    let answer = Answer::of(
+        json!(1),
+        Ok(Reply::Text(cedargate::tools::list_result(&entries))),
+    );
+    jsonrpc::body(&[answer], false)
 }
 
 fn repo() -> PathBuf {
@@ -877,11 +887,11 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
         }),
     ));
     parts.push((
-        "tools/list answer: listing() x2 + JSON-RPC wrap + to_string".to_string(),
+        "tools/list answer: listing_json() x2 + JSON-RPC wrap".to_string(),
         time_sync(PART_ITERS, || {
-            let tools: Vec<Value> = view.tools.iter().map(|t| t.listing().clone()).collect();
-            let body = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}});
-            std::hint::black_box(body.to_string());
+            std::hint::black_box(list_answer(
+                view.tools.iter().map(|t| t.listing_json()).collect(),
+            ));
         }),
     ));
     if let Some(spec) = view.tool("af_memory_recall") {
@@ -944,15 +954,14 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
                     &time,
                 );
                 if d.allowed() {
-                    tools.push(spec.listing().clone());
+                    tools.push(spec.listing_json());
                 }
                 records.push(WriteOp::Decision(Box::new(d.finish_default())));
             }
             if with_enqueue {
                 writer.enqueue(records).await?;
             }
-            let body = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}}).to_string();
-            std::hint::black_box(body);
+            std::hint::black_box(list_answer(tools));
             if i >= WARMUP {
                 v.push(t0.elapsed());
             }

@@ -136,14 +136,16 @@ fn decide_in_session(
     resource: &EntityUid,
     context: &PreparedContext,
 ) -> Verdict {
-    let action_uid = action.uid();
-    let reusable = context.plain_session().filter(|_| {
-        bundle.session_determined.contains(&action_uid)
-            && !bundle.hooks.observer().is_some_and(|o| o.redecides())
-    });
-    let Some(session_id) = reusable else {
-        return bundle.decide(principal, action, resource, context, &slice.entities);
+    let decide = || bundle.decide(principal, action, resource, context, &slice.entities);
+    let Some(session_id) = context.plain_session() else {
+        return decide();
     };
+    let action_uid = action.uid();
+    if !bundle.session_determined.contains(&action_uid)
+        || bundle.hooks.observer().is_some_and(|o| o.redecides())
+    {
+        return decide();
+    }
     let key = VerdictKey {
         policy_hash: &bundle.hash,
         session_id,
@@ -154,7 +156,7 @@ fn decide_in_session(
     if let Some(v) = slice.verdicts.get(&key) {
         return v;
     }
-    let verdict = bundle.decide(principal, action, resource, context, &slice.entities);
+    let verdict = decide();
     slice.verdicts.put(&key, &verdict);
     verdict
 }

@@ -537,7 +537,7 @@ fn tools_list(call: &Call) -> String {
     }
     a2a::list_tools(call, &mut tools, &mut records);
     call.defer(records);
-    format!("{{\"tools\":[{}]}}", tools.join(","))
+    crate::tools::list_result(&tools)
 }
 
 fn internal(e: &dyn std::fmt::Display) -> RpcError {

@@ -329,12 +329,9 @@ pub struct PreparedContext {
     pub json: serde_json::Value,
     /// `json` serialized, as recorded in the decision trail.
     pub text: String,
-    /// The Cedar context; a plain session context is built on first use
-    /// (a reused verdict needs none).
+    /// The Cedar context; a plain session context is built from `json` on
+    /// first use (a reused verdict needs none).
     cedar: std::sync::OnceLock<Result<Context, String>>,
-    /// For a plain session context `{session, time}`: the session id and
-    /// time it is built from.
-    session: Option<(String, String)>,
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
@@ -343,7 +340,7 @@ pub struct PreparedContext {
 impl PreparedContext {
     /// The Cedar context (built now if it was deferred).
     fn cedar(&self) -> &Result<Context, String> {
-        self.cedar.get_or_init(|| match &self.session {
+        self.cedar.get_or_init(|| match self.session_and_time() {
             Some((session_id, time)) => Context::from_pairs(session_pairs(session_id, time))
                 .map_err(|e| format!("cannot build context: {e}")),
             None => Err("context was not prepared".into()),
@@ -352,7 +349,14 @@ impl PreparedContext {
 
     /// The session id of a plain session context `{session, time}`.
     pub fn plain_session(&self) -> Option<&str> {
-        self.session.as_ref().map(|(id, _)| id.as_str())
+        self.session_and_time().map(|(id, _)| id)
+    }
+
+    fn session_and_time(&self) -> Option<(&str, &str)> {
+        self.action
+            .is_none()
+            .then(|| recorded::session_shape(&self.json, false))
+            .flatten()
     }
 }
 
@@ -390,7 +394,7 @@ impl PolicyBundle {
     pub fn prepare_context(&self, action: Action, json: serde_json::Value) -> PreparedContext {
         let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid())))
             .map_err(|e| format!("cannot build context: {e}"));
-        self.prepared(json, cedar)
+        self.prepared(json, cedar.into())
     }
 
     /// The context of an in-session decision (`{session, time}`), built
@@ -398,22 +402,18 @@ impl PolicyBundle {
     /// `Request::new` checks it against each action's context type.
     pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
         let json = entities::session_context(session_id, time);
-        PreparedContext {
-            text: json.to_string(),
-            json,
-            cedar: std::sync::OnceLock::new(),
-            session: Some((session_id.to_string(), time.to_string())),
-            schema_hash: self.schema_hash.clone(),
-            action: None,
-        }
+        self.prepared(json, std::sync::OnceLock::new())
     }
 
-    fn prepared(&self, json: serde_json::Value, cedar: Result<Context, String>) -> PreparedContext {
+    fn prepared(
+        &self,
+        json: serde_json::Value,
+        cedar: std::sync::OnceLock<Result<Context, String>>,
+    ) -> PreparedContext {
         PreparedContext {
             text: json.to_string(),
             json,
-            cedar: std::sync::OnceLock::from(cedar),
-            session: None,
+            cedar,
             schema_hash: self.schema_hash.clone(),
             action: None,
         }
@@ -480,7 +480,7 @@ impl PolicyBundle {
                 typed.action
             ))
         };
-        let mut prepared = self.prepared(json, cedar);
+        let mut prepared = self.prepared(json, cedar.into());
         prepared.action = Some(typed.action.clone());
         prepared
     }

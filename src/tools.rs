@@ -55,9 +55,7 @@ pub struct ToolSpec {
     /// Slug of the A2A peer serving it (its Cedar `PeerAgent` parent).
     pub peer: Option<String>,
     validator: jsonschema::Validator,
-    /// The `tools/list` entry, built once.
-    listing: Value,
-    /// `listing` serialized.
+    /// The `tools/list` entry, serialized once.
     listing_json: String,
 }
 
@@ -86,7 +84,6 @@ impl ToolSpec {
             json!({ "name": name, "description": description, "inputSchema": input_schema });
         Ok(ToolSpec {
             listing_json: listing.to_string(),
-            listing,
             name: name.to_string(),
             description: description.to_string(),
             input_schema,
@@ -139,11 +136,6 @@ impl ToolSpec {
         }
     }
 
-    /// The entry in `tools/list`.
-    pub fn listing(&self) -> &Value {
-        &self.listing
-    }
-
     /// The entry in `tools/list`, serialized once (a listing of a large
     /// catalog is assembled from these instead of serializing it per call).
     pub fn listing_json(&self) -> &str {
@@ -160,6 +152,11 @@ impl ToolSpec {
             peer: self.peer.clone(),
         }
     }
+}
+
+/// The `tools/list` result holding `entries` ([`ToolSpec::listing_json`]).
+pub fn list_result(entries: &[&str]) -> String {
+    format!("{{\"tools\":[{}]}}", entries.join(","))
 }
 
 /// The built-in tools.

@@ -539,6 +539,18 @@ async fn hook_events(g: &TestGateway, phase: &'static str) -> Vec<Value> {
         .collect()
 }
 
+/// Sets org `acme`'s bridge timeout.
+async fn set_timeout(g: &TestGateway, ms: u64) {
+    let (status, set) = g
+        .admin(
+            Method::PUT,
+            "/admin/orgs/acme/a2a-settings",
+            Some(json!({ "timeoutMs": ms })),
+        )
+        .await;
+    assert_eq!(status, 200, "{set}");
+}
+
 async fn query_one(g: &TestGateway, sql: &'static str) -> i64 {
     g.gw.store
         .read(move |c| c.query_row(sql, cedargate::params![], |r| r.get(0)))
@@ -549,14 +561,7 @@ async fn query_one(g: &TestGateway, sql: &'static str) -> i64 {
 #[tokio::test]
 async fn every_failure_has_its_code_and_a_record() {
     let (g, t, _peer, _) = setup().await;
-    let (status, set) = g
-        .admin(
-            Method::PUT,
-            "/admin/orgs/acme/a2a-settings",
-            Some(json!({"timeoutMs": 300})),
-        )
-        .await;
-    assert_eq!(status, 200, "{set}");
+    set_timeout(&g, 300).await;
     let cases = [
         ("vercel_ops.slow", -32201, "RemoteA2ATimeoutError"),
         ("vercel_ops.boom", -32202, "RemoteA2ATransportError"),
@@ -632,14 +637,7 @@ async fn every_failure_has_its_code_and_a_record() {
 #[tokio::test]
 async fn a_call_in_flight_is_tracked_as_running_until_it_ends() {
     let (g, t, _peer, _) = setup().await;
-    let (status, set) = g
-        .admin(
-            Method::PUT,
-            "/admin/orgs/acme/a2a-settings",
-            Some(json!({"timeoutMs": 2500})),
-        )
-        .await;
-    assert_eq!(status, 200, "{set}");
+    set_timeout(&g, 2500).await;
     let running = async {
         wait_rows(
             &g,

@@ -170,6 +170,11 @@ async fn dump(g: &TestGateway) -> String {
         .unwrap()
 }
 
+/// `graph_neighbors` of `entity` with the default options.
+async fn neighbors(g: &TestGateway, t: &Tenant, entity: &str) -> Value {
+    call(g, t, "graph_neighbors", json!({ "entity": entity })).await
+}
+
 fn names(nodes: &Value) -> Vec<String> {
     let mut v: Vec<String> = nodes
         .as_array()
@@ -300,7 +305,7 @@ async fn ingest_builds_a_resolved_graph_once() {
     );
 
     // Provenance points at the observation and its session.
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "Redis"})).await;
+    let n = neighbors(&g, &t, "Redis").await;
     let edge = n["edges"]
         .as_array()
         .unwrap()
@@ -327,7 +332,7 @@ async fn neighbors_and_paths_on_an_ingested_graph() {
     let (t, _, _) = ingested(&g, "acme").await;
 
     // Any spelling finds the node.
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "auth-service"})).await;
+    let n = neighbors(&g, &t, "auth-service").await;
     assert_eq!(
         names(&n["nodes"]),
         vec![
@@ -508,7 +513,7 @@ async fn query_ranks_triplets_and_feedback_moves_them() {
 async fn feedback_weights_follow_the_ema() {
     let g = TestGateway::start().await;
     let (t, _, _) = ingested(&g, "acme").await;
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "Redis"})).await;
+    let n = neighbors(&g, &t, "Redis").await;
     let redis = node_id(&n["nodes"], "Redis");
     let auth = node_id(&n["nodes"], "AuthService");
     let edge = json!({"sourceId": auth, "targetId": redis, "relationshipName": "depends_on"});
@@ -572,17 +577,11 @@ async fn a_read_node_forbid_hides_nodes_edges_and_paths() {
     .await;
     let (t, _, _) = ingested(&g, "acme").await;
 
-    let n = call(
-        &g,
-        &t,
-        "graph_neighbors",
-        json!({"entity": "UserRepository"}),
-    )
-    .await;
+    let n = neighbors(&g, &t, "UserRepository").await;
     assert_eq!(names(&n["nodes"]), vec!["AuthService", "UserRepository"]);
     assert_eq!(n["edges"].as_array().unwrap().len(), 1);
     // A hidden node answers like an unknown one.
-    let n = call(&g, &t, "graph_neighbors", json!({"entity": "PostgresDB"})).await;
+    let n = neighbors(&g, &t, "PostgresDB").await;
     assert_eq!(n, json!({"nodes": [], "edges": []}));
 
     let out = call(
@@ -671,23 +670,11 @@ async fn a_forbid_on_one_name_or_one_uid_hides_only_that_node() {
     )
     .await;
     let (t, _, _) = ingested(&g, "acme").await;
-    let n = call(
-        &g,
-        &t,
-        "graph_neighbors",
-        json!({"entity": "billing-worker"}),
-    )
-    .await;
+    let n = neighbors(&g, &t, "billing-worker").await;
     let seen = names(&n["nodes"]);
     assert!(!seen.contains(&"MySQL".to_string()), "{seen:?}");
     assert!(seen.contains(&"Kafka".to_string()), "{seen:?}");
-    let n = call(
-        &g,
-        &t,
-        "graph_neighbors",
-        json!({"entity": "UserRepository"}),
-    )
-    .await;
+    let n = neighbors(&g, &t, "UserRepository").await;
     let postgres = node_id(&n["nodes"], "PostgresDB");
     assert_eq!(
         denied_and_replayed(&g)
@@ -712,21 +699,9 @@ async fn a_forbid_on_one_name_or_one_uid_hides_only_that_node() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(g.gw.pep.current().node_reads.uid);
-    let n = call(
-        &g,
-        &t,
-        "graph_neighbors",
-        json!({"entity": "UserRepository"}),
-    )
-    .await;
+    let n = neighbors(&g, &t, "UserRepository").await;
     assert_eq!(names(&n["nodes"]), vec!["AuthService", "UserRepository"]);
-    let n = call(
-        &g,
-        &t,
-        "graph_neighbors",
-        json!({"entity": "billing-worker"}),
-    )
-    .await;
+    let n = neighbors(&g, &t, "billing-worker").await;
     assert!(names(&n["nodes"]).contains(&"MySQL".to_string()));
     assert_eq!(
         denied_and_replayed(&g)
@@ -1083,13 +1058,7 @@ async fn shadow_mode_decides_each_node_under_the_candidate() {
         .await;
     assert_eq!(status, 200, "{body}");
 
-    let n = call(
-        &g,
-        &t,
-        "graph_neighbors",
-        json!({"entity": "billing-worker"}),
-    )
-    .await;
+    let n = neighbors(&g, &t, "billing-worker").await;
     let mysql = node_id(&n["nodes"], "MySQL");
     assert!(names(&n["nodes"]).len() > 2, "{n}");
 

@@ -294,6 +294,14 @@ async fn serve<S: Subscriber>(
     }
 }
 
+/// Queues a subscriber's rows on the writer (a call never waits on them).
+async fn enqueue(store: &Store, ops: Vec<WriteOp>) -> Result<(), String> {
+    if ops.is_empty() {
+        return Ok(());
+    }
+    store.writer().enqueue(ops).await.map_err(|e| e.to_string())
+}
+
 fn text(s: &str) -> SqlValue {
     SqlValue::Text(s.to_string())
 }
@@ -390,14 +398,7 @@ impl Subscriber for TaskInstances {
                 ],
             });
         }
-        if ops.is_empty() {
-            return Ok(());
-        }
-        self.0
-            .writer()
-            .enqueue(ops)
-            .await
-            .map_err(|e| e.to_string())
+        enqueue(&self.0, ops).await
     }
 }
 
@@ -427,11 +428,7 @@ impl Subscriber for AuditRecords {
                 ],
             });
         }
-        self.0
-            .writer()
-            .enqueue(ops)
-            .await
-            .map_err(|e| e.to_string())
+        enqueue(&self.0, ops).await
     }
 }
 
@@ -470,14 +467,7 @@ impl Subscriber for CostEvents {
                 }
             })
             .collect();
-        if ops.is_empty() {
-            return Ok(());
-        }
-        self.0
-            .writer()
-            .enqueue(ops)
-            .await
-            .map_err(|e| e.to_string())
+        enqueue(&self.0, ops).await
     }
 }
 

@@ -386,14 +386,12 @@ pub fn project(ty: &ArgType, v: &Value) -> Option<Value> {
         },
         ArgType::Bool => v.as_bool().map(Value::Bool),
         ArgType::Decimal => decimal(v),
-        ArgType::Set(elem) => {
-            let items = v.as_array()?;
-            let mut out = Vec::with_capacity(items.len());
-            for item in items {
-                out.push(project(elem, item)?);
-            }
-            Some(Value::Array(out))
-        }
+        ArgType::Set(elem) => v
+            .as_array()?
+            .iter()
+            .map(|item| project(elem, item))
+            .collect::<Option<Vec<_>>>()
+            .map(Value::Array),
         ArgType::Record(attrs) => {
             let obj = v.as_object()?;
             let mut out = Map::new();
@@ -427,14 +425,12 @@ pub fn restricted(ty: &ArgType, v: &Value) -> Option<RestrictedExpression> {
             .pointer("/__extn/arg")
             .and_then(Value::as_str)
             .map(RestrictedExpression::new_decimal),
-        ArgType::Set(elem) => {
-            let items = v.as_array()?;
-            let mut out = Vec::with_capacity(items.len());
-            for item in items {
-                out.push(restricted(elem, item)?);
-            }
-            Some(RestrictedExpression::new_set(out))
-        }
+        ArgType::Set(elem) => v
+            .as_array()?
+            .iter()
+            .map(|item| restricted(elem, item))
+            .collect::<Option<Vec<_>>>()
+            .map(RestrictedExpression::new_set),
         ArgType::Record(attrs) => {
             let obj = v.as_object()?;
             let mut out = Vec::with_capacity(obj.len());
