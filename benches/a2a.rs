@@ -18,8 +18,12 @@
 //! runtimes (2, 1 and 1 worker threads) and speak HTTP/1.1 keep-alive over
 //! loopback through a minimal client (one connection per concurrent
 //! worker), so the client costs as little of the shared CPU as possible.
+//! The direct, forwarded and gateway runs take turns in `BENCH_ROUNDS`
+//! rounds (default 5), so a change in the machine's speed during the run
+//! weighs on all three alike instead of on whichever ran last.
 //! Knobs: `BENCH_ITERS` (requests per worker at concurrency 1; default
-//! 2000), `BENCH_CONC` (comma-separated concurrencies; default `1,16`).
+//! 2000), `BENCH_CONC` (comma-separated concurrencies; default `1,16`),
+//! `BENCH_ROUNDS`.
 //! After the table, the CPU each thread group spent per request (from
 //! procfs): with all of it on two shared cores, this is what bounds the
 //! latency at concurrency 16.
@@ -365,19 +369,42 @@ fn cpu_by_thread() -> std::collections::BTreeMap<String, f64> {
     out
 }
 
-/// CPU µs per request of each thread group between two readings.
-fn cpu_per_request(
-    before: &std::collections::BTreeMap<String, f64>,
-    after: &std::collections::BTreeMap<String, f64>,
+/// CPU each thread group spent on one target, summed over its rounds.
+struct Cpu {
+    us: std::collections::BTreeMap<String, f64>,
     requests: usize,
-) -> String {
-    after
-        .iter()
-        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
-        .filter(|(_, d)| *d > 0.0)
-        .map(|(k, d)| format!("{k} {:.0}", d / requests.max(1) as f64))
-        .collect::<Vec<_>>()
-        .join(", ")
+}
+
+impl Cpu {
+    fn new() -> Cpu {
+        Cpu {
+            us: std::collections::BTreeMap::new(),
+            requests: 0,
+        }
+    }
+
+    /// Adds what was spent between two readings on `requests` requests.
+    fn add(
+        &mut self,
+        before: &std::collections::BTreeMap<String, f64>,
+        after: &std::collections::BTreeMap<String, f64>,
+        requests: usize,
+    ) {
+        for (k, v) in after {
+            *self.us.entry(k.clone()).or_insert(0.0) += v - before.get(k).copied().unwrap_or(0.0);
+        }
+        self.requests += requests;
+    }
+
+    /// `group µs` per request, for every group that spent any.
+    fn per_request(&self) -> String {
+        self.us
+            .iter()
+            .filter(|(_, d)| **d > 0.0)
+            .map(|(k, d)| format!("{k} {:.0}", d / self.requests.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// A target: where to POST, with which headers and body, and what the
@@ -402,7 +429,7 @@ fn sent(conc: usize, per_worker: usize) -> usize {
 }
 
 /// `conc` workers, `per_worker` requests each (after 10% warm-up).
-async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Stats> {
+async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Vec<Duration>> {
     let mut tasks = Vec::new();
     for _ in 0..conc {
         let t = t.clone();
@@ -430,7 +457,7 @@ async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Stats> {
     for t in tasks {
         all.extend(t.await??);
     }
-    Ok(stats(all))
+    Ok(all)
 }
 
 fn main() -> Res<()> {
@@ -447,6 +474,11 @@ fn main() -> Res<()> {
         .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
         .filter(|v: &Vec<usize>| !v.is_empty())
         .unwrap_or_else(|| vec![1, 16]);
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(5);
     let srv = runtime("srv", 2)?;
     let peer_rt = runtime("peer", 1)?;
     let cli = runtime("cli", 1)?;
@@ -529,13 +561,23 @@ fn main() -> Res<()> {
         } else {
             (iters / 4).max(50)
         };
-        let c0 = cpu_by_thread();
-        let d = cli.block_on(run(&direct, conc, per))?;
-        let c1 = cpu_by_thread();
-        let f = cli.block_on(run(&forwarded, conc, per))?;
-        let c2 = cpu_by_thread();
-        let g = cli.block_on(run(&via_gateway, conc, per))?;
-        let c3 = cpu_by_thread();
+        // The three targets take turns, `rounds` times, so a drift in the
+        // machine's speed during the run weighs on all three alike.
+        let per_round = (per / rounds).max(10);
+        let (mut d, mut f, mut g) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut cpu_d, mut cpu_f, mut cpu_g) = (Cpu::new(), Cpu::new(), Cpu::new());
+        for _ in 0..rounds {
+            for (target, lat, cpu) in [
+                (&direct, &mut d, &mut cpu_d),
+                (&forwarded, &mut f, &mut cpu_f),
+                (&via_gateway, &mut g, &mut cpu_g),
+            ] {
+                let before = cpu_by_thread();
+                lat.extend(cli.block_on(run(target, conc, per_round))?);
+                cpu.add(&before, &cpu_by_thread(), sent(conc, per_round));
+            }
+        }
+        let (d, f, g) = (stats(d), stats(f), stats(g));
         row(&format!("direct SendMessage to the peer, c={conc}"), &d);
         row(&format!("bare axum→reqwest forwarder, c={conc}"), &f);
         row(&format!("tools/call through the gateway, c={conc}"), &g);
@@ -548,9 +590,9 @@ fn main() -> Res<()> {
         );
         cpu_lines.push(format!(
             "  c={conc} direct: {}\n  c={conc} forwarder: {}\n  c={conc} gateway: {}",
-            cpu_per_request(&c0, &c1, sent(conc, per)),
-            cpu_per_request(&c1, &c2, sent(conc, per)),
-            cpu_per_request(&c2, &c3, sent(conc, per))
+            cpu_d.per_request(),
+            cpu_f.per_request(),
+            cpu_g.per_request()
         ));
         println!(
             "{:<44} {:>6} {:>10.0} {:>10.0}   (goal: ≤ 1000 µs added at p50)",
@@ -561,7 +603,7 @@ fn main() -> Res<()> {
         );
     }
     let per = (iters / 4).max(100);
-    let l = cli.block_on(run(&list_big, 1, per))?;
+    let l = stats(cli.block_on(run(&list_big, 1, per))?);
     row(&format!("tools/list, {BIG_SKILLS} A2A skills, c=1"), &l);
     println!("{:<44} {:>6} {:>10} {:>10}", "  goal", "", "", "≤ 2000");
     if !cpu_lines.is_empty() {
