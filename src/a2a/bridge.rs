@@ -106,44 +106,97 @@ pub fn request_body(
     args: &Value,
     session_id: &str,
 ) -> Value {
-    let id = uuid::Uuid::now_v7().to_string();
-    let message_id = uuid::Uuid::new_v4().to_string();
-    let metadata = json!({ "skillId": skill_id });
-    match version {
-        ProtocolVersion::V0_3 => json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "method": "message/send",
-            "params": {
-                "message": {
-                    "kind": "message",
-                    "messageId": message_id,
-                    "role": "user",
-                    "skill": { "skillId": skill_id },
-                    "parts": [ { "kind": "data", "data": args } ],
-                    "metadata": metadata,
+    serde_json::to_value(Request::new(version, skill_id, args, session_id)).unwrap_or_default()
+}
+
+/// The JSON-RPC request of one call, borrowing what it sends: serialized
+/// straight to bytes, without building a JSON tree first.
+#[derive(serde::Serialize)]
+struct Request<'a> {
+    jsonrpc: &'static str,
+    id: String,
+    method: &'static str,
+    params: Params<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Params<'a> {
+    message: Message<'a>,
+    metadata: Metadata<'a>,
+    correlation_id: &'a str,
+    task_id: &'a str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Message<'a> {
+    /// 0.3 tags the object: `"kind": "message"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    message_id: String,
+    role: &'static str,
+    /// 0.3 names the skill on the message too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skill: Option<Skill<'a>>,
+    parts: [DataPart<'a>; 1],
+    metadata: Metadata<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Skill<'a> {
+    skill_id: &'a str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Metadata<'a> {
+    skill_id: &'a str,
+}
+
+/// The arguments as one data part: 0.3 `{"kind":"data","data":…}`, 1.0
+/// `{"data":…,"mediaType":"application/json"}`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DataPart<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    data: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    media_type: Option<&'static str>,
+}
+
+impl<'a> Request<'a> {
+    fn new(
+        version: ProtocolVersion,
+        skill_id: &'a str,
+        args: &'a Value,
+        session_id: &'a str,
+    ) -> Self {
+        let old = version == ProtocolVersion::V0_3;
+        Request {
+            jsonrpc: "2.0",
+            id: uuid::Uuid::now_v7().to_string(),
+            method: if old { "message/send" } else { "SendMessage" },
+            params: Params {
+                message: Message {
+                    kind: old.then_some("message"),
+                    message_id: uuid::Uuid::new_v4().to_string(),
+                    role: if old { "user" } else { "ROLE_USER" },
+                    skill: old.then_some(Skill { skill_id }),
+                    parts: [DataPart {
+                        kind: old.then_some("data"),
+                        data: args,
+                        media_type: (!old).then_some("application/json"),
+                    }],
+                    metadata: Metadata { skill_id },
                 },
-                "metadata": metadata,
-                "correlationId": session_id,
-                "taskId": session_id,
-            }
-        }),
-        ProtocolVersion::V1_0 => json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "messageId": message_id,
-                    "role": "ROLE_USER",
-                    "parts": [ { "data": args, "mediaType": "application/json" } ],
-                    "metadata": metadata,
-                },
-                "metadata": metadata,
-                "correlationId": session_id,
-                "taskId": session_id,
-            }
-        }),
+                metadata: Metadata { skill_id },
+                correlation_id: session_id,
+                task_id: session_id,
+            },
+        }
     }
 }
 
@@ -179,12 +232,12 @@ async fn send_inner(
         .acquire()
         .await
         .map_err(|_| BridgeError::new(TRANSPORT, "the bridge is shutting down"))?;
-    let body = request_body(out.target.version, out.skill_id, out.args, out.session_id);
+    let body = Request::new(out.target.version, out.skill_id, out.args, out.session_id);
     let bytes = serde_json::to_vec(&body)
         .map_err(|e| BridgeError::new(TRANSPORT, format!("cannot encode the request: {e}")))?;
     let request_bytes = bytes.len();
     let mut req = client
-        .post(&out.target.interface_url)
+        .post(out.target.interface.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(reqwest::header::ACCEPT, "application/json")
         .body(bytes);
@@ -516,5 +569,53 @@ mod tests {
         assert!(new["params"]["message"]["parts"][0].get("kind").is_none());
         assert_eq!(new["params"]["message"]["role"], "ROLE_USER");
         assert_eq!(new["params"]["metadata"]["skillId"], "deploy");
+    }
+
+    #[test]
+    fn requests_are_exactly_the_documented_shape() {
+        let args = json!({"branch": "main", "n": 2});
+        let without_ids = |mut v: Value| {
+            assert!(v["id"].as_str().is_some_and(|s| s.len() == 36), "{v}");
+            assert!(
+                v["params"]["message"]["messageId"]
+                    .as_str()
+                    .is_some_and(|s| s.len() == 36),
+                "{v}"
+            );
+            v["id"] = Value::Null;
+            v["params"]["message"]["messageId"] = Value::Null;
+            v
+        };
+        assert_eq!(
+            without_ids(request_body(ProtocolVersion::V0_3, "deploy", &args, "s-1")),
+            json!({
+                "jsonrpc": "2.0", "id": null, "method": "message/send",
+                "params": {
+                    "message": {
+                        "kind": "message", "messageId": null, "role": "user",
+                        "skill": {"skillId": "deploy"},
+                        "parts": [{"kind": "data", "data": {"branch": "main", "n": 2}}],
+                        "metadata": {"skillId": "deploy"}
+                    },
+                    "metadata": {"skillId": "deploy"},
+                    "correlationId": "s-1", "taskId": "s-1"
+                }
+            })
+        );
+        assert_eq!(
+            without_ids(request_body(ProtocolVersion::V1_0, "deploy", &args, "s-1")),
+            json!({
+                "jsonrpc": "2.0", "id": null, "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": null, "role": "ROLE_USER",
+                        "parts": [{"data": {"branch": "main", "n": 2}, "mediaType": "application/json"}],
+                        "metadata": {"skillId": "deploy"}
+                    },
+                    "metadata": {"skillId": "deploy"},
+                    "correlationId": "s-1", "taskId": "s-1"
+                }
+            })
+        );
     }
 }

@@ -452,8 +452,11 @@ pub struct PeerTarget {
     pub name: String,
     /// Registered base URL (the `PeerAgent`'s `url`).
     pub base_url: String,
-    /// Interface URL the card declares for the chosen version.
+    /// Interface URL the card declares for the chosen version, as declared
+    /// (what events carry).
     pub interface_url: String,
+    /// The same URL parsed once, for every call to send to.
+    pub interface: reqwest::Url,
     /// Chosen protocol generation.
     pub version: ProtocolVersion,
     /// Credential source.
@@ -503,6 +506,10 @@ impl OrgPeers {
             let Ok(iface) = parsed.choose(row.pinned_version) else {
                 continue;
             };
+            // Card validation accepted only URLs that parse.
+            let Ok(interface) = reqwest::Url::parse(&iface.url) else {
+                continue;
+            };
             let target = Arc::new(PeerTarget {
                 card_id: row.id.clone(),
                 org_id: row.org_id.clone(),
@@ -510,6 +517,7 @@ impl OrgPeers {
                 name: row.name.clone(),
                 base_url: row.url.clone(),
                 interface_url: iface.url.clone(),
+                interface,
                 version: iface.version,
                 auth: row.auth.clone(),
             });
