@@ -123,7 +123,7 @@ struct Request<'a> {
 #[serde(rename_all = "camelCase")]
 struct Params<'a> {
     message: Message<'a>,
-    metadata: Metadata<'a>,
+    metadata: SkillRef<'a>,
     correlation_id: &'a str,
     task_id: &'a str,
 }
@@ -138,20 +138,16 @@ struct Message<'a> {
     role: &'static str,
     /// 0.3 names the skill on the message too.
     #[serde(skip_serializing_if = "Option::is_none")]
-    skill: Option<Skill<'a>>,
+    skill: Option<SkillRef<'a>>,
     parts: [DataPart<'a>; 1],
-    metadata: Metadata<'a>,
+    metadata: SkillRef<'a>,
 }
 
+/// `{"skillId": …}`: the message's and the request's `metadata`, and the
+/// 0.3 message's `skill`.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Skill<'a> {
-    skill_id: &'a str,
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Metadata<'a> {
+struct SkillRef<'a> {
     skill_id: &'a str,
 }
 
@@ -184,15 +180,15 @@ impl<'a> Request<'a> {
                     kind: old.then_some("message"),
                     message_id: uuid::Uuid::new_v4().to_string(),
                     role: if old { "user" } else { "ROLE_USER" },
-                    skill: old.then_some(Skill { skill_id }),
+                    skill: old.then_some(SkillRef { skill_id }),
                     parts: [DataPart {
                         kind: old.then_some("data"),
                         data: args,
                         media_type: (!old).then_some("application/json"),
                     }],
-                    metadata: Metadata { skill_id },
+                    metadata: SkillRef { skill_id },
                 },
-                metadata: Metadata { skill_id },
+                metadata: SkillRef { skill_id },
                 correlation_id: session_id,
                 task_id: session_id,
             },
