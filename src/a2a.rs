@@ -21,6 +21,7 @@ pub mod bridge;
 pub mod card;
 pub mod hooks;
 pub mod registry;
+pub mod tool;
 
 use std::collections::HashSet;
 use std::sync::Arc;

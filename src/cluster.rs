@@ -97,10 +97,10 @@ pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
     gw.store.read(move |c| instances::upsert(c, &row)).await?;
     if !gw.cluster.is_ready() {
         // MCP sessions ended on any instance (or before a restart).
-        let since = crate::mcp::streamable::remembered_since();
+        let since = crate::mcp::terminated::remembered_since();
         let ids = gw
             .store
-            .read(move |c| crate::mcp::streamable::load_terminations(c, &since))
+            .read(move |c| crate::store::terminations::load_since(c, &since))
             .await?;
         ids.iter().for_each(|sid| gw.terminated.remember(sid));
     }
@@ -213,10 +213,10 @@ pub fn start_listener(gw: &Arc<Gateway>) -> Option<Listener> {
         };
         if change == Change::Everything {
             // Terminations published while this listener was away.
-            let since = crate::mcp::streamable::remembered_since();
+            let since = crate::mcp::terminated::remembered_since();
             match gw
                 .store
-                .read_blocking(|c| crate::mcp::streamable::load_terminations(c, &since))
+                .read_blocking(|c| crate::store::terminations::load_since(c, &since))
             {
                 Ok(ids) => ids.iter().for_each(|sid| gw.terminated.remember(sid)),
                 Err(e) => tracing::warn!(error = %e, "cannot reload MCP session terminations"),

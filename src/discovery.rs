@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::gateway::Gateway;
-use crate::mcp::{SERVER_NAME, protocol, sse};
+use crate::mcp::initialize::SERVER_NAME;
+use crate::mcp::{protocol, sse};
 
 /// Path of the descriptor.
 pub const PATH: &str = "/.well-known/mcp.json";
@@ -28,7 +29,7 @@ fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .filter(|h| {
-            let name = crate::mcp::host_name(h);
+            let name = crate::mcp::admission::host_name(h);
             allowed
                 .iter()
                 .any(|a| a == "*" || a.eq_ignore_ascii_case(name))

@@ -19,7 +19,7 @@ use crate::policy::entities::{self, EntitySlice};
 use crate::policy::{Pep, PolicyBundle};
 use crate::store::tenants::{self, ApiKey, SessionTenant};
 use crate::store::{Store, StoreError, WriteOp};
-use crate::tools::{Catalog, ToolSpec};
+use crate::tools::{Catalog, ToolAdapter};
 
 /// Most cached keys and session views.
 const CACHE_CAPACITY: u64 = 100_000;
@@ -31,8 +31,9 @@ pub struct SessionView {
     pub tenant: SessionTenant,
     /// The key this view was built for (the `access_session` principal).
     pub key: ApiKey,
-    /// Tools the org and project enable (before Cedar `view_tool`).
-    pub tools: Vec<Arc<ToolSpec>>,
+    /// Tools the org and project enable (before Cedar `view_tool`):
+    /// built-in ones, then the org's A2A tools.
+    pub tools: Vec<Arc<dyn ToolAdapter>>,
     /// Legacy aliases (A2A `a2a_<slug>_<skill>`) → canonical names.
     pub aliases: std::collections::HashMap<String, String>,
     /// The parsed entity slice.
@@ -41,9 +42,9 @@ pub struct SessionView {
 
 impl SessionView {
     /// A tool of this session by canonical name or legacy alias.
-    pub fn tool(&self, name: &str) -> Option<&Arc<ToolSpec>> {
+    pub fn tool(&self, name: &str) -> Option<&Arc<dyn ToolAdapter>> {
         let name = self.aliases.get(name).map(String::as_str).unwrap_or(name);
-        self.tools.iter().find(|t| t.name == name)
+        self.tools.iter().find(|t| t.spec().name == name)
     }
 }
 
@@ -85,12 +86,13 @@ pub struct Gateway {
     pub lifecycle: crate::lifecycle::Lifecycle,
     /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
     pub graphs: Arc<crate::graph::Graphs>,
-    /// Remote A2A peers: registry cache, bridge client, hook bus.
-    pub a2a: A2a,
+    /// Remote A2A peers: registry cache, bridge client, hook bus (shared
+    /// with the A2A tool adapters of every session view).
+    pub a2a: Arc<A2a>,
     /// Open streams of the HTTP+SSE transport.
-    pub streams: crate::mcp::sse::Streams,
+    pub streams: crate::mcp::streams::Streams,
     /// MCP sessions a client terminated with `DELETE`.
-    pub terminated: crate::mcp::streamable::Terminated,
+    pub terminated: crate::mcp::terminated::Terminated,
     /// This instance among those sharing the database.
     pub cluster: crate::cluster::Cluster,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
@@ -111,7 +113,7 @@ impl Gateway {
         catalog: Catalog,
     ) -> Result<Self, String> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
-        let a2a = A2a::new(config.a2a.clone(), store.clone(), ttl)?;
+        let a2a = Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl)?);
         let graphs = Arc::new(
             crate::graph::from_config(&config.graph)
                 .map_err(|e| format!("graph embeddings: {e}"))?,
@@ -133,8 +135,8 @@ impl Gateway {
                 .time_to_live(ttl)
                 .build(),
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
-            streams: crate::mcp::sse::Streams::new(config.sse.clone()),
-            terminated: crate::mcp::streamable::Terminated::default(),
+            streams: crate::mcp::streams::Streams::new(config.sse.clone()),
+            terminated: crate::mcp::terminated::Terminated::default(),
             cluster: crate::cluster::Cluster::default(),
             config,
             store,
@@ -227,8 +229,8 @@ impl Gateway {
         }
         let mut tools = self.catalog.for_session(&tenant);
         let peers = self.a2a.org(&tenant.org.id).await?;
-        tools.extend(peers.tools.iter().map(|t| Arc::clone(&t.spec)));
-        let tool_entities: Vec<_> = tools.iter().map(|t| t.entity()).collect();
+        tools.extend(crate::a2a::tool::adapters(&peers, &self.a2a));
+        let tool_entities: Vec<_> = tools.iter().map(|t| t.spec().entity()).collect();
         let peer_entities: Vec<_> = peers
             .peers
             .iter()

@@ -28,6 +28,10 @@ use serde::Serialize;
 
 pub use load::{PolicyLoadError, SourceDiagnostic, load_bundle};
 
+/// An entity uid, as the rest of the gateway names principals and
+/// resources (only this module speaks `cedar_policy`).
+pub type Uid = cedar_policy::EntityUid;
+
 /// Cedar namespace of the gateway vocabulary.
 pub const NAMESPACE: &str = "Gateway";
 

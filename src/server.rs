@@ -51,7 +51,7 @@ pub enum StartError {
 
 /// Loads policies, opens the store and records the active policy set.
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
-    let catalog = Catalog::builtin().map_err(StartError::Catalog)?;
+    let catalog = Catalog::builtin().map_err(|e| StartError::Catalog(e.to_string()))?;
     let (bundle, tests) = load_candidate(
         &config.schema_file,
         &config.policies_dir,
@@ -89,20 +89,7 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/api/sessions", post(crate::daemon::open_session))
-        .route(
-            "/api/mcp/{session_id}",
-            post(crate::mcp::post_endpoint)
-                .get(crate::mcp::get_endpoint)
-                .delete(crate::mcp::streamable::delete_endpoint),
-        )
-        .route(
-            "/api/mcp/{session_id}/sse",
-            get(crate::mcp::sse::open_stream),
-        )
-        .route(
-            "/api/mcp/{session_id}/messages",
-            post(crate::mcp::sse::post_message),
-        )
+        .merge(crate::mcp::router::routes())
         .route(crate::discovery::PATH, get(crate::discovery::well_known));
     if gw.config.lifecycle.metrics {
         router = router.route("/metrics", get(metrics));

@@ -18,6 +18,7 @@ pub mod notify;
 pub mod observations;
 pub mod shadow;
 pub mod tenants;
+pub mod terminations;
 pub mod writer;
 
 use std::path::PathBuf;

@@ -151,7 +151,7 @@ async fn post(
 async fn until(
     g: &TestGateway,
     what: &str,
-    cond: impl Fn(cedargate::mcp::sse::StreamStats) -> bool,
+    cond: impl Fn(cedargate::mcp::streams::StreamStats) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::card::{self, ParsedCard, ProtocolVersion};
 use crate::store::StoreError;
-use crate::tools::{Adapter, ToolSpec};
+use crate::tools::ToolSpec;
 
 /// Longest secret accepted from an environment variable or file.
 const MAX_SECRET_BYTES: usize = 8 * 1024;
@@ -542,7 +542,6 @@ impl OrgPeers {
                     card::input_schema(skill),
                     "a2a",
                     false,
-                    Adapter::A2a,
                 ) {
                     Ok(s) => s.with_peer(&row.slug),
                     Err(e) => {

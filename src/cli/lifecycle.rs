@@ -151,7 +151,7 @@ pub struct VerifyArgs {
 }
 
 fn catalog() -> Result<Catalog, String> {
-    Catalog::builtin()
+    Catalog::builtin().map_err(|e| e.to_string())
 }
 
 /// Runs a `policy` command.

@@ -1,6 +1,8 @@
-//! Streamable HTTP details of the session endpoint that clients rely on:
-//! the `Mcp-Session-Id` header, SSE-framed answers for clients that accept
-//! only `text/event-stream`, and `DELETE` to terminate the MCP session.
+//! The Streamable HTTP transport of the session endpoint: `POST` answers
+//! the JSON-RPC messages of its body, `GET` offers no server stream (405),
+//! `DELETE` terminates the MCP session. Details clients rely on: the
+//! `Mcp-Session-Id` header, SSE-framed answers for clients that accept
+//! only `text/event-stream`.
 //!
 //! The gateway session in the path is authoritative: `Mcp-Session-Id` is
 //! always that id. A header naming another session is refused (400), so a
@@ -13,124 +15,76 @@
 //! MCP session.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use moka::sync::Cache;
 
-use super::jsonrpc::Answer;
-use super::{admit_headers, http_error, json_text_response, jsonrpc, resolve};
+use super::admission::{Admitted, read_messages};
+use super::call::resolve;
+use super::dispatch::answer;
+use super::error::McpError;
+use super::jsonrpc::{self, Answer, Message};
 use crate::gateway::Gateway;
-use crate::store::db::Value as SqlValue;
 use crate::store::notify::Change;
-use crate::store::{Conn, StoreError, WriteOp};
+use crate::store::terminations;
 
 /// The session header of Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Most terminated MCP sessions remembered.
-const TERMINATED_CAPACITY: u64 = 100_000;
-
-/// How long a termination is remembered; a client still sending the id
-/// after that is served again (the path is authoritative anyway).
-const TERMINATED_TTL: Duration = Duration::from_secs(24 * 3600);
-
-/// MCP sessions terminated by `DELETE` and not initialized again.
-#[derive(Debug)]
-pub struct Terminated {
-    sessions: Cache<String, ()>,
+/// `POST /api/mcp/{sessionId}`: answers the body's messages (202 when
+/// none of them expects an answer).
+pub async fn post_endpoint(
+    State(gw): State<Arc<Gateway>>,
+    Path(session_id): Path<String>,
+    admitted: Admitted,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, McpError> {
+    let body = read_messages(&gw, body).await?;
+    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
+    if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
+        call.flush_deferred().await;
+        return Err(refused);
+    }
+    let initialize = body
+        .messages
+        .iter()
+        .any(|m| matches!(m, Message::Request { method, .. } if method == "initialize"));
+    let responses = answer(&call, body.messages).await;
+    if responses.is_empty() {
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
+    let initialized = initialize && initialized(&responses);
+    let text = jsonrpc::body(&responses, body.batch);
+    Ok(respond(&gw, &headers, &session_id, initialized, text))
 }
 
-impl Default for Terminated {
-    fn default() -> Self {
-        Terminated {
-            sessions: Cache::builder()
-                .max_capacity(TERMINATED_CAPACITY)
-                .time_to_live(TERMINATED_TTL)
-                .build(),
-        }
-    }
-}
-
-impl Terminated {
-    fn contains(&self, session_id: &str) -> bool {
-        self.sessions.contains_key(session_id)
-    }
-
-    /// Remembers a termination (made here or on another instance).
-    pub fn remember(&self, session_id: &str) {
-        self.sessions.insert(session_id.to_string(), ());
-    }
-
-    /// Forgets one: a new MCP session started.
-    pub fn forget(&self, session_id: &str) {
-        self.sessions.invalidate(session_id);
-    }
-}
-
-/// The oldest termination still remembered (now minus the TTL).
-pub fn remembered_since() -> String {
-    crate::ids::rfc3339(time::OffsetDateTime::now_utc() - TERMINATED_TTL)
-}
-
-/// Terminations stored since `since` (every instance's).
-pub fn load_terminations(conn: &mut Conn, since: &str) -> Result<Vec<String>, StoreError> {
-    conn.query_map(
-        "SELECT session_id FROM mcp_terminations WHERE terminated_at >= ?1",
-        crate::params![since],
-        |r| r.get(0),
-    )
-}
-
-/// Stores a termination (replacing an older one of the same session).
-fn termination_op(session_id: &str) -> WriteOp {
-    WriteOp::Exec {
-        sql: "INSERT INTO mcp_terminations (session_id, terminated_at) VALUES (?1, ?2)
-              ON CONFLICT (session_id) DO UPDATE SET terminated_at = excluded.terminated_at",
-        params: vec![
-            SqlValue::Text(session_id.to_string()),
-            SqlValue::Text(crate::ids::now_rfc3339()),
-        ],
-    }
-}
-
-/// Forgets a stored termination.
-fn resumption_op(session_id: &str) -> WriteOp {
-    WriteOp::Exec {
-        sql: "DELETE FROM mcp_terminations WHERE session_id = ?1",
-        params: vec![SqlValue::Text(session_id.to_string())],
-    }
+/// `GET /api/mcp/{sessionId}`: no server-initiated stream is offered.
+pub async fn get_endpoint() -> McpError {
+    McpError::NoServerStream
 }
 
 /// Refuses a `Mcp-Session-Id` that names another session (400) or a
-/// terminated MCP session (404), answering with the refusal. Absent is
-/// fine: the path names the session.
-pub(super) fn check_session_header(
+/// terminated MCP session (404). Absent is fine: the path names the
+/// session.
+fn check_session_header(
     gw: &Gateway,
     headers: &HeaderMap,
     session_id: &str,
-) -> Option<Response> {
-    let value = headers.get(SESSION_HEADER)?;
+) -> Result<(), McpError> {
+    let Some(value) = headers.get(SESSION_HEADER) else {
+        return Ok(());
+    };
     let value = value.to_str().unwrap_or("<non-ascii>");
     if value != session_id {
-        return Some(http_error(
-            StatusCode::BAD_REQUEST,
-            jsonrpc::INVALID_REQUEST,
-            format!("`Mcp-Session-Id` `{value}` does not name the session in the path"),
-        ));
+        return Err(McpError::SessionIdMismatch(value.to_string()));
     }
     if gw.terminated.contains(session_id) {
-        return Some(http_error(
-            StatusCode::NOT_FOUND,
-            jsonrpc::SESSION_NOT_FOUND,
-            format!(
-                "MCP session `{session_id}` was terminated; send `initialize` without `Mcp-Session-Id` to start a new one"
-            ),
-        ));
+        return Err(McpError::SessionTerminated(session_id.to_string()));
     }
-    None
+    Ok(())
 }
 
 /// Whether the client accepts only SSE (no `application/json`, no wildcard).
@@ -159,7 +113,7 @@ fn sse_only(headers: &HeaderMap) -> bool {
 /// The 200 answer of a POST: JSON, or one SSE `message` event for clients
 /// that accept only `text/event-stream`. An answer to a successful
 /// `initialize` carries `Mcp-Session-Id` and starts a fresh MCP session.
-pub(super) fn respond(
+fn respond(
     gw: &Arc<Gateway>,
     headers: &HeaderMap,
     session_id: &str,
@@ -177,7 +131,12 @@ pub(super) fn respond(
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         resp
     } else {
-        json_text_response(StatusCode::OK, body)
+        let mut resp = (StatusCode::OK, body).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
     };
     if initialized {
         if gw.terminated.contains(session_id) {
@@ -186,7 +145,12 @@ pub(super) fn respond(
             // client is served here either way).
             let (gw, sid) = (Arc::clone(gw), session_id.to_string());
             tokio::spawn(async move {
-                if let Err(e) = gw.store.writer().submit(vec![resumption_op(&sid)]).await {
+                if let Err(e) = gw
+                    .store
+                    .writer()
+                    .submit(vec![terminations::resume_op(&sid)])
+                    .await
+                {
                     tracing::warn!(error = %e, "cannot record a resumed MCP session");
                 }
                 crate::cluster::publish(&gw, Change::McpResumed(sid)).await;
@@ -200,7 +164,7 @@ pub(super) fn respond(
 }
 
 /// Whether the answers hold a successful `initialize`.
-pub(super) fn initialized(answers: &[Answer]) -> bool {
+fn initialized(answers: &[Answer]) -> bool {
     answers.iter().filter_map(Answer::json).any(|r| {
         r["result"]["protocolVersion"].is_string() && r["result"]["serverInfo"].is_object()
     })
@@ -211,41 +175,25 @@ pub(super) fn initialized(answers: &[Answer]) -> bool {
 pub async fn delete_endpoint(
     State(gw): State<Arc<Gateway>>,
     Path(session_id): Path<String>,
+    admitted: Admitted,
     headers: HeaderMap,
-) -> Response {
-    let version = match admit_headers(&gw, &headers) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
-    let call = match resolve(&gw, &session_id, &headers, version).await {
-        Ok(call) => call,
-        Err(resp) => return resp,
-    };
+) -> Result<Response, McpError> {
+    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
     let refused = check_session_header(&gw, &headers, &session_id);
     call.flush_deferred().await;
-    if let Some(resp) = refused {
-        return resp;
-    }
+    refused?;
     // Every instance refuses the id from now on: stored before the 204,
     // then announced.
-    if let Err(e) = gw
-        .store
-        .writer()
-        .submit(vec![termination_op(&session_id)])
-        .await
-    {
+    let op = terminations::terminate_op(&session_id, &crate::ids::now_rfc3339());
+    if let Err(e) = gw.store.writer().submit(vec![op]).await {
         tracing::error!(error = %e, "cannot record an MCP session termination");
-        return http_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            jsonrpc::INTERNAL_ERROR,
-            "storage unavailable",
-        );
+        return Err(McpError::StorageUnavailable);
     }
     gw.terminated.remember(&session_id);
     crate::cluster::publish(&gw, Change::McpTerminated(session_id.clone())).await;
     let closed = gw.streams.close_session(&session_id);
     tracing::info!(session = %session_id, streams = closed, "MCP session terminated by the client");
-    StatusCode::NO_CONTENT.into_response()
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]

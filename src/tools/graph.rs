@@ -9,7 +9,12 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Value, json};
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Adapter, ToolError, ToolOutput, ToolSpec};
+use super::adapter::{
+    AfterCommit, Executed, Failed, Invocation, ToolAdapter, ToolCall, ToolError, ToolFuture,
+    ToolOutput,
+};
+use super::node_filter::GuardFilter;
+use super::spec::{InvalidSchema, ToolSpec};
 use crate::graph::Graphs;
 use crate::graph::model::{NodeFilter, ProjectGraph};
 use crate::graph::pipeline::{self, Outcome};
@@ -56,103 +61,125 @@ fn context_schema() -> Value {
     })
 }
 
-/// The graph tool specs.
-pub fn specs() -> Result<Vec<ToolSpec>, String> {
+/// The graph tools.
+pub fn adapters() -> Result<Vec<Arc<dyn ToolAdapter>>, InvalidSchema> {
+    let read = |spec: ToolSpec, op| -> Arc<dyn ToolAdapter> {
+        Arc::new(ReadTool {
+            spec: Arc::new(spec),
+            op,
+        })
+    };
+    let write = |spec: ToolSpec, op| -> Arc<dyn ToolAdapter> {
+        Arc::new(WriteTool {
+            spec: Arc::new(spec.writing_graph()),
+            op,
+        })
+    };
     Ok(vec![
-        ToolSpec::new(
-            "graph_query",
-            "Hybrid vector + keyword search over the knowledge graph; returns ranked (source, relationship, target) triplets.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "query": { "type": "string", "minLength": 1, "maxLength": 4096, "description": "Natural-language search phrase." },
-                    "topK": { "type": "integer", "minimum": 1, "maximum": 100, "default": 10, "description": "Maximum seed nodes from search." },
-                    "neighborhoodDepth": { "type": "integer", "minimum": 1, "maximum": 4, "default": 2, "description": "Hops to expand from each seed." },
-                    "context": context_schema()
-                },
-                "required": ["query"]
-            }),
-            "graph",
-            true,
-            Adapter::GraphQuery,
-        )?,
-        ToolSpec::new(
-            "graph_neighbors",
-            "Fetch connected entities up to k hops from a node (by name or UUID).",
-            json!({
-                "type": "object",
-                "properties": {
-                    "entity": { "type": "string", "minLength": 1, "maxLength": 512, "description": "Entity name or UUID." },
-                    "depth": { "type": "integer", "minimum": 0, "maximum": 5, "default": 1, "description": "Hops to expand." },
-                    "relationshipFilter": { "type": "string", "minLength": 1, "maxLength": 128, "description": "Restrict to this relationship type." },
-                    "context": context_schema()
-                },
-                "required": ["entity"]
-            }),
-            "graph",
-            true,
-            Adapter::GraphNeighbors,
-        )?,
-        ToolSpec::new(
-            "graph_path",
-            "Find the shortest path between two entities (BFS); null when none within maxDepth.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "fromEntity": { "type": "string", "minLength": 1, "maxLength": 512, "description": "Start entity name or UUID." },
-                    "toEntity": { "type": "string", "minLength": 1, "maxLength": 512, "description": "End entity name or UUID." },
-                    "maxDepth": { "type": "integer", "minimum": 1, "maximum": 12, "default": 6, "description": "Longest path, in edges." },
-                    "context": context_schema()
-                },
-                "required": ["fromEntity", "toEntity"]
-            }),
-            "graph",
-            true,
-            Adapter::GraphPath,
-        )?,
-        ToolSpec::new(
-            "graph_ingest",
-            "Add new triplets to the knowledge graph: extract entities and relationships from unprocessed observations.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "limit": { "type": "integer", "minimum": 1, "maximum": 1000, "default": 20, "description": "Most observations to process." },
-                    "context": context_schema()
-                }
-            }),
-            "graph",
-            false,
-            Adapter::GraphIngest,
-        )?,
-        ToolSpec::new(
-            "graph_improve",
-            "Update EMA feedback weights on existing nodes and triplets from a session outcome.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "sessionId": { "type": "string", "minLength": 1, "maxLength": 128, "description": "Session whose outcome this is." },
-                    "outcome": { "type": "string", "enum": ["accepted", "rework", "rejected"], "description": "accepted: toward 1.0; rework: toward 0.5; rejected: toward 0.0." },
-                    "usedNodeIds": { "type": "array", "maxItems": 1000, "items": { "type": "string", "maxLength": 128 }, "default": [] },
-                    "usedEdgeKeys": {
-                        "type": "array", "maxItems": 1000, "default": [],
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "sourceId": { "type": "string", "maxLength": 128 },
-                                "targetId": { "type": "string", "maxLength": 128 },
-                                "relationshipName": { "type": "string", "maxLength": 128 }
-                            },
-                            "required": ["sourceId", "targetId", "relationshipName"]
-                        }
+        read(
+            ToolSpec::new(
+                "graph_query",
+                "Hybrid vector + keyword search over the knowledge graph; returns ranked (source, relationship, target) triplets.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "query": { "type": "string", "minLength": 1, "maxLength": 4096, "description": "Natural-language search phrase." },
+                        "topK": { "type": "integer", "minimum": 1, "maximum": 100, "default": 10, "description": "Maximum seed nodes from search." },
+                        "neighborhoodDepth": { "type": "integer", "minimum": 1, "maximum": 4, "default": 2, "description": "Hops to expand from each seed." },
+                        "context": context_schema()
                     },
-                    "context": context_schema()
-                },
-                "required": ["outcome"]
-            }),
-            "graph",
-            false,
-            Adapter::GraphImprove,
-        )?,
+                    "required": ["query"]
+                }),
+                "graph",
+                true,
+            )?,
+            Read::Query,
+        ),
+        read(
+            ToolSpec::new(
+                "graph_neighbors",
+                "Fetch connected entities up to k hops from a node (by name or UUID).",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "entity": { "type": "string", "minLength": 1, "maxLength": 512, "description": "Entity name or UUID." },
+                        "depth": { "type": "integer", "minimum": 0, "maximum": 5, "default": 1, "description": "Hops to expand." },
+                        "relationshipFilter": { "type": "string", "minLength": 1, "maxLength": 128, "description": "Restrict to this relationship type." },
+                        "context": context_schema()
+                    },
+                    "required": ["entity"]
+                }),
+                "graph",
+                true,
+            )?,
+            Read::Neighbors,
+        ),
+        read(
+            ToolSpec::new(
+                "graph_path",
+                "Find the shortest path between two entities (BFS); null when none within maxDepth.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "fromEntity": { "type": "string", "minLength": 1, "maxLength": 512, "description": "Start entity name or UUID." },
+                        "toEntity": { "type": "string", "minLength": 1, "maxLength": 512, "description": "End entity name or UUID." },
+                        "maxDepth": { "type": "integer", "minimum": 1, "maximum": 12, "default": 6, "description": "Longest path, in edges." },
+                        "context": context_schema()
+                    },
+                    "required": ["fromEntity", "toEntity"]
+                }),
+                "graph",
+                true,
+            )?,
+            Read::Path,
+        ),
+        write(
+            ToolSpec::new(
+                "graph_ingest",
+                "Add new triplets to the knowledge graph: extract entities and relationships from unprocessed observations.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "limit": { "type": "integer", "minimum": 1, "maximum": 1000, "default": 20, "description": "Most observations to process." },
+                        "context": context_schema()
+                    }
+                }),
+                "graph",
+                false,
+            )?,
+            Write::Ingest,
+        ),
+        write(
+            ToolSpec::new(
+                "graph_improve",
+                "Update EMA feedback weights on existing nodes and triplets from a session outcome.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "sessionId": { "type": "string", "minLength": 1, "maxLength": 128, "description": "Session whose outcome this is." },
+                        "outcome": { "type": "string", "enum": ["accepted", "rework", "rejected"], "description": "accepted: toward 1.0; rework: toward 0.5; rejected: toward 0.0." },
+                        "usedNodeIds": { "type": "array", "maxItems": 1000, "items": { "type": "string", "maxLength": 128 }, "default": [] },
+                        "usedEdgeKeys": {
+                            "type": "array", "maxItems": 1000, "default": [],
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "sourceId": { "type": "string", "maxLength": 128 },
+                                    "targetId": { "type": "string", "maxLength": 128 },
+                                    "relationshipName": { "type": "string", "maxLength": 128 }
+                                },
+                                "required": ["sourceId", "targetId", "relationshipName"]
+                            }
+                        },
+                        "context": context_schema()
+                    },
+                    "required": ["outcome"]
+                }),
+                "graph",
+                false,
+            )?,
+            Write::Improve,
+        ),
     ])
 }
 
@@ -366,9 +393,11 @@ impl PendingWrite {
             .map(|w| WriteOp::Graph(Box::new(w.clone())))
             .collect()
     }
+}
 
+impl AfterCommit for PendingWrite {
     /// Applies the committed write to the view and releases the lock.
-    pub fn apply(self) {
+    fn apply(self: Box<Self>) {
         if let Some(w) = &self.write {
             match self.view.write() {
                 Ok(mut g) => pipeline::apply(&mut g, w),
@@ -486,4 +515,94 @@ pub async fn improve(
             write,
         },
     ))
+}
+
+/// Which graph read a [`ReadTool`] runs.
+#[derive(Debug, Clone, Copy)]
+enum Read {
+    Query,
+    Neighbors,
+    Path,
+}
+
+/// `graph_query`, `graph_neighbors`, `graph_path`: every node they return
+/// passed `read_node`; the call's per-node decisions commit as one record.
+#[derive(Debug)]
+struct ReadTool {
+    spec: Arc<ToolSpec>,
+    op: Read,
+}
+
+impl ToolAdapter for ReadTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+
+    fn execute<'a>(
+        &'a self,
+        inv: &'a Invocation<'a>,
+        call: ToolCall<'a>,
+    ) -> ToolFuture<'a, Result<Executed, Failed>> {
+        Box::pin(async move {
+            let (graphs, store, tenant, args) = (inv.graphs, inv.store, inv.tenant, call.args);
+            let mut filter = GuardFilter::new(inv.node_guard());
+            let out = match self.op {
+                Read::Query => query(graphs, store, tenant, args, &mut filter).await,
+                Read::Neighbors => neighbors(graphs, store, tenant, args, &mut filter).await,
+                Read::Path => path(graphs, store, tenant, args, &mut filter).await,
+            };
+            let ops: Vec<WriteOp> = filter
+                .record()
+                .map(|r| WriteOp::Decision(Box::new(r)))
+                .into_iter()
+                .collect();
+            match out {
+                Ok(output) => Ok(Executed::summarized(output, ops)),
+                Err(e) => Err(Failed::tool(e, ops)),
+            }
+        })
+    }
+}
+
+/// Which graph write a [`WriteTool`] plans.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Ingest,
+    Improve,
+}
+
+/// `graph_ingest`, `graph_improve`: the write is planned under the
+/// project's write lock, committed with the call's records, then applied
+/// to the in-memory view.
+#[derive(Debug)]
+struct WriteTool {
+    spec: Arc<ToolSpec>,
+    op: Write,
+}
+
+impl ToolAdapter for WriteTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+
+    fn execute<'a>(
+        &'a self,
+        inv: &'a Invocation<'a>,
+        call: ToolCall<'a>,
+    ) -> ToolFuture<'a, Result<Executed, Failed>> {
+        Box::pin(async move {
+            let planned = match self.op {
+                Write::Ingest => ingest(inv.graphs, inv.store, inv.tenant, call.args).await,
+                Write::Improve => improve(inv.graphs, inv.store, inv.tenant, call.args).await,
+            };
+            match planned {
+                Ok((output, pending)) => {
+                    let mut done = Executed::summarized(output, pending.ops());
+                    done.after_commit = Some(Box::new(pending));
+                    Ok(done)
+                }
+                Err(e) => Err(Failed::tool(e, Vec::new())),
+            }
+        })
+    }
 }

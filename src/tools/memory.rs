@@ -7,15 +7,20 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Adapter, ToolError, ToolOutput, ToolSpec};
-use crate::store::Store;
+use super::adapter::{
+    Executed, Failed, Invocation, ToolAdapter, ToolCall, ToolError, ToolFuture, ToolOutput,
+};
+use super::node_filter::GuardFilter;
+use super::spec::{InvalidSchema, ToolSpec};
+use crate::store::decisions::NewDecision;
 use crate::store::observations::{self, NewObservation, ObservationHit};
 use crate::store::tenants::SessionTenant;
+use crate::store::{Store, WriteOp};
 
 /// Token budget per `workType` (tokens are estimated as characters / 4).
 /// Unknown work types get [`DEFAULT_BUDGET`].
@@ -75,41 +80,108 @@ pub trait RecallSource: Send + Sync + std::fmt::Debug {
     ) -> RecallFuture<'a>;
 }
 
-/// The memory tool specs, with the seed's input schemas.
-pub fn specs() -> Result<Vec<ToolSpec>, String> {
+/// Triplets recall asks the graph for.
+const RECALL_TOP_K: usize = 10;
+/// Hops recall expands.
+const RECALL_DEPTH: usize = 1;
+/// Most graph items offered to recall's budget.
+const RECALL_ITEMS: usize = 20;
+
+/// The memory tools, with the seed's input schemas.
+pub fn adapters() -> Result<Vec<Arc<dyn ToolAdapter>>, InvalidSchema> {
+    let recall = ToolSpec::new(
+        "af_memory_recall",
+        "Recall relevant observations from agent memory.",
+        json!({
+            "type": "object",
+            "properties": {
+                "query": { "type": "string", "minLength": 1, "maxLength": 4096, "description": "Natural-language search phrase or question." },
+                "workType": { "type": "string", "minLength": 1, "maxLength": 64, "description": "Work type - drives observation token budget (e.g. bug_fix, feature, refactor)." }
+            },
+            "required": ["query", "workType"]
+        }),
+        "memory",
+        true,
+    )?;
+    let remember = ToolSpec::new(
+        "af_memory_remember",
+        "Store a new observation into agent memory.",
+        json!({
+            "type": "object",
+            "properties": {
+                "content": { "type": "string", "minLength": 1, "maxLength": 32768, "description": "The observation text to store." },
+                "type": { "type": "string", "maxLength": 64, "description": "Observation type (e.g. pattern, decision, constraint)." },
+                "confidence": { "type": "number", "minimum": 0, "maximum": 1, "description": "Confidence score 0-1." }
+            },
+            "required": ["content"]
+        }),
+        "memory",
+        false,
+    )?;
     Ok(vec![
-        ToolSpec::new(
-            "af_memory_recall",
-            "Recall relevant observations from agent memory.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "query": { "type": "string", "minLength": 1, "maxLength": 4096, "description": "Natural-language search phrase or question." },
-                    "workType": { "type": "string", "minLength": 1, "maxLength": 64, "description": "Work type - drives observation token budget (e.g. bug_fix, feature, refactor)." }
-                },
-                "required": ["query", "workType"]
-            }),
-            "memory",
-            true,
-            Adapter::MemoryRecall,
-        )?,
-        ToolSpec::new(
-            "af_memory_remember",
-            "Store a new observation into agent memory.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "content": { "type": "string", "minLength": 1, "maxLength": 32768, "description": "The observation text to store." },
-                    "type": { "type": "string", "maxLength": 64, "description": "Observation type (e.g. pattern, decision, constraint)." },
-                    "confidence": { "type": "number", "minimum": 0, "maximum": 1, "description": "Confidence score 0-1." }
-                },
-                "required": ["content"]
-            }),
-            "memory",
-            false,
-            Adapter::MemoryRemember,
-        )?,
+        Arc::new(Recall(Arc::new(recall))),
+        Arc::new(Remember(Arc::new(remember))),
     ])
+}
+
+/// `af_memory_recall`: observations ranked by the store's text search,
+/// plus the project's graph triplets (filtered by `read_node`) when the
+/// graph is on.
+#[derive(Debug)]
+pub struct Recall(Arc<ToolSpec>);
+
+impl ToolAdapter for Recall {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.0
+    }
+
+    fn execute<'a>(
+        &'a self,
+        inv: &'a Invocation<'a>,
+        call: ToolCall<'a>,
+    ) -> ToolFuture<'a, Result<Executed, Failed>> {
+        Box::pin(async move {
+            if !crate::graph::enabled(inv.tenant) {
+                return match recall(inv.store, inv.tenant, call.args, None).await {
+                    Ok(output) => Ok(Executed::summarized(output, Vec::new())),
+                    Err(e) => Err(Failed::tool(e, Vec::new())),
+                };
+            }
+            let source = GraphRecall::new(inv);
+            let out = recall(inv.store, inv.tenant, call.args, Some(&source)).await;
+            let records = source.take_records();
+            match out {
+                Ok(output) => Ok(Executed::summarized(output, records)),
+                Err(e) => Err(Failed::tool(e, records)),
+            }
+        })
+    }
+}
+
+/// `af_memory_remember`: the observation commits in the call's
+/// transaction, with its decision record.
+#[derive(Debug)]
+pub struct Remember(Arc<ToolSpec>);
+
+impl ToolAdapter for Remember {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.0
+    }
+
+    fn execute<'a>(
+        &'a self,
+        inv: &'a Invocation<'a>,
+        call: ToolCall<'a>,
+    ) -> ToolFuture<'a, Result<Executed, Failed>> {
+        let done = match remember(inv.tenant, call.args) {
+            Ok((obs, output)) => Ok(Executed::summarized(
+                output,
+                vec![WriteOp::Observation(Box::new(obs))],
+            )),
+            Err(e) => Err(Failed::tool(e, Vec::new())),
+        };
+        Box::pin(std::future::ready(done))
+    }
 }
 
 /// Builds the observation `af_memory_remember` stores (the caller commits
@@ -152,7 +224,7 @@ pub async fn recall(
     store: &Store,
     tenant: &SessionTenant,
     args: &Value,
-    extra: Option<&Arc<dyn RecallSource>>,
+    extra: Option<&dyn RecallSource>,
 ) -> Result<ToolOutput, ToolError> {
     let query = args
         .get("query")
@@ -235,6 +307,87 @@ fn assemble(
             "tokenBudget": budget,
             "tokensUsed": used,
         }),
+    }
+}
+
+/// The graph part of `af_memory_recall`: triplets relevant to the query,
+/// filtered by `read_node` like `graph_query`, with their batched record
+/// kept for the call to commit.
+#[derive(Debug)]
+struct GraphRecall<'a> {
+    inv: &'a Invocation<'a>,
+    records: Mutex<Vec<NewDecision>>,
+}
+
+impl<'a> GraphRecall<'a> {
+    fn new(inv: &'a Invocation<'a>) -> Self {
+        GraphRecall {
+            inv,
+            records: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The decision records made while recalling.
+    fn take_records(&self) -> Vec<WriteOp> {
+        self.records
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| WriteOp::Decision(Box::new(d)))
+            .collect()
+    }
+}
+
+impl RecallSource for GraphRecall<'_> {
+    fn recall<'b>(
+        &'b self,
+        tenant: &'b SessionTenant,
+        query: &'b str,
+        _budget: usize,
+    ) -> RecallFuture<'b> {
+        Box::pin(async move {
+            let mut filter = GuardFilter::new(self.inv.node_guard());
+            let triplets = super::graph::ranked_triplets(
+                self.inv.graphs,
+                self.inv.store,
+                tenant,
+                query,
+                RECALL_TOP_K,
+                RECALL_DEPTH,
+                &mut filter,
+            )
+            .await;
+            if let Some(record) = filter.record()
+                && let Ok(mut r) = self.records.lock()
+            {
+                r.push(record);
+            }
+            Ok(triplets?
+                .into_iter()
+                .take(RECALL_ITEMS)
+                .map(|t| {
+                    let text = format!(
+                        "{} {} {}",
+                        t.get("sourceEntity").and_then(Value::as_str).unwrap_or(""),
+                        t.get("relationship")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .replace('_', " "),
+                        t.get("targetEntity").and_then(Value::as_str).unwrap_or(""),
+                    );
+                    let score = t
+                        .get("relevanceScore")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0);
+                    RecallItem {
+                        text,
+                        data: t,
+                        score,
+                    }
+                })
+                .collect())
+        })
     }
 }
 

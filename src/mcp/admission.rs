@@ -1,0 +1,170 @@
+//! HTTP admission, shared by every MCP route before any credential is
+//! looked at: `Origin` and `Host` against the allow-lists (DNS rebinding,
+//! 403), then `MCP-Protocol-Version` (400); for POSTs, the body within its
+//! size and nesting limits, parsed and classified into JSON-RPC messages.
+//!
+//! [`Admitted`] is an axum extractor, so a route cannot forget the header
+//! checks: they run before its handler body does.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use serde_json::Value;
+
+use super::error::McpError;
+use super::jsonrpc::{self, Message};
+use super::protocol;
+use crate::gateway::Gateway;
+
+/// Header carrying the negotiated protocol version after `initialize`.
+pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+
+/// A request whose `Origin`, `Host` and protocol header were accepted.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The version `MCP-Protocol-Version` asked for, if it was sent.
+    pub version: Option<String>,
+}
+
+impl FromRequestParts<Arc<Gateway>> for Admitted {
+    type Rejection = McpError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        gw: &Arc<Gateway>,
+    ) -> Result<Self, Self::Rejection> {
+        check_origin_and_host(gw, &parts.headers)?;
+        Ok(Admitted {
+            version: header_version(&parts.headers)?,
+        })
+    }
+}
+
+/// Checks `Origin` and `Host` against the allow-lists (DNS rebinding).
+fn check_origin_and_host(gw: &Gateway, headers: &HeaderMap) -> Result<(), McpError> {
+    let sec = &gw.config.http;
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("<non-ascii>");
+        let allowed = sec
+            .allowed_origins
+            .iter()
+            .any(|a| a == "*" || strip_port(origin) == strip_port(a));
+        if !allowed {
+            return Err(McpError::OriginNotAllowed(origin.to_string()));
+        }
+    }
+    if !sec.allowed_hosts.iter().any(|h| h == "*") {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let name = host_name(host);
+        if !sec
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+        {
+            return Err(McpError::HostNotAllowed(host.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// `scheme://host:port` → `scheme://host`.
+fn strip_port(origin: &str) -> &str {
+    let after_scheme = origin.find("://").map(|i| i + 3).unwrap_or(0);
+    let rest = origin.get(after_scheme..).unwrap_or("");
+    let end = if rest.starts_with('[') {
+        rest.find(']').map(|i| i + 1).unwrap_or(rest.len())
+    } else {
+        rest.find([':', '/']).unwrap_or(rest.len())
+    };
+    origin.get(..after_scheme + end).unwrap_or(origin)
+}
+
+/// `host:port` → `host` (IPv6 in brackets kept with brackets).
+pub fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').and_then(|i| host.get(..=i)).unwrap_or(host);
+    }
+    host.split(':').next().unwrap_or(host)
+}
+
+/// The `MCP-Protocol-Version` header: absent, or a supported version.
+fn header_version(headers: &HeaderMap) -> Result<Option<String>, McpError> {
+    match headers.get(PROTOCOL_HEADER) {
+        None => Ok(None),
+        Some(v) => match v.to_str() {
+            Ok(v) if protocol::is_supported(v) => Ok(Some(v.to_string())),
+            _ => Err(McpError::UnsupportedVersion(
+                v.to_str().unwrap_or("<non-ascii>").to_string(),
+            )),
+        },
+    }
+}
+
+/// The JSON-RPC messages of a POST body.
+#[derive(Debug)]
+pub struct Messages {
+    /// Whether the body was a batch (answered with an array).
+    pub batch: bool,
+    /// Its messages in order.
+    pub messages: Vec<Message>,
+}
+
+/// Reads a body within the limits and classifies its messages. A body that
+/// is not one valid request or a non-empty, bounded batch is refused here.
+pub async fn read_messages(gw: &Gateway, body: Body) -> Result<Messages, McpError> {
+    let limits = &gw.config.limits;
+    let bytes: Bytes = axum::body::to_bytes(body, limits.max_body_bytes)
+        .await
+        .map_err(|_| McpError::BodyTooLarge(limits.max_body_bytes))?;
+    if jsonrpc::depth_exceeds(&bytes, limits.max_json_depth) {
+        return Err(McpError::TooDeep(limits.max_json_depth));
+    }
+    let parsed: Value =
+        serde_json::from_slice(&bytes).map_err(|e| McpError::Parse(e.to_string()))?;
+    let (batch, messages) = match parsed {
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Err(McpError::InvalidRequest {
+                    id: Value::Null,
+                    reason: "empty batch".into(),
+                });
+            }
+            if items.len() > limits.max_batch_len {
+                return Err(McpError::BatchTooLong {
+                    len: items.len(),
+                    max: limits.max_batch_len,
+                });
+            }
+            (true, items.into_iter().map(jsonrpc::classify).collect())
+        }
+        other => (false, vec![jsonrpc::classify(other)]),
+    };
+    if !batch && let Some(Message::Invalid { id, reason }) = messages.first() {
+        return Err(McpError::InvalidRequest {
+            id: id.clone(),
+            reason: reason.clone(),
+        });
+    }
+    Ok(Messages { batch, messages })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_and_host_parsing() {
+        assert_eq!(strip_port("http://localhost:3000"), "http://localhost");
+        assert_eq!(strip_port("http://[::1]:80"), "http://[::1]");
+        assert_eq!(strip_port("https://evil.example/x"), "https://evil.example");
+        assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:8080"), "[::1]");
+        assert_eq!(host_name("localhost"), "localhost");
+    }
+}

@@ -1,0 +1,201 @@
+//! The session prelude every MCP route shares after admission, and the
+//! request it produces. [`resolve`] authenticates the bearer key, loads the
+//! session view, checks tenant isolation and decides `access_session`;
+//! the resulting [`Call`] is what every method handler works with: the
+//! policy set the request decides under, the session view, the protocol
+//! version that shapes results, and the request's pending records.
+//!
+//! `Call` is also the public decision seam: benchmarks and tests resolve a
+//! call and drive the same methods the endpoint does.
+//!
+//! **Architecture Invariant:** every decision of a request goes through
+//! [`Call::decide`] (so through `audit::decide`), and its records reach
+//! the writer either with the request's next durable commit or, at the
+//! latest, when the request ends ([`Call::flush_deferred`]).
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::HeaderMap;
+
+use super::error::McpError;
+use super::protocol;
+use crate::audit::{self, Decided, Scope};
+use crate::gateway::{Gateway, ResolveError, SessionView};
+use crate::policy::{Action, Kind, PolicyBundle, PreparedContext, Uid};
+use crate::store::WriteOp;
+use crate::tools::Invocation;
+
+/// What one HTTP request resolved to.
+#[derive(Debug)]
+pub struct Call {
+    /// Shared gateway state.
+    pub gw: Arc<Gateway>,
+    /// The policy set this request decides under (loaded once, so a reload
+    /// mid-request cannot mix two sets).
+    pub bundle: Arc<PolicyBundle>,
+    /// The session view (tenant rows, tools, entity slice).
+    pub view: Arc<SessionView>,
+    /// Protocol version governing result shapes.
+    pub version: String,
+    /// Time of the request (all its decisions share it).
+    pub time: String,
+    /// The Cedar context of in-session decisions, prepared once.
+    pub context: PreparedContext,
+    /// Records (and other writes) of this request not yet handed to the
+    /// writer: they travel with the request's next durable commit, or are
+    /// queued when the request ends, so a request costs one writer job.
+    pending: Mutex<Vec<WriteOp>>,
+}
+
+impl Call {
+    /// Adds writes that need not be durable before the next answer.
+    pub fn defer(&self, ops: impl IntoIterator<Item = WriteOp>) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.extend(ops);
+        }
+    }
+
+    fn take_pending(&self) -> Vec<WriteOp> {
+        self.pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default()
+    }
+
+    /// Commits `ops` together with everything deferred so far, and waits
+    /// until it is durable; a failed commit is -32603.
+    pub async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), McpError> {
+        let mut all = self.take_pending();
+        all.extend(ops);
+        self.gw.store.writer().submit(all).await.map_err(|e| {
+            tracing::error!(error = %e, "internal error");
+            McpError::Internal
+        })
+    }
+
+    /// Queues whatever is still deferred (end of request).
+    pub async fn flush_deferred(&self) {
+        let rest = self.take_pending();
+        if !rest.is_empty()
+            && let Err(e) = self.gw.store.writer().enqueue(rest).await
+        {
+            tracing::error!(error = %e, "cannot queue decision records");
+        }
+    }
+
+    /// Decides one request of this session and prepares its record.
+    pub fn decide(
+        &self,
+        principal: &Uid,
+        action: Action,
+        resource: &Uid,
+        context: &PreparedContext,
+    ) -> Decided {
+        let session = &self.view.tenant.session;
+        audit::decide(
+            &self.bundle,
+            &self.view.slice,
+            principal,
+            action,
+            resource,
+            context,
+            Scope {
+                org_id: Some(&session.org_id),
+                session_id: Some(&session.id),
+            },
+            &self.time,
+        )
+    }
+
+    /// The session's agent, principal of its tool decisions.
+    pub fn agent_uid(&self) -> Uid {
+        Kind::Agent.uid(&self.view.tenant.agent.id)
+    }
+
+    /// What tool adapters see of this request.
+    pub fn invocation(&self) -> Invocation<'_> {
+        Invocation {
+            tenant: &self.view.tenant,
+            store: &self.gw.store,
+            graphs: &self.gw.graphs,
+            bundle: &self.bundle,
+            slice: &self.view.slice,
+            context: &self.context,
+            time: &self.time,
+        }
+    }
+}
+
+/// Authenticates, loads the session, checks isolation and decides
+/// `access_session`; `header_version` is what admission read.
+pub async fn resolve(
+    gw: &Arc<Gateway>,
+    session_id: &str,
+    headers: &HeaderMap,
+    header_version: Option<String>,
+) -> Result<Call, McpError> {
+    let presented =
+        crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
+    let key = gw.authenticate(&presented).await.map_err(resolve_error)?;
+    let bundle = gw.pep.current();
+    let view = gw
+        .session_view(session_id, &key, &bundle)
+        .await
+        .map_err(resolve_error)?;
+    let time = crate::ids::now_rfc3339();
+    let context = bundle.prepare_session_context(session_id, &time);
+    let version = header_version
+        .or_else(|| gw.negotiated(&view))
+        .unwrap_or_else(|| protocol::DEFAULT_WITHOUT_HEADER.to_string());
+    let call = Call {
+        gw: Arc::clone(gw),
+        bundle,
+        view,
+        version,
+        time,
+        context,
+        pending: Mutex::new(Vec::new()),
+    };
+    access_session(&call, session_id).await?;
+    Ok(call)
+}
+
+/// Decides `access_session`; a denial is answered only once its record is
+/// durable.
+async fn access_session(call: &Call, session_id: &str) -> Result<(), McpError> {
+    let decided = call.decide(
+        &Kind::ApiKey.uid(&call.view.key.id),
+        Action::AccessSession,
+        &Kind::Session.uid(session_id),
+        &call.context,
+    );
+    let allowed = decided.allowed();
+    let decision_id = decided.id().to_string();
+    let advice = decided.verdict.advice.clone();
+    call.defer([WriteOp::Decision(Box::new(decided.finish_default()))]);
+    if allowed {
+        return Ok(());
+    }
+    if let Err(e) = call.commit(Vec::new()).await {
+        tracing::error!(error = ?e, "cannot record an access denial");
+        return Err(McpError::TrailUnavailable);
+    }
+    Err(McpError::AccessDenied {
+        decision_id,
+        advice,
+    })
+}
+
+fn resolve_error(e: ResolveError) -> McpError {
+    match e {
+        ResolveError::Credential(_) | ResolveError::UnknownKey => {
+            McpError::Unauthenticated(e.to_string())
+        }
+        ResolveError::NoSession(_) => McpError::SessionNotFound(e.to_string()),
+        ResolveError::CrossOrg(_) | ResolveError::Entities(_) => McpError::Forbidden(e.to_string()),
+        ResolveError::Store(err) => {
+            tracing::error!(error = %err, "store failure while resolving a session");
+            McpError::StorageUnavailable
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! `McpError`: every way an MCP request can fail, and the one place that
+//! maps each to its JSON-RPC code, message, `error.data` and HTTP status.
+//!
+//! Two kinds share the enum. Errors of the HTTP request (admission, the
+//! session prelude, the transports) are answered with their HTTP status
+//! and a JSON-RPC error body whose id is `null`. Errors of one JSON-RPC
+//! request inside a body are answered in that request's response, with
+//! HTTP 200 for the body as a whole ([`McpError::status`] says 200).
+//! Codes are a public contract (see `jsonrpc`); messages never carry
+//! internals: store failures are logged and answered generically.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::jsonrpc::{self, RpcError};
+use super::protocol;
+
+/// One rejected argument, as `error.data.errors` lists it.
+#[derive(Debug, Clone)]
+pub struct BadArgument {
+    /// The offending field.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// An MCP request that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// `Origin` not on the allow-list (DNS rebinding): 403.
+    #[error("origin `{0}` is not allowed")]
+    OriginNotAllowed(String),
+    /// `Host` not on the allow-list (DNS rebinding): 403.
+    #[error("host `{0}` is not allowed")]
+    HostNotAllowed(String),
+    /// An `MCP-Protocol-Version` this gateway does not speak: 400.
+    #[error("unsupported MCP-Protocol-Version `{0}`; supported: {supported}", supported = protocol::SUPPORTED.join(", "))]
+    UnsupportedVersion(String),
+    /// Body over `limits.max_body_bytes`: 413.
+    #[error("request body exceeds {0} bytes")]
+    BodyTooLarge(usize),
+    /// JSON nested deeper than `limits.max_json_depth`: 400.
+    #[error("JSON nesting deeper than {0} levels")]
+    TooDeep(usize),
+    /// Not JSON: 400, -32700.
+    #[error("parse error: body is not valid JSON")]
+    Parse(String),
+    /// Not a JSON-RPC request (or an empty batch): -32600.
+    #[error("invalid request: {reason}")]
+    InvalidRequest {
+        /// The request's id, when one could be read.
+        id: Value,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A batch longer than `limits.max_batch_len`: 400.
+    #[error("batch of {len} requests exceeds the limit of {max}")]
+    BatchTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// No, malformed or unknown credential: 401.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// No such session: 404.
+    #[error("{0}")]
+    SessionNotFound(String),
+    /// The key's org does not own the session, or its entities could not
+    /// be built (fail closed): 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Cedar denied `access_session`: 403, with the decision id.
+    #[error("access to this session is not authorized")]
+    AccessDenied {
+        /// The denying decision.
+        decision_id: String,
+        /// `@advice` of the deciding policies.
+        advice: Vec<String>,
+    },
+    /// The store failed while resolving the session: 503.
+    #[error("storage unavailable")]
+    StorageUnavailable,
+    /// The decision trail could not record a denial: 503.
+    #[error("decision trail unavailable")]
+    TrailUnavailable,
+    /// `Mcp-Session-Id` names another session: 400.
+    #[error("`Mcp-Session-Id` `{0}` does not name the session in the path")]
+    SessionIdMismatch(String),
+    /// The MCP session was terminated with `DELETE`: 404.
+    #[error(
+        "MCP session `{0}` was terminated; send `initialize` without `Mcp-Session-Id` to start a new one"
+    )]
+    SessionTerminated(String),
+    /// `GET` on the Streamable HTTP endpoint: 405.
+    #[error(
+        "this endpoint offers no server-initiated stream; use POST (or GET `sse` below it for the HTTP+SSE transport)"
+    )]
+    NoServerStream,
+    /// A legacy POST without `streamId`: 400.
+    #[error("missing `streamId` query parameter: POST to the URL of the stream's `endpoint` event")]
+    MissingStreamId,
+    /// A legacy POST to a stream that is not open for this session and key: 404.
+    #[error(
+        "stream `{stream_id}` is not open for this session and key; open a new one with GET /api/mcp/{session_id}/sse"
+    )]
+    StreamNotOpen {
+        /// The stream asked for.
+        stream_id: String,
+        /// The session of the path.
+        session_id: String,
+    },
+    /// The key holds `streams.max_streams_per_key` streams already: 429.
+    #[error("this key already holds {0} open streams (the limit); close one first")]
+    TooManyStreams(usize),
+    /// The gateway or the stream is shutting down: 503.
+    #[error("{0}")]
+    Closing(&'static str),
+    /// No such method: -32601.
+    #[error("method `{0}` not found")]
+    MethodNotFound(String),
+    /// Malformed `params`: -32602 naming the field.
+    #[error("{message}")]
+    InvalidParams {
+        /// What is wrong.
+        message: &'static str,
+        /// The field.
+        field: &'static str,
+    },
+    /// An unknown tool, or one the agent may not view: -32601 (the same
+    /// answer for both, so visibility leaks nothing).
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    /// Arguments that do not match the tool's `inputSchema`: -32602.
+    #[error("invalid arguments for `{tool}`: `{field}`: {message}", field = errors.first().map(|e| e.field.as_str()).unwrap_or_default(), message = errors.first().map(|e| e.message.as_str()).unwrap_or_default())]
+    InvalidArguments {
+        /// The tool as called.
+        tool: String,
+        /// Every rejected field.
+        errors: Vec<BadArgument>,
+    },
+    /// Cedar denied the call (`call_tool`, `a2a_invoke`): -32003.
+    #[error("call to `{}` is not authorized for this session", .0.tool)]
+    CallDenied(Box<Denial>),
+    /// Cedar denied `write_node` on the project: -32003.
+    #[error("`{}` may not write the knowledge graph of this project", .0.tool)]
+    WriteDenied(Box<Denial>),
+    /// The tool failed while running: -32603.
+    #[error("tool `{tool}` failed: {message}")]
+    ToolFailed {
+        /// The tool as called.
+        tool: String,
+        /// What failed.
+        message: String,
+    },
+    /// A remote peer failed: the bridge's code (-32201 … -32204).
+    #[error("{message}")]
+    Remote {
+        /// The bridge code.
+        code: i64,
+        /// The message.
+        message: String,
+        /// `error.data`: tool, class, decision id, detail.
+        data: Value,
+    },
+    /// The gateway failed (storage, a commit): -32603, without detail.
+    #[error("internal error: the call was not completed")]
+    Internal,
+}
+
+/// What a -32003 answer carries besides its message.
+#[derive(Debug, Clone)]
+pub struct Denial {
+    /// The tool (canonical name).
+    pub tool: String,
+    /// The denying decision.
+    pub decision_id: String,
+    /// Determining policy ids.
+    pub reasons: Vec<String>,
+    /// `@advice` of the deciding policies.
+    pub advice: Vec<String>,
+}
+
+impl McpError {
+    /// The HTTP status of a failed HTTP request (200 for errors of one
+    /// JSON-RPC request, answered inside the body).
+    pub fn status(&self) -> StatusCode {
+        use McpError::*;
+        match self {
+            OriginNotAllowed(_) | HostNotAllowed(_) | Forbidden(_) | AccessDenied { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            UnsupportedVersion(_)
+            | TooDeep(_)
+            | Parse(_)
+            | InvalidRequest { .. }
+            | BatchTooLong { .. }
+            | SessionIdMismatch(_)
+            | MissingStreamId => StatusCode::BAD_REQUEST,
+            BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            SessionNotFound(_) | SessionTerminated(_) | StreamNotOpen { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            StorageUnavailable | TrailUnavailable | Closing(_) => StatusCode::SERVICE_UNAVAILABLE,
+            NoServerStream => StatusCode::METHOD_NOT_ALLOWED,
+            TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
+            MethodNotFound(_)
+            | InvalidParams { .. }
+            | UnknownTool(_)
+            | InvalidArguments { .. }
+            | CallDenied(_)
+            | WriteDenied(_)
+            | ToolFailed { .. }
+            | Remote { .. }
+            | Internal => StatusCode::OK,
+        }
+    }
+
+    /// The JSON-RPC code.
+    pub fn code(&self) -> i64 {
+        use McpError::*;
+        match self {
+            Parse(_) => jsonrpc::PARSE_ERROR,
+            OriginNotAllowed(_)
+            | HostNotAllowed(_)
+            | UnsupportedVersion(_)
+            | BodyTooLarge(_)
+            | TooDeep(_)
+            | InvalidRequest { .. }
+            | BatchTooLong { .. }
+            | SessionIdMismatch(_)
+            | NoServerStream
+            | MissingStreamId
+            | TooManyStreams(_) => jsonrpc::INVALID_REQUEST,
+            Unauthenticated(_) => jsonrpc::UNAUTHENTICATED,
+            SessionNotFound(_) | SessionTerminated(_) | StreamNotOpen { .. } => {
+                jsonrpc::SESSION_NOT_FOUND
+            }
+            Forbidden(_) | AccessDenied { .. } | CallDenied(_) | WriteDenied(_) => {
+                jsonrpc::AUTH_DENIED
+            }
+            StorageUnavailable | TrailUnavailable | Closing(_) | ToolFailed { .. } | Internal => {
+                jsonrpc::INTERNAL_ERROR
+            }
+            MethodNotFound(_) | UnknownTool(_) => jsonrpc::METHOD_NOT_FOUND,
+            InvalidParams { .. } | InvalidArguments { .. } => jsonrpc::INVALID_PARAMS,
+            Remote { code, .. } => *code,
+        }
+    }
+
+    /// `error.data`, where the error has any.
+    fn data(&self) -> Option<Value> {
+        use McpError::*;
+        let data = match self {
+            Parse(detail) => json!({ "detail": detail }),
+            InvalidRequest { reason, .. } => json!({ "reason": reason }),
+            BatchTooLong { max, .. } => json!({ "maxBatchLength": max }),
+            AccessDenied {
+                decision_id,
+                advice,
+            } => json!({ "decisionId": decision_id, "advice": advice }),
+            TooManyStreams(max) => json!({ "maxStreamsPerKey": max }),
+            MethodNotFound(method) => json!({ "method": method }),
+            InvalidParams { field, .. } => json!({ "field": field }),
+            UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": tool }),
+            InvalidArguments { tool, errors } => json!({
+                "tool": tool,
+                "field": errors.first().map(|e| e.field.as_str()).unwrap_or_default(),
+                "errors": errors.iter().map(|e| json!({ "field": e.field, "message": e.message })).collect::<Vec<_>>(),
+            }),
+            CallDenied(d) | WriteDenied(d) => json!({
+                "decisionId": d.decision_id,
+                "tool": d.tool,
+                "reasons": d.reasons,
+                "advice": d.advice,
+            }),
+            Remote { data, .. } => data.clone(),
+            _ => return None,
+        };
+        Some(data)
+    }
+
+    /// The JSON-RPC error object.
+    pub fn rpc(&self) -> RpcError {
+        RpcError {
+            code: self.code(),
+            message: self.to_string(),
+            data: self.data(),
+        }
+    }
+
+    /// The id a whole-request error answers (a single invalid request's
+    /// own id when it had one, else `null`).
+    fn id(&self) -> Value {
+        match self {
+            McpError::InvalidRequest { id, .. } => id.clone(),
+            _ => Value::Null,
+        }
+    }
+}
+
+impl IntoResponse for McpError {
+    fn into_response(self) -> Response {
+        let body = jsonrpc::error_response(self.id(), &self.rpc()).to_string();
+        let mut resp = (self.status(), body).into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        match self {
+            McpError::Unauthenticated(_) => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            McpError::NoServerStream => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            }
+            McpError::TooManyStreams(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}

@@ -1,0 +1,37 @@
+//! `initialize` and `ping`. `initialize` negotiates the protocol version
+//! (the client's when supported, else the newest) and remembers it for the
+//! session, so a client that omits `MCP-Protocol-Version` afterwards still
+//! gets the result shapes of its version.
+
+use serde_json::{Value, json};
+
+use super::call::Call;
+use super::protocol;
+use crate::store::WriteOp;
+
+/// Server name in `serverInfo`.
+pub const SERVER_NAME: &str = "cedargate";
+
+/// `initialize`: negotiates and records the session's version.
+pub fn initialize(call: &Call, params: &Value) -> Value {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = protocol::negotiate(requested);
+    let op = WriteOp::SessionProtocol {
+        session_id: call.view.tenant.session.id.clone(),
+        version: version.to_string(),
+    };
+    call.defer([op]);
+    call.gw
+        .set_negotiated(&call.view.tenant.session.id, version);
+    json!({
+        "protocolVersion": version,
+        "capabilities": { "tools": { "listChanged": false } },
+        "serverInfo": { "name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION") },
+        "instructions": "Tools are authorized per call by Cedar policies; a denied call answers -32003 with the decision id.",
+    })
+}
+
+/// `ping`: an empty result.
+pub fn ping() -> Value {
+    json!({})
+}

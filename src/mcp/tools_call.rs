@@ -1,0 +1,342 @@
+//! `tools/call`: one pipeline for every tool adapter, read top to bottom:
+//!
+//! parse → resolve (name or legacy alias) → `view_tool` (a hidden tool
+//! answers exactly like an unknown one) → validate the arguments against
+//! the `inputSchema` → inject the tenant context → decide (`call_tool` or
+//! `a2a_invoke`, typed with `context.args` when the schema types the tool;
+//! `write_node` for graph writes) → execute through the adapter (graph
+//! reads filter every node through `read_node`) → record → answer.
+//!
+//! **Architecture Invariant:** an answer is sent only after the call's
+//! decision records and its writes are durably committed; a denied call
+//! commits its record and never reaches the adapter (no byte leaves for a
+//! remote tool); a failed commit answers -32603, never success.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::call::Call;
+use super::error::{BadArgument, Denial, McpError};
+use super::protocol;
+use crate::audit::Decided;
+use crate::policy::{Action, Kind, PreparedContext};
+use crate::store::WriteOp;
+use crate::tools::{
+    Executed, Failed, Failure, Invocation, ToolAdapter, ToolCall, ToolSpec, text_result,
+};
+
+/// `params` of a `tools/call`.
+struct Request {
+    /// The name as called (canonical or a legacy alias).
+    name: String,
+    arguments: Map<String, Value>,
+}
+
+/// The decisions that let a call run: the tool's own, and `write_node`
+/// for graph writes.
+struct Allowed {
+    call: Decided,
+    write: Option<Decided>,
+}
+
+/// Runs one `tools/call`.
+pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
+    let request = parse(params)?;
+    let tool = match resolve(call, &request.name)? {
+        Resolved::Tool(tool) => tool,
+        Resolved::Answer(result) => return Ok(result),
+    };
+    let spec = Arc::clone(tool.spec());
+    check_view(call, &spec, &request.name).await?;
+    let (args, notes) = validated_arguments(call, &spec, request.name.as_str(), request.arguments)?;
+    let inv = call.invocation();
+    if !still_offered(tool.as_ref(), &inv, &request.name).await? {
+        return Err(McpError::UnknownTool(request.name));
+    }
+    let allowed = decide(call, tool.as_ref(), &inv, &args, notes, &request.name).await?;
+    let started = Instant::now();
+    let tool_call = ToolCall {
+        args: &args,
+        decision_id: allowed.call.id(),
+    };
+    let executed = tool.execute(&inv, tool_call).await;
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let output = record(call, allowed, executed, duration_ms, &request.name, &spec).await?;
+    Ok(tool.render(output, protocol::has_structured_content(&call.version)))
+}
+
+/// Reads `params.name` and `params.arguments` (absent or null: none).
+fn parse(params: Value) -> Result<Request, McpError> {
+    let Value::Object(mut params) = params else {
+        return Err(McpError::InvalidParams {
+            message: "tools/call needs `params` with a `name`",
+            field: "params",
+        });
+    };
+    let Some(Value::String(name)) = params.remove("name") else {
+        return Err(McpError::InvalidParams {
+            message: "tools/call is missing `params.name`",
+            field: "name",
+        });
+    };
+    let arguments = match params.remove("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(a)) => a,
+        Some(_) => {
+            return Err(McpError::InvalidParams {
+                message: "`params.arguments` must be an object",
+                field: "arguments",
+            });
+        }
+    };
+    Ok(Request { name, arguments })
+}
+
+enum Resolved {
+    Tool(Arc<dyn ToolAdapter>),
+    /// Answered without a decision (a graph tool of a project whose graph
+    /// is off answers `{"disabled": true}`, not an error).
+    Answer(Value),
+}
+
+/// The tool by canonical name or legacy alias.
+fn resolve(call: &Call, name: &str) -> Result<Resolved, McpError> {
+    if let Some(tool) = call.view.tool(name) {
+        return Ok(Resolved::Tool(Arc::clone(tool)));
+    }
+    match call.gw.catalog.disabled_answer(name, &call.view.tenant) {
+        Some(output) => {
+            let structured = protocol::has_structured_content(&call.version);
+            Ok(Resolved::Answer(text_result(output, structured)))
+        }
+        None => Err(McpError::UnknownTool(name.to_string())),
+    }
+}
+
+/// Decides `view_tool`: a tool the agent may not view answers exactly like
+/// an unknown one (after its denial is durable).
+async fn check_view(call: &Call, spec: &ToolSpec, called_as: &str) -> Result<(), McpError> {
+    let view = call.decide(
+        &call.agent_uid(),
+        Action::ViewTool,
+        &Kind::Tool.uid(&spec.name),
+        &call.context,
+    );
+    if !view.allowed() {
+        call.commit(vec![WriteOp::Decision(Box::new(view.finish_default()))])
+            .await?;
+        return Err(McpError::UnknownTool(called_as.to_string()));
+    }
+    call.defer([WriteOp::Decision(Box::new(view.finish_default()))]);
+    Ok(())
+}
+
+/// Validates the arguments against the tool's `inputSchema`, then replaces
+/// whatever `context` the caller sent with the session's identity (kept in
+/// the arguments only for tools that take it). Returns the arguments and
+/// the notes for the decision record (a replaced caller context, an alias
+/// the tool was called by).
+fn validated_arguments(
+    call: &Call,
+    spec: &ToolSpec,
+    called_as: &str,
+    mut arguments: Map<String, Value>,
+) -> Result<(Value, Value), McpError> {
+    let supplied_context = arguments.remove("context");
+    let mut args = Value::Object(arguments);
+    if let Err(errors) = spec.validate(&args) {
+        return Err(McpError::InvalidArguments {
+            tool: called_as.to_string(),
+            errors: errors
+                .into_iter()
+                .map(|e| BadArgument {
+                    field: e.field,
+                    message: e.message,
+                })
+                .collect(),
+        });
+    }
+    let session = &call.view.tenant.session;
+    let authoritative = json!({
+        "orgId": session.org_id,
+        "projectId": session.project_id,
+        "sessionId": session.id,
+        "agentId": session.agent_id,
+    });
+    let mut notes = Map::new();
+    if let Some(supplied) = supplied_context
+        && supplied != authoritative
+    {
+        notes.insert("callerContextReplaced".into(), true.into());
+        notes.insert("callerContext".into(), supplied);
+    }
+    if called_as != spec.name {
+        notes.insert("calledAs".into(), called_as.into());
+    }
+    if spec.keeps_tenant_context
+        && let Value::Object(map) = &mut args
+    {
+        map.insert("context".into(), authoritative);
+    }
+    let notes = if notes.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(notes)
+    };
+    Ok((args, notes))
+}
+
+/// Whether a remote tool is still registered (built-ins always are).
+async fn still_offered(
+    tool: &dyn ToolAdapter,
+    inv: &Invocation<'_>,
+    called_as: &str,
+) -> Result<bool, McpError> {
+    tool.still_offered(inv)
+        .await
+        .map_err(|failed| failure_error(failed.failure, called_as, &tool.spec().name, ""))
+}
+
+/// Decides the call under its tool's action (typed, with `context.args`,
+/// when the schema types the tool), then `write_node` for graph writes. A
+/// denial is committed, announced to the adapter, and answered -32003.
+async fn decide(
+    call: &Call,
+    tool: &dyn ToolAdapter,
+    inv: &Invocation<'_>,
+    args: &Value,
+    notes: Value,
+    called_as: &str,
+) -> Result<Allowed, McpError> {
+    let spec = tool.spec();
+    let agent = call.agent_uid();
+    let typed: Option<PreparedContext> = call.bundle.typed_tool_context(
+        spec.action,
+        &spec.name,
+        &call.view.tenant.session.id,
+        &call.time,
+        args,
+    );
+    let context = typed.as_ref().unwrap_or(&call.context);
+    let mut decided = call.decide(&agent, spec.action, &Kind::Tool.uid(&spec.name), context);
+    decided.record.notes = notes.to_string();
+    if !decided.allowed() {
+        tool.denied(
+            inv,
+            ToolCall {
+                args,
+                decision_id: decided.id(),
+            },
+        );
+        let denial = denial(&spec.name, &decided);
+        call.commit(vec![WriteOp::Decision(Box::new(decided.finish_default()))])
+            .await?;
+        return Err(McpError::CallDenied(Box::new(denial)));
+    }
+    if !spec.writes_graph {
+        return Ok(Allowed {
+            call: decided,
+            write: None,
+        });
+    }
+    let project = Kind::Project.uid(&call.view.tenant.session.project_id);
+    let write = call.decide(&agent, Action::WriteNode, &project, &call.context);
+    if !write.allowed() {
+        let denial = denial(called_as, &write);
+        let outcome =
+            json!({ "status": "denied", "deniedBy": "write_node", "decisionId": write.id() });
+        call.commit(vec![
+            WriteOp::Decision(Box::new(decided.finish(outcome))),
+            WriteOp::Decision(Box::new(write.finish_default())),
+        ])
+        .await?;
+        return Err(McpError::WriteDenied(Box::new(denial)));
+    }
+    Ok(Allowed {
+        call: decided,
+        write: Some(write),
+    })
+}
+
+fn denial(tool: &str, decided: &Decided) -> Denial {
+    Denial {
+        tool: tool.to_string(),
+        decision_id: decided.id().to_string(),
+        reasons: decided.verdict.reasons.clone(),
+        advice: decided.verdict.advice.clone(),
+    }
+}
+
+/// Commits the call's writes with its decision records (outcome filled
+/// in), applies a graph write to the in-memory view once durable, and
+/// turns a failure into its error.
+async fn record(
+    call: &Call,
+    allowed: Allowed,
+    executed: Result<Executed, Failed>,
+    duration_ms: f64,
+    called_as: &str,
+    spec: &ToolSpec,
+) -> Result<crate::tools::ToolOutput, McpError> {
+    let (status, mut ops, fields) = match &executed {
+        Ok(done) => ("completed", Vec::new(), done.outcome.clone()),
+        Err(failed) => ("failed", Vec::new(), failed.outcome.clone()),
+    };
+    let mut outcome = Map::new();
+    outcome.insert("status".into(), status.into());
+    outcome.insert("durationMs".into(), duration_ms.into());
+    outcome.extend(fields);
+    let outcome = Value::Object(outcome);
+    let decision_id = allowed.call.id().to_string();
+    let (result, after_commit) = match executed {
+        Ok(done) => {
+            ops.extend(done.ops);
+            (Ok(done.output), done.after_commit)
+        }
+        Err(failed) => {
+            ops.extend(failed.ops);
+            (Err(failed.failure), None)
+        }
+    };
+    if let Some(write) = allowed.write {
+        ops.push(WriteOp::Decision(Box::new(write.finish(outcome.clone()))));
+    }
+    ops.push(WriteOp::Decision(Box::new(allowed.call.finish(outcome))));
+    call.commit(ops).await?;
+    if let Some(pending) = after_commit {
+        pending.apply();
+    }
+    result.map_err(|failure| failure_error(failure, called_as, &spec.name, &decision_id))
+}
+
+/// The answer to a call that did not produce a result.
+fn failure_error(failure: Failure, called_as: &str, tool: &str, decision_id: &str) -> McpError {
+    match failure {
+        Failure::Tool(e) => {
+            tracing::warn!(tool = %called_as, error = %e, "tool execution failed");
+            McpError::ToolFailed {
+                tool: called_as.to_string(),
+                message: e.0,
+            }
+        }
+        Failure::Remote {
+            code,
+            class,
+            message,
+            detail,
+        } => McpError::Remote {
+            code,
+            message,
+            data: json!({
+                "tool": tool,
+                "class": class,
+                "decisionId": decision_id,
+                "detail": detail,
+            }),
+        },
+        Failure::Internal(_) => McpError::Internal,
+        Failure::Gone => McpError::UnknownTool(called_as.to_string()),
+    }
+}

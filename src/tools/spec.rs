@@ -1,0 +1,166 @@
+//! What a tool is, as listed and as policies see it: its name, description
+//! and `inputSchema` (with the compiled validator), its Cedar entity
+//! (group, `readOnly`, the peer it belongs to) and the action a call is
+//! decided under.
+//!
+//! **Architecture Invariant:** a spec knows nothing about how its tool
+//! runs; that is the [`super::adapter::ToolAdapter`]'s job.
+
+use serde_json::{Value, json};
+
+use crate::policy::Action;
+use crate::policy::entities::ToolEntity;
+
+/// One tool as listed and called.
+#[derive(Debug)]
+pub struct ToolSpec {
+    /// Canonical name (also the Cedar `Tool` id).
+    pub name: String,
+    /// Human description for `tools/list`.
+    pub description: String,
+    /// JSON Schema of the arguments, shown verbatim in `tools/list`.
+    pub input_schema: Value,
+    /// Tool group (`memory`, `graph`, `a2a`): the Cedar parent.
+    pub group: String,
+    /// Whether the tool only reads.
+    pub read_only: bool,
+    /// Slug of the A2A peer serving it (its Cedar `PeerAgent` parent).
+    /// Tools of one peer are indistinguishable to a policy that does not
+    /// name them, which `tools/list` uses to decide them per class.
+    pub peer: Option<String>,
+    /// The group action a call is decided under (`call_tool`, or
+    /// `a2a_invoke` for a remote peer's tool); a typed tool has its own
+    /// action inside it.
+    pub action: Action,
+    /// Whether a call also needs `write_node` on the project (graph writes).
+    pub writes_graph: bool,
+    /// Whether the arguments the tool runs with (and `context.args`) keep
+    /// the gateway's authoritative `context` member. Remote peers never
+    /// get it: the session's identity is not forwarded to third parties.
+    pub keeps_tenant_context: bool,
+    validator: jsonschema::Validator,
+    /// The `tools/list` entry, serialized once.
+    listing_json: String,
+}
+
+/// A tool whose `inputSchema` does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("tool `{name}` has an invalid inputSchema: {reason}")]
+pub struct InvalidSchema {
+    /// The tool.
+    pub name: String,
+    /// What the JSON Schema compiler said.
+    pub reason: String,
+}
+
+/// A rejected argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgumentError {
+    /// JSON pointer (or property name) of the offending field.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ToolSpec {
+    /// A built-in tool decided under `call_tool`, compiling its schema.
+    pub fn new(
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        group: &str,
+        read_only: bool,
+    ) -> Result<ToolSpec, InvalidSchema> {
+        let validator = jsonschema::validator_for(&input_schema).map_err(|e| InvalidSchema {
+            name: name.to_string(),
+            reason: e.to_string(),
+        })?;
+        let listing =
+            json!({ "name": name, "description": description, "inputSchema": input_schema });
+        Ok(ToolSpec {
+            listing_json: listing.to_string(),
+            name: name.to_string(),
+            description: description.to_string(),
+            input_schema,
+            group: group.to_string(),
+            read_only,
+            peer: None,
+            action: Action::CallTool,
+            writes_graph: false,
+            keeps_tenant_context: true,
+            validator,
+        })
+    }
+
+    /// The same tool, served by the A2A peer `slug`: decided under
+    /// `a2a_invoke`, its arguments sent without the gateway's context.
+    pub fn with_peer(mut self, slug: &str) -> ToolSpec {
+        self.peer = Some(slug.to_string());
+        self.action = Action::A2aInvoke;
+        self.keeps_tenant_context = false;
+        self
+    }
+
+    /// The same tool, writing the project's knowledge graph.
+    pub fn writing_graph(mut self) -> ToolSpec {
+        self.writes_graph = true;
+        self
+    }
+
+    /// Checks `args` against the input schema; every error names its field.
+    pub fn validate(&self, args: &Value) -> Result<(), Vec<ArgumentError>> {
+        let errors: Vec<ArgumentError> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let path = e.instance_path().as_str().to_string();
+                let field = match e.kind() {
+                    jsonschema::error::ValidationErrorKind::Required { property } => {
+                        let prop = property
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| property.to_string());
+                        if path.is_empty() {
+                            prop
+                        } else {
+                            format!("{path}/{prop}")
+                        }
+                    }
+                    _ if path.is_empty() => "arguments".to_string(),
+                    _ => path.trim_start_matches('/').replace('/', "."),
+                };
+                ArgumentError {
+                    field,
+                    message: e.to_string(),
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The entry in `tools/list`, serialized once (a listing of a large
+    /// catalog is assembled from these instead of serializing it per call).
+    pub fn listing_json(&self) -> &str {
+        &self.listing_json
+    }
+
+    /// How the PEP sees this tool.
+    pub fn entity(&self) -> ToolEntity {
+        ToolEntity {
+            name: self.name.clone(),
+            group: self.group.clone(),
+            kind: self.group.clone(),
+            read_only: self.read_only,
+            peer: self.peer.clone(),
+        }
+    }
+}
+
+/// The `tools/list` result holding `entries` ([`ToolSpec::listing_json`]).
+pub fn list_result(entries: &[&str]) -> String {
+    format!("{{\"tools\":[{}]}}", entries.join(","))
+}
