@@ -21,7 +21,8 @@ pub const UNAUTHENTICATED: i64 = -32001;
 /// Unknown session (HTTP 404).
 pub const SESSION_NOT_FOUND: i64 = -32002;
 
-/// A JSON-RPC error object.
+/// A JSON-RPC error object, as written on the wire (built only by
+/// [`super::error::McpError::rpc`]).
 #[derive(Debug, Clone)]
 pub struct RpcError {
     /// Error code.
@@ -33,24 +34,6 @@ pub struct RpcError {
 }
 
 impl RpcError {
-    /// An error without data.
-    pub fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError {
-            code,
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    /// An error with data.
-    pub fn with_data(code: i64, message: impl Into<String>, data: Value) -> Self {
-        RpcError {
-            code,
-            message: message.into(),
-            data: Some(data),
-        }
-    }
-
     /// The `error` member.
     pub fn to_value(&self) -> Value {
         let mut e = Map::new();
@@ -61,15 +44,6 @@ impl RpcError {
         }
         Value::Object(e)
     }
-}
-
-/// -32600 with the reason in both the message and `data.reason`.
-pub fn invalid_request(reason: &str) -> RpcError {
-    RpcError::with_data(
-        INVALID_REQUEST,
-        format!("invalid request: {reason}"),
-        json!({ "reason": reason }),
-    )
 }
 
 /// A full error response.
