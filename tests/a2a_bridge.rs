@@ -1127,7 +1127,11 @@ async fn a_stuck_subscriber_never_blocks_a_call_and_the_others_still_write() {
     }
     let dropped = g.gw.a2a.bus.dropped();
     let stuck = dropped.iter().find(|(n, _)| n == "stuck").unwrap();
-    assert!(stuck.1 >= 4, "{dropped:?}");
+    // Six events (pre- and post-verb of three calls). A subscriber stuck in
+    // its handler absorbs at most three of them: the one that woke it, the
+    // one it took when its linger window closed, and one waiting in its
+    // queue of one; every other event is dropped, whatever the timing.
+    assert!(stuck.1 >= 3, "{dropped:?}");
     assert!(
         dropped
             .iter()
