@@ -142,10 +142,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
             })),
         );
     }
-    let db = gw
-        .store
-        .read(|c| c.query_row("SELECT 1", crate::params![], |r| r.get::<i64>(0)))
-        .await;
+    let db = gw.store.ping().await;
     let writer = gw.store.writer().flush().await;
     match (db, writer) {
         (Ok(_), Ok(())) => (
