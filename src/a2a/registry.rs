@@ -22,6 +22,9 @@ use crate::tools::{Adapter, ToolSpec};
 /// Longest secret accepted from an environment variable or file.
 const MAX_SECRET_BYTES: usize = 8 * 1024;
 
+/// Longest per-org bridge timeout accepted (10 minutes).
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+
 /// Where a peer's bearer credential is found. Only the name is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -8,9 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::store::graph::{EdgeRow, GraphWrite, NodeRow, PendingObservation, Provenance};
 
-use super::Graphs;
 use super::embed::dot;
 use super::model::{NodeFilter, ProjectGraph};
+use super::state::Graphs;
 
 /// Smoothing factor of the feedback EMA: `w ← w + α·(target − w)`. At 0.3
 /// one outcome moves a weight 30% of the way to its target, so three
@@ -107,7 +107,7 @@ pub async fn plan_ingest(
             };
             let mut ids: Vec<String> = Vec::with_capacity(x.entities.len());
             for e in &x.entities {
-                let key = super::resolution_key(&e.name);
+                let key = super::text::resolution_key(&e.name);
                 if let Some(i) = g.by_key(&key) {
                     merged += 1;
                     ids.push(g.node(i).map(|n| n.id.clone()).unwrap_or_default());

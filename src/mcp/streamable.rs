@@ -189,7 +189,7 @@ pub(super) fn respond(
                 if let Err(e) = gw.store.writer().submit(vec![resumption_op(&sid)]).await {
                     tracing::warn!(error = %e, "cannot record a resumed MCP session");
                 }
-                crate::cluster::publish(&gw, Change::McpResumed(sid)).await;
+                crate::cluster::coherence::publish(&gw, Change::McpResumed(sid)).await;
             });
         }
         if let Ok(v) = HeaderValue::from_str(session_id) {
@@ -242,7 +242,7 @@ pub async fn delete_endpoint(
         );
     }
     gw.terminated.remember(&session_id);
-    crate::cluster::publish(&gw, Change::McpTerminated(session_id.clone())).await;
+    crate::cluster::coherence::publish(&gw, Change::McpTerminated(session_id.clone())).await;
     let closed = gw.streams.close_session(&session_id);
     tracing::info!(session = %session_id, streams = closed, "MCP session terminated by the client");
     StatusCode::NO_CONTENT.into_response()
