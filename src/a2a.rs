@@ -40,6 +40,14 @@ pub use registry::MAX_TIMEOUT_MS;
 /// Most orgs whose tool sets are cached, and most peers with slots.
 const CACHE_CAPACITY: u64 = 10_000;
 
+/// Why the A2A runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum A2aError {
+    /// The outbound HTTP client (TLS backend, pool) could not be built.
+    #[error("cannot build the A2A HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
 /// The A2A runtime.
 #[derive(Debug)]
 pub struct A2a {
@@ -58,13 +66,13 @@ pub struct A2a {
 
 impl A2a {
     /// Builds the runtime; per-org tool sets live at most `ttl`.
-    pub fn new(config: A2aConfig, store: Store, ttl: Duration) -> Result<A2a, String> {
+    pub fn new(config: A2aConfig, store: Store, ttl: Duration) -> Result<A2a, A2aError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(config.max_concurrent_per_peer.max(1))
             .connect_timeout(Duration::from_millis(config.card_timeout_ms.max(1)))
             .build()
-            .map_err(|e| format!("cannot build the A2A HTTP client: {e}"))?;
+            .map_err(A2aError::Client)?;
         Ok(A2a {
             orgs: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)

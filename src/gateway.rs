@@ -111,7 +111,7 @@ impl Gateway {
         catalog: Catalog,
     ) -> Result<Self, String> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
-        let a2a = A2a::new(config.a2a.clone(), store.clone(), ttl)?;
+        let a2a = A2a::new(config.a2a.clone(), store.clone(), ttl).map_err(|e| e.to_string())?;
         let graphs = Arc::new(
             crate::graph::from_config(&config.graph)
                 .map_err(|e| format!("graph embeddings: {e}"))?,

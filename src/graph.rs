@@ -22,7 +22,7 @@ pub mod text;
 
 use crate::store::tenants::SessionTenant;
 
-pub use state::{Graphs, from_config};
+pub use state::{GraphConfigError, Graphs, from_config};
 pub use text::{resolution_key, split_identifier, tokens};
 
 /// The org entitlement that turns the graph on for every project with

@@ -117,7 +117,8 @@ fn check_input(req: &RegisterAgent) -> Result<(reqwest::Url, Option<ProtocolVers
         ));
     }
     if let Some(auth) = &req.auth {
-        auth.validate().map_err(AppError::BadRequest)?;
+        auth.validate()
+            .map_err(|e| AppError::BadRequest(e.to_string()))?;
     }
     let pinned = match &req.protocol_version {
         None => None,
@@ -158,7 +159,10 @@ async fn register(
     let (url, pinned) = check_input(&req)?;
     require_org(&gw, &org).await?;
     let bearer = match &req.auth {
-        Some(a) => Some(a.resolve().map_err(AppError::BadRequest)?),
+        Some(a) => Some(
+            a.resolve()
+                .map_err(|e| AppError::BadRequest(e.to_string()))?,
+        ),
         None => None,
     };
     let base = url.as_str().trim_end_matches('/').to_string();

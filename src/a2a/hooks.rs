@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::a2a_hooks;
-use crate::store::{Store, WriteOp};
+use crate::store::{Store, StoreError, WriteOp};
 
 /// Events a subscriber queue holds before new ones are dropped.
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -121,6 +121,21 @@ pub struct VerbEvent {
     pub bytes: Option<(usize, usize)>,
 }
 
+/// Why a subscriber could not handle a batch (logged; the batch is
+/// dropped and the call it describes is unaffected).
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriberError {
+    /// Its rows could not be queued on the writer.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An event could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+    /// A subscriber's own failure (subscribers outside this module).
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// A subscriber: handles batches of events on its own task.
 pub trait Subscriber: Send + Sync + 'static {
     /// Name for logs and counters.
@@ -129,7 +144,7 @@ pub trait Subscriber: Send + Sync + 'static {
     fn handle(
         &self,
         events: Vec<Arc<VerbEvent>>,
-    ) -> impl std::future::Future<Output = Result<(), String>> + Send;
+    ) -> impl std::future::Future<Output = Result<(), SubscriberError>> + Send;
 }
 
 struct Slot {
@@ -295,11 +310,11 @@ async fn serve<S: Subscriber>(
 }
 
 /// Queues a subscriber's rows on the writer (a call never waits on them).
-async fn enqueue(store: &Store, ops: Vec<WriteOp>) -> Result<(), String> {
+async fn enqueue(store: &Store, ops: Vec<WriteOp>) -> Result<(), SubscriberError> {
     if ops.is_empty() {
         return Ok(());
     }
-    store.writer().enqueue(ops).await.map_err(|e| e.to_string())
+    Ok(store.writer().enqueue(ops).await?)
 }
 
 /// Load tracking: a `running` row at pre-verb, finished at post-verb. A
@@ -319,7 +334,7 @@ impl Subscriber for TaskInstances {
         "task-instances"
     }
 
-    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
         let mut rows: Vec<CallRow<'_>> = Vec::new();
         let mut row_of: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         // Events of calls whose row an earlier batch inserted.
@@ -391,10 +406,10 @@ impl Subscriber for AuditRecords {
         "audit"
     }
 
-    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
         let mut ops = Vec::with_capacity(events.len());
         for e in events {
-            let json = serde_json::to_string(&*e).map_err(|x| x.to_string())?;
+            let json = serde_json::to_string(&*e)?;
             ops.push(a2a_hooks::insert_event(a2a_hooks::HookEvent {
                 call_id: &e.call_id,
                 org_id: &e.org_id,
@@ -417,7 +432,7 @@ impl Subscriber for CostEvents {
         "cost"
     }
 
-    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
         let ops: Vec<WriteOp> = events
             .iter()
             .filter(|e| e.phase == Phase::PostVerb)
@@ -453,7 +468,7 @@ mod tests {
             "batches"
         }
 
-        async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+        async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
             if let Ok(mut b) = self.0.lock() {
                 b.push(events.len());
             }

@@ -80,7 +80,7 @@ pub async fn refresh_row(gw: &Gateway, row: &CardRow) -> Result<CardRow, Refresh
 async fn fetch(gw: &Gateway, row: &CardRow) -> Fetched {
     let a2a = &gw.a2a;
     let bearer = match row.auth.as_ref().map(PeerAuth::resolve) {
-        Some(Err(e)) => return Fetched::Unreachable(e),
+        Some(Err(e)) => return Fetched::Unreachable(e.to_string()),
         bearer => bearer.and_then(Result::ok),
     };
     registry::fetch(

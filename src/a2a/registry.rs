@@ -40,11 +40,56 @@ pub struct PeerAuth {
     pub secret_file: Option<String>,
 }
 
+/// Why a registration's `auth` is refused (answered as 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Only bearer credentials are supported.
+    #[error("`auth.type` must be `bearer`, not `{0}`")]
+    NotBearer(String),
+    /// The variable name is empty, too long or has other characters.
+    #[error("`auth.secretEnv` must be an environment variable name (A-Z a-z 0-9 _)")]
+    BadEnvName,
+    /// The file path is relative or too long.
+    #[error("`auth.secretFile` must be an absolute path")]
+    RelativeFile,
+    /// Neither or both sources are given.
+    #[error("`auth` needs exactly one of `secretEnv` or `secretFile`")]
+    NotOneSource,
+}
+
+/// Why a peer's credential could not be read when a request needed it.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The environment variable is not set.
+    #[error("secret environment variable `{0}` is not set")]
+    EnvUnset(String),
+    /// The file could not be read.
+    #[error("cannot read secret file `{path}`: {source}")]
+    File {
+        /// The configured path.
+        path: String,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The file is larger than any token.
+    #[error("secret file `{0}` is larger than {max} bytes", max = MAX_SECRET_BYTES)]
+    FileTooLarge(String),
+    /// No source is configured.
+    #[error("no secret source configured")]
+    NoSource,
+    /// The secret is blank.
+    #[error("the peer secret is empty")]
+    Empty,
+    /// The secret is too long or has control characters.
+    #[error("the peer secret is not a usable bearer token")]
+    Unusable,
+}
+
 impl PeerAuth {
     /// Checks the shape: `bearer`, exactly one source, a plausible name.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), AuthError> {
         if self.kind != "bearer" {
-            return Err(format!("`auth.type` must be `bearer`, not `{}`", self.kind));
+            return Err(AuthError::NotBearer(self.kind.clone()));
         }
         match (&self.secret_env, &self.secret_file) {
             (Some(env), None) => {
@@ -52,50 +97,49 @@ impl PeerAuth {
                     && env.len() <= 128
                     && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if !ok {
-                    return Err(
-                        "`auth.secretEnv` must be an environment variable name (A-Z a-z 0-9 _)"
-                            .into(),
-                    );
+                    return Err(AuthError::BadEnvName);
                 }
                 Ok(())
             }
             (None, Some(path)) => {
                 if !std::path::Path::new(path).is_absolute() || path.len() > 4096 {
-                    return Err("`auth.secretFile` must be an absolute path".into());
+                    return Err(AuthError::RelativeFile);
                 }
                 Ok(())
             }
-            _ => Err("`auth` needs exactly one of `secretEnv` or `secretFile`".into()),
+            _ => Err(AuthError::NotOneSource),
         }
     }
 
     /// Reads the credential now.
-    pub fn resolve(&self) -> Result<String, String> {
+    pub fn resolve(&self) -> Result<String, SecretError> {
         let raw = match (&self.secret_env, &self.secret_file) {
-            (Some(env), _) => std::env::var(env)
-                .map_err(|_| format!("secret environment variable `{env}` is not set"))?,
-            (None, Some(path)) => {
-                let meta = std::fs::metadata(path)
-                    .map_err(|e| format!("cannot read secret file `{path}`: {e}"))?;
-                if meta.len() > MAX_SECRET_BYTES as u64 {
-                    return Err(format!(
-                        "secret file `{path}` is larger than {MAX_SECRET_BYTES} bytes"
-                    ));
-                }
-                std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read secret file `{path}`: {e}"))?
-            }
-            (None, None) => return Err("no secret source configured".into()),
+            (Some(env), _) => std::env::var(env).map_err(|_| SecretError::EnvUnset(env.clone()))?,
+            (None, Some(path)) => read_secret_file(path)?,
+            (None, None) => return Err(SecretError::NoSource),
         };
         let token = raw.trim();
         if token.is_empty() {
-            return Err("the peer secret is empty".into());
+            return Err(SecretError::Empty);
         }
         if token.len() > MAX_SECRET_BYTES || token.chars().any(|c| c.is_control()) {
-            return Err("the peer secret is not a usable bearer token".into());
+            return Err(SecretError::Unusable);
         }
         Ok(token.to_string())
     }
+}
+
+/// Reads a secret file, refusing one larger than any token before reading.
+fn read_secret_file(path: &str) -> Result<String, SecretError> {
+    let unreadable = |source| SecretError::File {
+        path: path.to_string(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
+    if meta.len() > MAX_SECRET_BYTES as u64 {
+        return Err(SecretError::FileTooLarge(path.to_string()));
+    }
+    std::fs::read_to_string(path).map_err(unreadable)
 }
 
 /// Health of a registered peer.
@@ -393,11 +437,22 @@ pub async fn fetch(
     Fetched::Unreachable(format!("no agent card found: {last}"))
 }
 
-async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+/// Why a card body could not be read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The connection failed mid-body.
+    #[error("{0}")]
+    Read(#[from] reqwest::Error),
+    /// The body is larger than the configured limit.
+    #[error("the card is larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = resp.chunk().await? {
         if body.len() + chunk.len() > max {
-            return Err(format!("the card is larger than {max} bytes"));
+            return Err(BodyError::TooLarge(max));
         }
         body.extend_from_slice(&chunk);
     }
@@ -610,6 +665,6 @@ mod tests {
         let path = dir.path().join("t");
         std::fs::write(&path, "  \n").unwrap();
         let empty = auth(None, Some(path.to_str().unwrap()));
-        assert!(empty.resolve().unwrap_err().contains("empty"));
+        assert!(empty.resolve().unwrap_err().to_string().contains("empty"));
     }
 }

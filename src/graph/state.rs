@@ -9,14 +9,25 @@ use std::sync::{Arc, Mutex, RwLock};
 use moka::sync::Cache;
 use tokio::sync::OwnedMutexGuard;
 
-use super::embed::{self, Embedder};
+use super::embed::{self, EmbedError, Embedder};
 use super::extract::{self, Extractor};
 use super::model::ProjectGraph;
 use crate::store::{Store, StoreError};
 
+/// Why the configured embeddings provider cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphConfigError {
+    /// `graph.embedding_url` is not an http(s) URL.
+    #[error("`graph.embedding_url` `{0}` is not an http(s) URL")]
+    NotHttp(String),
+    /// The HTTP embedder could not be built.
+    #[error(transparent)]
+    Embedder(#[from] EmbedError),
+}
+
 /// Graph state for a configuration: the HTTP embeddings provider when
 /// `embedding_url` is set, else the local embedder.
-pub fn from_config(config: &crate::config::GraphConfig) -> Result<Graphs, String> {
+pub fn from_config(config: &crate::config::GraphConfig) -> Result<Graphs, GraphConfigError> {
     match config
         .embedding_url
         .as_deref()
@@ -25,17 +36,14 @@ pub fn from_config(config: &crate::config::GraphConfig) -> Result<Graphs, String
         None => Ok(Graphs::local()),
         Some(url) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "`graph.embedding_url` `{url}` is not an http(s) URL"
-                ));
+                return Err(GraphConfigError::NotHttp(url.to_string()));
             }
             let http = embed::HttpEmbedder::new(
                 url,
                 &config.embedding_model,
                 config.embedding_api_key.clone(),
                 std::time::Duration::from_secs(config.embedding_timeout_secs.max(1)),
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
             Ok(Graphs::new(
                 Arc::new(http),
                 Arc::new(extract::RuleExtractor),

@@ -193,7 +193,7 @@ async fn list_decisions(
         until: q.until,
     }
     .normalized()
-    .map_err(AppError::BadRequest)?;
+    .map_err(|e| AppError::BadRequest(e.to_string()))?;
     let order = match q.order.as_deref() {
         None | Some("asc") => Order::Asc,
         Some("desc") => Order::Desc,
