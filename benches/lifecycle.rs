@@ -147,7 +147,7 @@ fn record_trail(store: &Store, bundle: &PolicyBundle, n: usize) {
     let sessions = sessions(store, bundle, 200);
     let writer = store.writer().clone();
     writer
-        .submit_blocking(vec![cedargate::gateway::Gateway::policy_set_op(bundle)])
+        .submit_blocking(vec![cedargate::lifecycle::policy_set_op(bundle)])
         .unwrap_or_else(|e| panic!("{e}"));
     let agent = Kind::Agent.uid("claude");
     let mut batch = Vec::with_capacity(1000);

@@ -5,6 +5,7 @@
 //!   health) and the per-org tool set built from them;
 //! - [`bridge`]: the outbound JSON-RPC call and result translation;
 //! - [`hooks`]: the bounded in-process verb hook bus and its subscribers;
+//! - [`refresh`]: refetching cards, on request and in the background;
 //! - [`admin`]: the operator API under `/admin/orgs/{org}/a2a-*`.
 //!
 //! [`A2a`] is the runtime the gateway holds: the HTTP client, the per-org
@@ -20,6 +21,7 @@ pub mod admin;
 pub mod bridge;
 pub mod card;
 pub mod hooks;
+pub mod refresh;
 pub mod registry;
 pub mod tool;
 
@@ -28,50 +30,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
-use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
+use crate::config::A2aConfig;
 use crate::store::{Store, StoreError};
 use registry::{OrgPeers, PeerTarget};
+
+pub use registry::MAX_TIMEOUT_MS;
 
 /// Most orgs whose tool sets are cached, and most peers with slots.
 const CACHE_CAPACITY: u64 = 10_000;
 
-/// Bridge and registry settings (`[a2a]` in the config file).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct A2aConfig {
-    /// Wall-clock budget of one outbound call unless the org sets its own
-    /// (`PUT /admin/orgs/{org}/a2a-settings {"timeoutMs"}`).
-    pub default_timeout_ms: u64,
-    /// Most concurrent outbound calls to one peer; more wait (within their
-    /// timeout) for a free slot.
-    pub max_concurrent_per_peer: usize,
-    /// Seconds between background refreshes of every card (0: never).
-    pub refresh_interval_secs: u64,
-    /// Budget of one card fetch.
-    pub card_timeout_ms: u64,
-    /// Largest card accepted, in bytes.
-    pub max_card_bytes: usize,
-    /// Largest peer response accepted, in bytes.
-    pub max_response_bytes: usize,
+/// Why the A2A runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum A2aError {
+    /// The outbound HTTP client (TLS backend, pool) could not be built.
+    #[error("cannot build the A2A HTTP client: {0}")]
+    Client(reqwest::Error),
 }
-
-impl Default for A2aConfig {
-    fn default() -> Self {
-        A2aConfig {
-            default_timeout_ms: 30_000,
-            max_concurrent_per_peer: 32,
-            refresh_interval_secs: 300,
-            card_timeout_ms: 5_000,
-            max_card_bytes: 1024 * 1024,
-            max_response_bytes: 4 * 1024 * 1024,
-        }
-    }
-}
-
-/// Longest per-org timeout accepted (10 minutes).
-pub const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// The A2A runtime.
 #[derive(Debug)]
@@ -91,13 +67,13 @@ pub struct A2a {
 
 impl A2a {
     /// Builds the runtime; per-org tool sets live at most `ttl`.
-    pub fn new(config: A2aConfig, store: Store, ttl: Duration) -> Result<A2a, String> {
+    pub fn new(config: A2aConfig, store: Store, ttl: Duration) -> Result<A2a, A2aError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(config.max_concurrent_per_peer.max(1))
             .connect_timeout(Duration::from_millis(config.card_timeout_ms.max(1)))
             .build()
-            .map_err(|e| format!("cannot build the A2A HTTP client: {e}"))?;
+            .map_err(A2aError::Client)?;
         Ok(A2a {
             orgs: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
@@ -218,33 +194,6 @@ fn string_literals(text: &str, out: &mut HashSet<String>) {
             }
         }
         out.insert(lit);
-    }
-}
-
-/// Refreshes every registered card every `refresh_interval_secs`, so a
-/// peer that recovers is exposed again and one that goes away is hidden.
-pub async fn refresh_loop(gw: Arc<crate::gateway::Gateway>) {
-    let secs = gw.a2a.config.refresh_interval_secs;
-    if secs == 0 {
-        return;
-    }
-    let mut tick = tokio::time::interval(Duration::from_secs(secs));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let rows = match gw.store.read(registry::list_all).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list A2A agents for refresh");
-                continue;
-            }
-        };
-        for row in rows {
-            if let Err(e) = admin::refresh_row(&gw, &row).await {
-                tracing::warn!(agent = %row.id, error = %e, "A2A card refresh failed");
-            }
-        }
     }
 }
 

@@ -70,7 +70,7 @@ async fn create_org(
 ) -> Result<impl IntoResponse, AppError> {
     let req = body(payload)?;
     let org = gw.store.read(move |c| operator::create_org(c, req)).await?;
-    crate::cluster::changed(&gw, &org.id).await;
+    crate::cluster::coherence::changed(&gw, &org.id).await;
     Ok((StatusCode::CREATED, Json(org)))
 }
 
@@ -97,7 +97,7 @@ async fn delete_org(
 ) -> Result<StatusCode, AppError> {
     let changed_org = org.clone();
     gw.store.read(move |c| tenants::delete_org(c, &org)).await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -112,7 +112,7 @@ async fn create_project(
         .store
         .read(move |c| operator::create_project(c, &org, req))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok((StatusCode::CREATED, Json(p)))
 }
 
@@ -133,7 +133,7 @@ async fn delete_project(
     gw.store
         .read(move |c| tenants::delete_project(c, &org, &id))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -148,7 +148,7 @@ async fn create_agent(
         .store
         .read(move |c| operator::create_agent(c, &org, req))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok((StatusCode::CREATED, Json(a)))
 }
 
@@ -169,7 +169,7 @@ async fn delete_agent(
     gw.store
         .read(move |c| tenants::delete_agent(c, &org, &id))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -184,7 +184,7 @@ async fn create_key(
         .store
         .read(move |c| operator::create_key(c, &org, req))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok((
         StatusCode::CREATED,
         Json(json!({
@@ -214,7 +214,7 @@ async fn delete_key(
     gw.store
         .read(move |c| tenants::delete_key(c, &org, &id))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -235,7 +235,7 @@ async fn delete_session(
     gw.store
         .read(move |c| tenants::delete_session(c, &org, &id))
         .await?;
-    crate::cluster::changed(&gw, &changed_org).await;
+    crate::cluster::coherence::changed(&gw, &changed_org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

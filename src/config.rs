@@ -48,7 +48,7 @@ pub struct Config {
     /// Policy lifecycle: reload on file changes, shadow mode, metrics.
     pub lifecycle: LifecycleConfig,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
-    pub a2a: crate::a2a::A2aConfig,
+    pub a2a: A2aConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
 }
@@ -104,6 +104,39 @@ impl Default for LifecycleConfig {
             watch_debounce_ms: 250,
             shadow_policies_dir: None,
             metrics: true,
+        }
+    }
+}
+
+/// Bridge and registry settings (`[a2a]` in the config file).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct A2aConfig {
+    /// Wall-clock budget of one outbound call unless the org sets its own
+    /// (`PUT /admin/orgs/{org}/a2a-settings {"timeoutMs"}`).
+    pub default_timeout_ms: u64,
+    /// Most concurrent outbound calls to one peer; more wait (within their
+    /// timeout) for a free slot.
+    pub max_concurrent_per_peer: usize,
+    /// Seconds between background refreshes of every card (0: never).
+    pub refresh_interval_secs: u64,
+    /// Budget of one card fetch.
+    pub card_timeout_ms: u64,
+    /// Largest card accepted, in bytes.
+    pub max_card_bytes: usize,
+    /// Largest peer response accepted, in bytes.
+    pub max_response_bytes: usize,
+}
+
+impl Default for A2aConfig {
+    fn default() -> Self {
+        A2aConfig {
+            default_timeout_ms: 30_000,
+            max_concurrent_per_peer: 32,
+            refresh_interval_secs: 300,
+            card_timeout_ms: 5_000,
+            max_card_bytes: 1024 * 1024,
+            max_response_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -214,7 +247,7 @@ impl Default for Config {
             sse: SseConfig::default(),
             cache_ttl_secs: 30,
             lifecycle: LifecycleConfig::default(),
-            a2a: crate::a2a::A2aConfig::default(),
+            a2a: A2aConfig::default(),
             graph: GraphConfig::default(),
         }
     }

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::policy::entities::{self, EntitySlice};
 use crate::policy::{Pep, PolicyBundle};
 use crate::store::tenants::{self, ApiKey, SessionTenant};
-use crate::store::{Store, StoreError, WriteOp};
+use crate::store::{Store, StoreError};
 use crate::tools::{Catalog, ToolAdapter};
 
 /// Most cached keys and session views.
@@ -113,7 +113,8 @@ impl Gateway {
         catalog: Catalog,
     ) -> Result<Self, String> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
-        let a2a = Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl)?);
+        let a2a =
+            Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl).map_err(|e| e.to_string())?);
         let graphs = Arc::new(
             crate::graph::from_config(&config.graph)
                 .map_err(|e| format!("graph embeddings: {e}"))?,
@@ -145,17 +146,6 @@ impl Gateway {
             graphs,
             a2a,
         })
-    }
-
-    /// The write op that records a bundle, so replay can find it by hash.
-    pub fn policy_set_op(bundle: &PolicyBundle) -> WriteOp {
-        WriteOp::PolicySet {
-            hash: bundle.hash.clone(),
-            schema_path: bundle.schema_path.clone(),
-            schema_text: bundle.schema_text.clone(),
-            files: serde_json::to_string(&bundle.files).unwrap_or_else(|_| "[]".into()),
-            loaded_at: bundle.loaded_at.clone(),
-        }
     }
 
     /// Drops every cached key and session view (after an admin change).

@@ -7,21 +7,53 @@ use time::format_description::well_known::Rfc3339;
 /// Longest id accepted for orgs, projects, agents and roles.
 pub const MAX_ID_LEN: usize = 64;
 
+/// Why an operator-chosen id is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// Empty or longer than [`MAX_ID_LEN`].
+    #[error("{kind} id must be 1 to {max} characters, got {len}", max = MAX_ID_LEN)]
+    Length {
+        /// What the id names (`org`, `project`, …).
+        kind: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A character outside `[A-Za-z0-9_.-]`.
+    #[error("{kind} id `{id}` may only contain letters, digits, `_`, `-` and `.`")]
+    Charset {
+        /// What the id names.
+        kind: String,
+        /// The id as given.
+        id: String,
+    },
+}
+
+/// A timestamp that is not RFC 3339.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not an RFC 3339 time: {source}")]
+pub struct TimeError {
+    /// The text as given.
+    pub text: String,
+    /// What the parser found.
+    pub source: time::error::Parse,
+}
+
 /// Checks an operator-chosen id: 1..=64 chars of `[A-Za-z0-9_.-]`.
-pub fn validate_id(kind: &str, id: &str) -> Result<(), String> {
+pub fn validate_id(kind: &str, id: &str) -> Result<(), IdError> {
     if id.is_empty() || id.len() > MAX_ID_LEN {
-        return Err(format!(
-            "{kind} id must be 1 to {MAX_ID_LEN} characters, got {}",
-            id.len()
-        ));
+        return Err(IdError::Length {
+            kind: kind.to_string(),
+            len: id.len(),
+        });
     }
     if !id
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        return Err(format!(
-            "{kind} id `{id}` may only contain letters, digits, `_`, `-` and `.`"
-        ));
+        return Err(IdError::Charset {
+            kind: kind.to_string(),
+            id: id.to_string(),
+        });
     }
     Ok(())
 }
@@ -48,8 +80,11 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
 }
 
 /// Parses an RFC 3339 timestamp (used by CLI filters).
-pub fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
-    OffsetDateTime::parse(s, &Rfc3339).map_err(|e| format!("`{s}` is not an RFC 3339 time: {e}"))
+pub fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, TimeError> {
+    OffsetDateTime::parse(s, &Rfc3339).map_err(|source| TimeError {
+        text: s.to_string(),
+        source,
+    })
 }
 
 /// `n` random bytes, hex-encoded, from the operating system's CSPRNG.

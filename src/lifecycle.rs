@@ -4,11 +4,18 @@
 //! shadow evaluation of a candidate directory, and the decision observer
 //! that feeds metrics and shadow mode.
 //!
+//! This file holds the state the gateway keeps ([`Lifecycle`]) and the
+//! steps that need no gateway (loading a candidate, recording a set); the
+//! reload itself, which swaps the gateway's PEP, is in [`reload`], above
+//! the gateway.
+//!
 //! **Architecture Invariant:** a set becomes active only through
-//! [`reload`] (or start-up), and only after every step passed; any failure
-//! leaves the last good set active and is reported in [`ReloadStatus`].
+//! [`reload::reload`] (or start-up), and only after every step passed; any
+//! failure leaves the last good set active and is reported in
+//! [`ReloadStatus`].
 
 pub mod admin;
+pub mod reload;
 pub mod shadow;
 pub mod watch;
 
@@ -17,11 +24,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::policy::schema_gen::ToolSchema;
 use crate::policy::tests_runner::{self, TestReport};
 use crate::policy::{Action, DecisionObserver, Observed, PolicyBundle, PolicyLoadError};
+use crate::store::WriteOp;
 use crate::tools::Catalog;
 
 /// Why a candidate set was rejected.
@@ -90,6 +97,19 @@ pub fn load_candidate(
         return Err(CandidateError::Tests(report));
     }
     Ok((bundle, report))
+}
+
+/// The write op that records a bundle, so replay can find it by hash. A
+/// set is recorded before it decides anything (at start-up, by the first
+/// heartbeat, and by every reload).
+pub fn policy_set_op(bundle: &PolicyBundle) -> WriteOp {
+    WriteOp::PolicySet {
+        hash: bundle.hash.clone(),
+        schema_path: bundle.schema_path.clone(),
+        schema_text: bundle.schema_text.clone(),
+        files: serde_json::to_string(&bundle.files).unwrap_or_else(|_| "[]".into()),
+        loaded_at: bundle.loaded_at.clone(),
+    }
 }
 
 /// One reload attempt as reported by `GET /admin/policies`.
@@ -195,90 +215,6 @@ fn unix(rfc3339: &str) -> i64 {
     crate::ids::parse_rfc3339(rfc3339)
         .map(|t| t.unix_timestamp())
         .unwrap_or(0)
-}
-
-/// Reloads the policy set: load → validate → test → record → swap. The
-/// returned attempt says what happened; on `Err` the active set is
-/// unchanged.
-pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt> {
-    let lifecycle = &gw.lifecycle;
-    let _one_at_a_time = lifecycle.reload_lock.lock().await;
-    let (schema, dir, tools) = (
-        gw.config.schema_file.clone(),
-        gw.config.policies_dir.clone(),
-        lifecycle.tools.clone(),
-    );
-    let loaded = tokio::task::spawn_blocking(move || load_candidate(&schema, &dir, &tools)).await;
-    let mut attempt = Attempt {
-        at: crate::ids::now_rfc3339(),
-        trigger: trigger.to_string(),
-        result: "rejected".into(),
-        hash: None,
-        message: None,
-        diagnostics: Vec::new(),
-        test_failures: Vec::new(),
-        tests_run: 0,
-    };
-    let (bundle, report) = match loaded {
-        Ok(Ok(ok)) => ok,
-        Ok(Err(e)) => {
-            attempt.message = Some(e.summary());
-            match &e {
-                CandidateError::Policies(p) => {
-                    attempt.diagnostics = p.diagnostics.iter().map(ToString::to_string).collect();
-                }
-                CandidateError::Tests(r) => {
-                    attempt.tests_run = r.outcomes.len();
-                    attempt.test_failures = r.failures();
-                }
-                CandidateError::TestFiles(_) => {}
-            }
-            tracing::warn!(trigger, error = %e, "policy reload rejected; the active set is unchanged");
-            lifecycle.record(&attempt);
-            return Err(attempt);
-        }
-        Err(join) => {
-            attempt.message = Some(format!("reload task failed: {join}"));
-            lifecycle.record(&attempt);
-            return Err(attempt);
-        }
-    };
-    attempt.tests_run = report.outcomes.len();
-    attempt.hash = Some(bundle.hash.clone());
-    if bundle.hash == gw.pep.current().hash {
-        attempt.result = "unchanged".into();
-        lifecycle.record(&attempt);
-        return Ok(attempt);
-    }
-    // The set is recorded before it decides anything, so every decision's
-    // policy hash can be resolved for replay.
-    if let Err(e) = gw
-        .store
-        .writer()
-        .submit(vec![Gateway::policy_set_op(&bundle)])
-        .await
-    {
-        attempt.message = Some(format!("cannot record the policy set: {e}"));
-        lifecycle.record(&attempt);
-        return Err(attempt);
-    }
-    for w in &bundle.warnings {
-        tracing::warn!(warning = %w, "policy validation warning");
-    }
-    let active = gw.pep.swap(bundle);
-    gw.cluster.recorded(&active.hash);
-    lifecycle
-        .metrics
-        .active_set(&active.hash, unix(&active.loaded_at));
-    attempt.result = "applied".into();
-    tracing::info!(trigger, hash = %active.hash, policies = active.policy_ids.len(), "policy set reloaded");
-    lifecycle.record(&attempt);
-    // Show the new hash in this instance's row at once (after the attempt
-    // is recorded, so the status never lags the active set).
-    if let Err(e) = crate::cluster::beat(gw).await {
-        tracing::warn!(error = %e, "could not refresh this instance's row after the reload");
-    }
-    Ok(attempt)
 }
 
 /// Feeds every decision to the metrics and the shadow candidate.

@@ -85,7 +85,7 @@ fn text(field: &str, value: &str) -> Result<(), StoreError> {
 }
 
 fn id(kind: &str, value: &str) -> Result<(), StoreError> {
-    validate_id(kind, value).map_err(StoreError::Invalid)
+    validate_id(kind, value).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
 /// Creates an org.

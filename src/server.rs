@@ -70,7 +70,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     // Record the policy set and register this instance now when the
     // database answers; otherwise the heartbeat does it once it does.
     if gw.store.is_migrated() {
-        crate::cluster::beat(&gw).await?;
+        crate::cluster::membership::beat(&gw).await?;
     }
     gw.lifecycle
         .started(&gw.pep.current(), tests.outcomes.len());
@@ -129,10 +129,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
             })),
         );
     }
-    let db = gw
-        .store
-        .read(|c| c.query_row("SELECT 1", crate::params![], |r| r.get::<i64>(0)))
-        .await;
+    let db = gw.store.ping().await;
     let writer = gw.store.writer().flush().await;
     match (db, writer) {
         (Ok(_), Ok(())) => (
@@ -167,9 +164,11 @@ pub async fn run(
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
     let triggers = crate::lifecycle::watch::start(&gw);
-    let refresher = tokio::spawn(crate::a2a::refresh_loop(Arc::clone(&gw)));
-    let heartbeat = tokio::spawn(crate::cluster::heartbeat_loop(Arc::downgrade(&gw)));
-    let changes = crate::cluster::start_listener(&gw);
+    let refresher = tokio::spawn(crate::a2a::refresh::refresh_loop(Arc::clone(&gw)));
+    let heartbeat = tokio::spawn(crate::cluster::membership::heartbeat_loop(Arc::downgrade(
+        &gw,
+    )));
+    let changes = crate::cluster::coherence::start_listener(&gw);
     // Open SSE streams never end on their own: end them when shutdown
     // begins, or the drain would wait for them forever.
     let streams = gw.streams.clone();
@@ -194,7 +193,7 @@ pub async fn run(
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }
-    crate::cluster::leave(&gw).await;
+    crate::cluster::membership::leave(&gw).await;
     served.map_err(|source| StartError::Io { addr, source })
 }
 

@@ -9,6 +9,8 @@
 //! requests share one transaction and one fsync, and each waits for the
 //! commit that contains its rows before it is acknowledged.
 
+pub mod a2a_cards;
+pub mod a2a_hooks;
 pub mod audit_query;
 pub mod db;
 pub mod decisions;
@@ -421,6 +423,14 @@ impl Store {
         f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.inner.with_conn(f)
+    }
+
+    /// Runs a trivial query on a pooled connection: the readiness probe's
+    /// proof that reads are served now, not only that a pool exists.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|c| c.query_row("SELECT 1", params![], |r| r.get::<i64>(0)))
+            .await
+            .map(|_| ())
     }
 }
 

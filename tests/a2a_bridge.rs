@@ -1111,7 +1111,7 @@ impl cedargate::a2a::hooks::Subscriber for Stuck {
     async fn handle(
         &self,
         _events: Vec<Arc<cedargate::a2a::hooks::VerbEvent>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), cedargate::a2a::hooks::SubscriberError> {
         std::future::pending::<()>().await;
         Ok(())
     }

@@ -25,8 +25,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::card::{self, ProtocolVersion};
+use super::refresh::{self, RefreshError};
 use super::registry::{self, CardRow, Fetched, PeerAuth};
-use crate::cluster;
+use crate::cluster::coherence;
 use crate::error::AppError;
 use crate::gateway::Gateway;
 use crate::store::tenants;
@@ -69,6 +70,17 @@ pub struct A2aSettings {
     pub timeout_ms: u64,
 }
 
+impl From<RefreshError> for AppError {
+    /// A peer deregistered while its card was refetched is gone (404);
+    /// store failures map as everywhere in the operator API.
+    fn from(e: RefreshError) -> Self {
+        match e {
+            RefreshError::Deregistered(_) => AppError::NotFound(e.to_string()),
+            RefreshError::Store(e) => AppError::from(e),
+        }
+    }
+}
+
 fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, AppError> {
     payload
         .map(|Json(v)| v)
@@ -105,7 +117,8 @@ fn check_input(req: &RegisterAgent) -> Result<(reqwest::Url, Option<ProtocolVers
         ));
     }
     if let Some(auth) = &req.auth {
-        auth.validate().map_err(AppError::BadRequest)?;
+        auth.validate()
+            .map_err(|e| AppError::BadRequest(e.to_string()))?;
     }
     let pinned = match &req.protocol_version {
         None => None,
@@ -146,7 +159,10 @@ async fn register(
     let (url, pinned) = check_input(&req)?;
     require_org(&gw, &org).await?;
     let bearer = match &req.auth {
-        Some(a) => Some(a.resolve().map_err(AppError::BadRequest)?),
+        Some(a) => Some(
+            a.resolve()
+                .map_err(|e| AppError::BadRequest(e.to_string()))?,
+        ),
         None => None,
     };
     let base = url.as_str().trim_end_matches('/').to_string();
@@ -209,7 +225,7 @@ async fn register(
     }
     let stored = row.clone();
     gw.store.read(move |c| registry::insert(c, &stored)).await?;
-    cluster::changed(&gw, &org).await;
+    coherence::changed(&gw, &org).await;
     Ok((StatusCode::CREATED, Json(row.to_api())))
 }
 
@@ -245,7 +261,7 @@ async fn deregister(
 ) -> Result<StatusCode, AppError> {
     let o = org.clone();
     gw.store.read(move |c| registry::delete(c, &o, &id)).await?;
-    cluster::changed(&gw, &org).await;
+    coherence::changed(&gw, &org).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -254,48 +270,10 @@ async fn refresh(
     Path((org, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, AppError> {
     let row = find(&gw, &org, &id).await?;
-    let updated = refresh_row(&gw, &row).await?;
+    let updated = refresh::refresh_row(&gw, &row).await?;
     // An explicit refresh always takes effect at once.
-    cluster::changed(&gw, &org).await;
+    coherence::changed(&gw, &org).await;
     Ok(Json(updated.to_api()))
-}
-
-/// Refetches one card, stores the result, and invalidates the org when
-/// what it exposes changed. Returns the updated row.
-pub async fn refresh_row(gw: &Gateway, row: &CardRow) -> Result<CardRow, AppError> {
-    let a2a = &gw.a2a;
-    let fetched = match row.auth.as_ref().map(PeerAuth::resolve) {
-        Some(Err(e)) => Fetched::Unreachable(e),
-        bearer => {
-            let bearer = bearer.and_then(Result::ok);
-            registry::fetch(
-                &a2a.client,
-                &row.url,
-                bearer.as_deref(),
-                row.pinned_version,
-                a2a.card_timeout(),
-                a2a.config.max_card_bytes,
-            )
-            .await
-        }
-    };
-    let id = row.id.clone();
-    let recorded = fetched.clone();
-    gw.store
-        .read(move |c| registry::record_fetch(c, &id, &recorded))
-        .await?;
-    let before = (row.health.clone(), row.card.clone());
-    let (o, i) = (row.org_id.clone(), row.id.clone());
-    let updated = gw
-        .store
-        .read(move |c| registry::get(c, &o, &i))
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("A2A agent `{}` was deregistered", row.id)))?;
-    if (updated.health.clone(), updated.card.clone()) != before {
-        tracing::info!(agent = %row.slug, org = %row.org_id, health = %updated.health, "A2A agent changed");
-        cluster::changed(gw, &row.org_id).await;
-    }
-    Ok(updated)
 }
 
 async fn get_settings(
@@ -318,10 +296,10 @@ async fn put_settings(
     payload: Result<Json<A2aSettings>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let req = body(payload)?;
-    if req.timeout_ms == 0 || req.timeout_ms > super::MAX_TIMEOUT_MS {
+    if req.timeout_ms == 0 || req.timeout_ms > registry::MAX_TIMEOUT_MS {
         return Err(AppError::BadRequest(format!(
             "`timeoutMs` must be 1 to {}",
-            super::MAX_TIMEOUT_MS
+            registry::MAX_TIMEOUT_MS
         )));
     }
     require_org(&gw, &org).await?;
@@ -329,7 +307,7 @@ async fn put_settings(
     gw.store
         .read(move |c| registry::set_timeout_ms(c, &o, ms))
         .await?;
-    cluster::changed(&gw, &org).await;
+    coherence::changed(&gw, &org).await;
     Ok(Json(
         json!({ "orgId": org, "timeoutMs": req.timeout_ms, "default": false }),
     ))

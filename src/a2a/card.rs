@@ -86,26 +86,63 @@ pub struct ParsedCard {
     pub warnings: Vec<String>,
 }
 
+/// Why an agent card is refused (the message is stored as the peer's
+/// `lastError` and shown by the operator API).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CardError {
+    /// The card is not a JSON object.
+    #[error("the agent card is not a JSON object")]
+    NotObject,
+    /// The card has no usable `name`.
+    #[error("the agent card has no `name`")]
+    NoName,
+    /// No interface the bridge can call.
+    #[error("the agent card declares no JSON-RPC interface for A2A 0.3 or 1.0 with an http(s) URL")]
+    NoInterface,
+    /// The card has no `skills` array.
+    #[error("the agent card has no `skills` array")]
+    NoSkills,
+    /// More skills than a card may declare.
+    #[error("the agent card declares {0} skills; at most {max} are accepted", max = MAX_SKILLS)]
+    TooManySkills(usize),
+    /// The pinned protocol generation is not among the card's interfaces.
+    #[error("the card declares no JSON-RPC interface for A2A `{}`", .0.as_str())]
+    NoInterfaceFor(ProtocolVersion),
+    /// The card has no interface at all.
+    #[error("the card declares no JSON-RPC interface")]
+    NoJsonRpc,
+}
+
+/// Why a skill's `inputSchema` is left out (the skill is skipped with a
+/// warning; the card stays usable).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SchemaError {
+    /// Not an object.
+    #[error("`inputSchema` is not a JSON object")]
+    NotObject,
+    /// Describes something other than an object.
+    #[error("`inputSchema` must describe an object (`\"type\": \"object\"`)")]
+    NotObjectType,
+    /// Does not compile.
+    #[error("`inputSchema` is not a valid JSON Schema: {0}")]
+    Invalid(String),
+}
+
 impl ParsedCard {
     /// The interface to use: the pinned version if the card declares it,
     /// else the newest version declared.
-    pub fn choose(&self, pinned: Option<ProtocolVersion>) -> Result<&Interface, String> {
+    pub fn choose(&self, pinned: Option<ProtocolVersion>) -> Result<&Interface, CardError> {
         match pinned {
             Some(v) => self
                 .interfaces
                 .iter()
                 .find(|i| i.version == v)
-                .ok_or_else(|| {
-                    format!(
-                        "the card declares no JSON-RPC interface for A2A `{}`",
-                        v.as_str()
-                    )
-                }),
+                .ok_or(CardError::NoInterfaceFor(v)),
             None => self
                 .interfaces
                 .iter()
                 .max_by_key(|i| i.version)
-                .ok_or_else(|| "the card declares no JSON-RPC interface".to_string()),
+                .ok_or(CardError::NoJsonRpc),
         }
     }
 }
@@ -124,14 +161,14 @@ fn absolute_http(url: &str) -> bool {
 }
 
 /// Validates a card and extracts what the bridge needs.
-pub fn parse(card: &Value) -> Result<ParsedCard, String> {
+pub fn parse(card: &Value) -> Result<ParsedCard, CardError> {
     if !card.is_object() {
-        return Err("the agent card is not a JSON object".into());
+        return Err(CardError::NotObject);
     }
     let name = string_field(card, "name")
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .ok_or("the agent card has no `name`")?
+        .ok_or(CardError::NoName)?
         .to_string();
     let description = string_field(card, "description")
         .unwrap_or_default()
@@ -180,21 +217,15 @@ pub fn parse(card: &Value) -> Result<ParsedCard, String> {
         }
     }
     if interfaces.is_empty() {
-        return Err(
-            "the agent card declares no JSON-RPC interface for A2A 0.3 or 1.0 with an http(s) URL"
-                .into(),
-        );
+        return Err(CardError::NoInterface);
     }
 
     let skills_json = card
         .get("skills")
         .and_then(Value::as_array)
-        .ok_or("the agent card has no `skills` array")?;
+        .ok_or(CardError::NoSkills)?;
     if skills_json.len() > MAX_SKILLS {
-        return Err(format!(
-            "the agent card declares {} skills; at most {MAX_SKILLS} are accepted",
-            skills_json.len()
-        ));
+        return Err(CardError::TooManySkills(skills_json.len()));
     }
     let mut skills: Vec<Skill> = Vec::new();
     let mut warnings = Vec::new();
@@ -242,18 +273,18 @@ pub fn parse(card: &Value) -> Result<ParsedCard, String> {
 }
 
 /// A skill's `inputSchema` must describe an object and compile.
-fn check_schema(schema: &Value) -> Result<(), String> {
+fn check_schema(schema: &Value) -> Result<(), SchemaError> {
     if !schema.is_object() {
-        return Err("`inputSchema` is not a JSON object".into());
+        return Err(SchemaError::NotObject);
     }
     if let Some(t) = schema.get("type")
         && t != "object"
     {
-        return Err("`inputSchema` must describe an object (`\"type\": \"object\"`)".into());
+        return Err(SchemaError::NotObjectType);
     }
     jsonschema::validator_for(schema)
         .map(|_| ())
-        .map_err(|e| format!("`inputSchema` is not a valid JSON Schema: {e}"))
+        .map_err(|e| SchemaError::Invalid(e.to_string()))
 }
 
 fn valid_skill_id(id: &str) -> bool {
@@ -395,7 +426,7 @@ mod tests {
             ),
         ];
         for (card, expected) in cases {
-            let err = parse(&card).unwrap_err();
+            let err = parse(&card).unwrap_err().to_string();
             assert!(err.contains(expected), "{card}: {err}");
         }
         let only_old = parse(&json!({"name": "x", "url": "http://x/", "skills": []})).unwrap();
@@ -403,6 +434,7 @@ mod tests {
             only_old
                 .choose(Some(ProtocolVersion::V1_0))
                 .unwrap_err()
+                .to_string()
                 .contains("`1.0`")
         );
     }

@@ -21,12 +21,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::store::db::Value as SqlValue;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Store, WriteOp};
+use crate::store::a2a_hooks;
+use crate::store::{Store, StoreError, WriteOp};
 
 /// Events a subscriber queue holds before new ones are dropped.
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -121,6 +121,21 @@ pub struct VerbEvent {
     pub bytes: Option<(usize, usize)>,
 }
 
+/// Why a subscriber could not handle a batch (logged; the batch is
+/// dropped and the call it describes is unaffected).
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriberError {
+    /// Its rows could not be queued on the writer.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An event could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+    /// A subscriber's own failure (subscribers outside this module).
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// A subscriber: handles batches of events on its own task.
 pub trait Subscriber: Send + Sync + 'static {
     /// Name for logs and counters.
@@ -129,7 +144,7 @@ pub trait Subscriber: Send + Sync + 'static {
     fn handle(
         &self,
         events: Vec<Arc<VerbEvent>>,
-    ) -> impl std::future::Future<Output = Result<(), String>> + Send;
+    ) -> impl std::future::Future<Output = Result<(), SubscriberError>> + Send;
 }
 
 struct Slot {
@@ -295,15 +310,11 @@ async fn serve<S: Subscriber>(
 }
 
 /// Queues a subscriber's rows on the writer (a call never waits on them).
-async fn enqueue(store: &Store, ops: Vec<WriteOp>) -> Result<(), String> {
+async fn enqueue(store: &Store, ops: Vec<WriteOp>) -> Result<(), SubscriberError> {
     if ops.is_empty() {
         return Ok(());
     }
-    store.writer().enqueue(ops).await.map_err(|e| e.to_string())
-}
-
-fn text(s: &str) -> SqlValue {
-    SqlValue::Text(s.to_string())
+    Ok(store.writer().enqueue(ops).await?)
 }
 
 /// Load tracking: a `running` row at pre-verb, finished at post-verb. A
@@ -323,7 +334,7 @@ impl Subscriber for TaskInstances {
         "task-instances"
     }
 
-    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
         let mut rows: Vec<CallRow<'_>> = Vec::new();
         let mut row_of: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         // Events of calls whose row an earlier batch inserted.
@@ -349,23 +360,16 @@ impl Subscriber for TaskInstances {
                         row.error_code = e.error.as_ref().map(|x| x.code);
                     }
                 }
-                (Phase::PostVerb, None) => ops.push(WriteOp::Exec {
-                    sql: "UPDATE a2a_task_instances SET status = ?2, finished_at = ?3, duration_ms = ?4
-                          WHERE id = ?1",
-                    params: vec![
-                        text(&e.call_id),
-                        text(e.outcome.unwrap_or("failed")),
-                        text(&e.emitted_at),
-                        SqlValue::Real(e.duration_ms.unwrap_or_default()),
-                    ],
-                }),
-                (Phase::VerbError, None) => ops.push(WriteOp::Exec {
-                    sql: "UPDATE a2a_task_instances SET error_code = ?2 WHERE id = ?1",
-                    params: vec![
-                        text(&e.call_id),
-                        SqlValue::Int(e.error.as_ref().map(|x| x.code).unwrap_or_default()),
-                    ],
-                }),
+                (Phase::PostVerb, None) => ops.push(a2a_hooks::finish_task(
+                    &e.call_id,
+                    e.outcome.unwrap_or("failed"),
+                    &e.emitted_at,
+                    e.duration_ms.unwrap_or_default(),
+                )),
+                (Phase::VerbError, None) => ops.push(a2a_hooks::set_task_error(
+                    &e.call_id,
+                    e.error.as_ref().map(|x| x.code).unwrap_or_default(),
+                )),
             }
         }
         for row in rows {
@@ -375,28 +379,19 @@ impl Subscriber for TaskInstances {
                 None if e.context.denied => "denied",
                 None => "running",
             };
-            let opt_text = |v: Option<&str>| v.map_or(SqlValue::Null, text);
-            ops.push(WriteOp::Exec {
-                sql: "INSERT INTO a2a_task_instances
-                      (id, org_id, agent_card_id, verb, skill_id, session_id, status, started_at,
-                       finished_at, duration_ms, error_code)
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT DO NOTHING",
-                params: vec![
-                    text(&e.call_id),
-                    text(&e.org_id),
-                    text(&e.agent_card_id),
-                    text(&e.verb),
-                    text(&e.skill_id),
-                    text(&e.session_id),
-                    text(status),
-                    text(&e.emitted_at),
-                    opt_text(row.post.map(|p| p.emitted_at.as_str())),
-                    row.post
-                        .and_then(|p| p.duration_ms)
-                        .map_or(SqlValue::Null, SqlValue::Real),
-                    row.error_code.map_or(SqlValue::Null, SqlValue::Int),
-                ],
-            });
+            ops.push(a2a_hooks::insert_task(&a2a_hooks::TaskInstance {
+                id: &e.call_id,
+                org_id: &e.org_id,
+                agent_card_id: &e.agent_card_id,
+                verb: &e.verb,
+                skill_id: &e.skill_id,
+                session_id: &e.session_id,
+                status,
+                started_at: &e.emitted_at,
+                finished_at: row.post.map(|p| p.emitted_at.as_str()),
+                duration_ms: row.post.and_then(|p| p.duration_ms),
+                error_code: row.error_code,
+            }));
         }
         enqueue(&self.0, ops).await
     }
@@ -411,22 +406,18 @@ impl Subscriber for AuditRecords {
         "audit"
     }
 
-    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
         let mut ops = Vec::with_capacity(events.len());
         for e in events {
-            let json = serde_json::to_string(&*e).map_err(|x| x.to_string())?;
-            ops.push(WriteOp::Exec {
-                sql: "INSERT INTO a2a_hook_events (call_id, org_id, phase, verb, event, emitted_at)
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params: vec![
-                    text(&e.call_id),
-                    text(&e.org_id),
-                    text(e.phase.as_str()),
-                    text(&e.verb),
-                    SqlValue::Text(json),
-                    text(&e.emitted_at),
-                ],
-            });
+            let json = serde_json::to_string(&*e)?;
+            ops.push(a2a_hooks::insert_event(a2a_hooks::HookEvent {
+                call_id: &e.call_id,
+                org_id: &e.org_id,
+                phase: e.phase.as_str(),
+                verb: &e.verb,
+                event: json,
+                emitted_at: &e.emitted_at,
+            }));
         }
         enqueue(&self.0, ops).await
     }
@@ -441,30 +432,24 @@ impl Subscriber for CostEvents {
         "cost"
     }
 
-    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+    async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
         let ops: Vec<WriteOp> = events
             .iter()
             .filter(|e| e.phase == Phase::PostVerb)
             .map(|e| {
                 let (sent, received) = e.bytes.unwrap_or((0, 0));
-                WriteOp::Exec {
-                    sql: "INSERT INTO a2a_cost_events
-                          (call_id, org_id, agent_card_id, verb, session_id, outcome, duration_ms,
-                           request_bytes, response_bytes, emitted_at)
-                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING",
-                    params: vec![
-                        text(&e.call_id),
-                        text(&e.org_id),
-                        text(&e.agent_card_id),
-                        text(&e.verb),
-                        text(&e.session_id),
-                        text(e.outcome.unwrap_or("failed")),
-                        SqlValue::Real(e.duration_ms.unwrap_or_default()),
-                        SqlValue::Int(i64::try_from(sent).unwrap_or(i64::MAX)),
-                        SqlValue::Int(i64::try_from(received).unwrap_or(i64::MAX)),
-                        text(&e.emitted_at),
-                    ],
-                }
+                a2a_hooks::insert_cost(&a2a_hooks::CostEvent {
+                    call_id: &e.call_id,
+                    org_id: &e.org_id,
+                    agent_card_id: &e.agent_card_id,
+                    verb: &e.verb,
+                    session_id: &e.session_id,
+                    outcome: e.outcome.unwrap_or("failed"),
+                    duration_ms: e.duration_ms.unwrap_or_default(),
+                    request_bytes: sent,
+                    response_bytes: received,
+                    emitted_at: &e.emitted_at,
+                })
             })
             .collect();
         enqueue(&self.0, ops).await
@@ -483,7 +468,7 @@ mod tests {
             "batches"
         }
 
-        async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), String> {
+        async fn handle(&self, events: Vec<Arc<VerbEvent>>) -> Result<(), SubscriberError> {
             if let Ok(mut b) = self.0.lock() {
                 b.push(events.len());
             }

@@ -1,6 +1,6 @@
-//! The agent-card registry: stored rows (one registered peer each), the
-//! fetch that turns a peer URL into a validated card and a health, and the
-//! per-org tool set built from the healthy rows.
+//! The agent-card registry: registered peers (one [`CardRow`] each, kept
+//! by `store::a2a_cards`), the fetch that turns a peer URL into a validated
+//! card and a health, and the per-org tool set built from the healthy rows.
 //!
 //! **Architecture Invariant:** a peer credential is stored only as the
 //! *name* of an environment variable or file; its value is read when a
@@ -10,17 +10,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::params;
-use crate::store::db::{Conn, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::card::{self, ParsedCard, ProtocolVersion};
 use crate::store::StoreError;
+use crate::store::a2a_cards::{self, FetchRecord, StoredCard};
+use crate::store::db::Conn;
 use crate::tools::ToolSpec;
 
 /// Longest secret accepted from an environment variable or file.
 const MAX_SECRET_BYTES: usize = 8 * 1024;
+
+/// Longest per-org bridge timeout accepted (10 minutes).
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// Where a peer's bearer credential is found. Only the name is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,11 +40,56 @@ pub struct PeerAuth {
     pub secret_file: Option<String>,
 }
 
+/// Why a registration's `auth` is refused (answered as 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Only bearer credentials are supported.
+    #[error("`auth.type` must be `bearer`, not `{0}`")]
+    NotBearer(String),
+    /// The variable name is empty, too long or has other characters.
+    #[error("`auth.secretEnv` must be an environment variable name (A-Z a-z 0-9 _)")]
+    BadEnvName,
+    /// The file path is relative or too long.
+    #[error("`auth.secretFile` must be an absolute path")]
+    RelativeFile,
+    /// Neither or both sources are given.
+    #[error("`auth` needs exactly one of `secretEnv` or `secretFile`")]
+    NotOneSource,
+}
+
+/// Why a peer's credential could not be read when a request needed it.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The environment variable is not set.
+    #[error("secret environment variable `{0}` is not set")]
+    EnvUnset(String),
+    /// The file could not be read.
+    #[error("cannot read secret file `{path}`: {source}")]
+    File {
+        /// The configured path.
+        path: String,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The file is larger than any token.
+    #[error("secret file `{0}` is larger than {max} bytes", max = MAX_SECRET_BYTES)]
+    FileTooLarge(String),
+    /// No source is configured.
+    #[error("no secret source configured")]
+    NoSource,
+    /// The secret is blank.
+    #[error("the peer secret is empty")]
+    Empty,
+    /// The secret is too long or has control characters.
+    #[error("the peer secret is not a usable bearer token")]
+    Unusable,
+}
+
 impl PeerAuth {
     /// Checks the shape: `bearer`, exactly one source, a plausible name.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), AuthError> {
         if self.kind != "bearer" {
-            return Err(format!("`auth.type` must be `bearer`, not `{}`", self.kind));
+            return Err(AuthError::NotBearer(self.kind.clone()));
         }
         match (&self.secret_env, &self.secret_file) {
             (Some(env), None) => {
@@ -49,50 +97,49 @@ impl PeerAuth {
                     && env.len() <= 128
                     && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if !ok {
-                    return Err(
-                        "`auth.secretEnv` must be an environment variable name (A-Z a-z 0-9 _)"
-                            .into(),
-                    );
+                    return Err(AuthError::BadEnvName);
                 }
                 Ok(())
             }
             (None, Some(path)) => {
                 if !std::path::Path::new(path).is_absolute() || path.len() > 4096 {
-                    return Err("`auth.secretFile` must be an absolute path".into());
+                    return Err(AuthError::RelativeFile);
                 }
                 Ok(())
             }
-            _ => Err("`auth` needs exactly one of `secretEnv` or `secretFile`".into()),
+            _ => Err(AuthError::NotOneSource),
         }
     }
 
     /// Reads the credential now.
-    pub fn resolve(&self) -> Result<String, String> {
+    pub fn resolve(&self) -> Result<String, SecretError> {
         let raw = match (&self.secret_env, &self.secret_file) {
-            (Some(env), _) => std::env::var(env)
-                .map_err(|_| format!("secret environment variable `{env}` is not set"))?,
-            (None, Some(path)) => {
-                let meta = std::fs::metadata(path)
-                    .map_err(|e| format!("cannot read secret file `{path}`: {e}"))?;
-                if meta.len() > MAX_SECRET_BYTES as u64 {
-                    return Err(format!(
-                        "secret file `{path}` is larger than {MAX_SECRET_BYTES} bytes"
-                    ));
-                }
-                std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read secret file `{path}`: {e}"))?
-            }
-            (None, None) => return Err("no secret source configured".into()),
+            (Some(env), _) => std::env::var(env).map_err(|_| SecretError::EnvUnset(env.clone()))?,
+            (None, Some(path)) => read_secret_file(path)?,
+            (None, None) => return Err(SecretError::NoSource),
         };
         let token = raw.trim();
         if token.is_empty() {
-            return Err("the peer secret is empty".into());
+            return Err(SecretError::Empty);
         }
         if token.len() > MAX_SECRET_BYTES || token.chars().any(|c| c.is_control()) {
-            return Err("the peer secret is not a usable bearer token".into());
+            return Err(SecretError::Unusable);
         }
         Ok(token.to_string())
     }
+}
+
+/// Reads a secret file, refusing one larger than any token before reading.
+fn read_secret_file(path: &str) -> Result<String, SecretError> {
+    let unreadable = |source| SecretError::File {
+        path: path.to_string(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
+    if meta.len() > MAX_SECRET_BYTES as u64 {
+        return Err(SecretError::FileTooLarge(path.to_string()));
+    }
+    std::fs::read_to_string(path).map_err(unreadable)
 }
 
 /// Health of a registered peer.
@@ -191,154 +238,116 @@ impl CardRow {
     }
 }
 
-const COLUMNS: &str = "id, org_id, slug, name, url, pinned_version, secret_env, secret_file, card, card_url, health, last_error, checked_at, created_at";
-
-fn row(r: &Row) -> Result<CardRow, StoreError> {
-    let pinned: Option<String> = r.get(5)?;
-    let secret_env: Option<String> = r.get(6)?;
-    let secret_file: Option<String> = r.get(7)?;
-    let auth = if secret_env.is_some() || secret_file.is_some() {
-        Some(PeerAuth {
-            kind: "bearer".into(),
-            secret_env,
-            secret_file,
-        })
-    } else {
-        None
-    };
-    Ok(CardRow {
-        id: r.get(0)?,
-        org_id: r.get(1)?,
-        slug: r.get(2)?,
-        name: r.get(3)?,
-        url: r.get(4)?,
-        pinned_version: pinned.as_deref().and_then(ProtocolVersion::parse),
-        auth,
-        card: r.get(8)?,
-        card_url: r.get(9)?,
-        health: r.get(10)?,
-        last_error: r.get(11)?,
-        checked_at: r.get(12)?,
-        created_at: r.get(13)?,
-    })
+impl CardRow {
+    /// The row as the store keeps it: the pinned generation as its text,
+    /// the credential source as the names it is kept under.
+    fn to_stored(&self) -> StoredCard {
+        StoredCard {
+            id: self.id.clone(),
+            org_id: self.org_id.clone(),
+            slug: self.slug.clone(),
+            name: self.name.clone(),
+            url: self.url.clone(),
+            pinned_version: self.pinned_version.map(|v| v.as_str().to_string()),
+            secret_env: self.auth.as_ref().and_then(|a| a.secret_env.clone()),
+            secret_file: self.auth.as_ref().and_then(|a| a.secret_file.clone()),
+            card: self.card.clone(),
+            card_url: self.card_url.clone(),
+            health: self.health.clone(),
+            last_error: self.last_error.clone(),
+            checked_at: self.checked_at.clone(),
+            created_at: self.created_at.clone(),
+        }
+    }
 }
+
+impl From<StoredCard> for CardRow {
+    /// A stored row with its pinned generation parsed (an unknown one reads
+    /// as unpinned) and its credential source as a bearer [`PeerAuth`].
+    fn from(r: StoredCard) -> CardRow {
+        let auth = if r.secret_env.is_some() || r.secret_file.is_some() {
+            Some(PeerAuth {
+                kind: "bearer".into(),
+                secret_env: r.secret_env,
+                secret_file: r.secret_file,
+            })
+        } else {
+            None
+        };
+        CardRow {
+            id: r.id,
+            org_id: r.org_id,
+            slug: r.slug,
+            name: r.name,
+            url: r.url,
+            pinned_version: r.pinned_version.as_deref().and_then(ProtocolVersion::parse),
+            auth,
+            card: r.card,
+            card_url: r.card_url,
+            health: r.health,
+            last_error: r.last_error,
+            checked_at: r.checked_at,
+            created_at: r.created_at,
+        }
+    }
+}
+
+// The registry's storage, in its own types. The statements are in
+// `store::a2a_cards`; these only convert, so callers keep one vocabulary.
 
 /// Inserts a registration; a taken slug is a conflict.
 pub fn insert(conn: &mut Conn, c: &CardRow) -> Result<(), StoreError> {
-    let taken: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM agent_cards WHERE org_id = ?1 AND slug = ?2)",
-        params![c.org_id, c.slug],
-        |r| r.get(0),
-    )?;
-    if taken {
-        return Err(StoreError::Conflict(format!(
-            "org `{}` already has an A2A agent named `{}` (slug `{}`); refresh or deregister it, or register under another `name`",
-            c.org_id, c.name, c.slug
-        )));
-    }
-    conn.execute(
-        &format!("INSERT INTO agent_cards ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
-        params![
-            c.id,
-            c.org_id,
-            c.slug,
-            c.name,
-            c.url,
-            c.pinned_version.map(ProtocolVersion::as_str),
-            c.auth.as_ref().and_then(|a| a.secret_env.clone()),
-            c.auth.as_ref().and_then(|a| a.secret_file.clone()),
-            c.card,
-            c.card_url,
-            c.health,
-            c.last_error,
-            c.checked_at,
-            c.created_at,
-        ],
-    )?;
-    Ok(())
+    a2a_cards::insert(conn, &c.to_stored())
 }
 
 /// The peers of an org, oldest registration first.
 pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<CardRow>, StoreError> {
-    let rows = conn.query_map(
-        &format!("SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 ORDER BY created_at, id"),
-        params![org_id],
-        row,
-    )?;
-    Ok(rows)
+    let rows = a2a_cards::list(conn, org_id)?;
+    Ok(rows.into_iter().map(CardRow::from).collect())
 }
 
 /// Every registered peer (the background refresh).
 pub fn list_all(conn: &mut Conn) -> Result<Vec<CardRow>, StoreError> {
-    let rows = conn.query_map(
-        &format!("SELECT {COLUMNS} FROM agent_cards ORDER BY org_id, created_at, id"),
-        params![],
-        row,
-    )?;
-    Ok(rows)
+    let rows = a2a_cards::list_all(conn)?;
+    Ok(rows.into_iter().map(CardRow::from).collect())
 }
 
 /// One peer of an org.
 pub fn get(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<CardRow>, StoreError> {
-    conn.query_opt(
-        &format!("SELECT {COLUMNS} FROM agent_cards WHERE org_id = ?1 AND id = ?2"),
-        params![org_id, id],
-        row,
-    )
+    Ok(a2a_cards::get(conn, org_id, id)?.map(CardRow::from))
 }
 
 /// Deregisters a peer.
 pub fn delete(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
-    let n = conn.execute(
-        "DELETE FROM agent_cards WHERE org_id = ?1 AND id = ?2",
-        params![org_id, id],
-    )?;
-    if n == 0 {
-        return Err(StoreError::NotFound(format!(
-            "org `{org_id}` has no A2A agent `{id}`"
-        )));
-    }
-    Ok(())
+    a2a_cards::delete(conn, org_id, id)
 }
 
 /// Stores a fetch result. A failed fetch keeps the last valid card (for the
 /// API) but the health hides its tools.
 pub fn record_fetch(conn: &mut Conn, id: &str, fetched: &Fetched) -> Result<(), StoreError> {
-    match fetched {
-        Fetched::Valid { card, card_url, .. } => conn.execute(
-            "UPDATE agent_cards SET card = ?2, card_url = ?3, health = 'healthy', last_error = NULL, checked_at = ?4 WHERE id = ?1",
-            params![id, card.to_string(), card_url, crate::ids::now_rfc3339()],
-        )?,
-        Fetched::Unreachable(e) => conn.execute(
-            "UPDATE agent_cards SET health = 'unreachable', last_error = ?2, checked_at = ?3 WHERE id = ?1",
-            params![id, e, crate::ids::now_rfc3339()],
-        )?,
-        Fetched::Invalid(e) => conn.execute(
-            "UPDATE agent_cards SET health = 'invalid', last_error = ?2, checked_at = ?3 WHERE id = ?1",
-            params![id, e, crate::ids::now_rfc3339()],
-        )?,
+    let card_text;
+    let record = match fetched {
+        Fetched::Valid { card, card_url, .. } => {
+            card_text = card.to_string();
+            FetchRecord::Valid {
+                card: &card_text,
+                card_url,
+            }
+        }
+        Fetched::Unreachable(e) => FetchRecord::Unreachable(e),
+        Fetched::Invalid(e) => FetchRecord::Invalid(e),
     };
-    Ok(())
+    a2a_cards::record_fetch(conn, id, record)
 }
 
 /// An org's bridge timeout, if it set one.
 pub fn timeout_ms(conn: &mut Conn, org_id: &str) -> Result<Option<u64>, StoreError> {
-    let v: Option<i64> = conn.query_opt(
-        "SELECT timeout_ms FROM a2a_settings WHERE org_id = ?1",
-        params![org_id],
-        |r| r.get(0),
-    )?;
-    Ok(v.and_then(|v| u64::try_from(v).ok()))
+    a2a_cards::timeout_ms(conn, org_id)
 }
 
 /// Sets an org's bridge timeout.
 pub fn set_timeout_ms(conn: &mut Conn, org_id: &str, ms: u64) -> Result<(), StoreError> {
-    conn.execute(
-        "INSERT INTO a2a_settings (org_id, timeout_ms, updated_at) VALUES (?1, ?2, ?3)
-         ON CONFLICT (org_id) DO UPDATE SET timeout_ms = excluded.timeout_ms, updated_at = excluded.updated_at",
-        params![org_id, i64::try_from(ms).unwrap_or(i64::MAX), crate::ids::now_rfc3339()],
-    )?;
-    Ok(())
+    a2a_cards::set_timeout_ms(conn, org_id, ms)
 }
 
 /// What fetching a card found.
@@ -428,11 +437,22 @@ pub async fn fetch(
     Fetched::Unreachable(format!("no agent card found: {last}"))
 }
 
-async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+/// Why a card body could not be read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The connection failed mid-body.
+    #[error("{0}")]
+    Read(#[from] reqwest::Error),
+    /// The body is larger than the configured limit.
+    #[error("the card is larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = resp.chunk().await? {
         if body.len() + chunk.len() > max {
-            return Err(format!("the card is larger than {max} bytes"));
+            return Err(BodyError::TooLarge(max));
         }
         body.extend_from_slice(&chunk);
     }
@@ -644,6 +664,6 @@ mod tests {
         let path = dir.path().join("t");
         std::fs::write(&path, "  \n").unwrap();
         let empty = auth(None, Some(path.to_str().unwrap()));
-        assert!(empty.resolve().unwrap_err().contains("empty"));
+        assert!(empty.resolve().unwrap_err().to_string().contains("empty"));
     }
 }

@@ -90,6 +90,7 @@ impl RangeArgs {
             ..DecisionFilter::default()
         }
         .normalized()
+        .map_err(|e| e.to_string())
     }
 }
 

@@ -60,7 +60,7 @@ impl LocalEmbedder {
     /// Embeds one text synchronously.
     pub fn vector(text: &str) -> Vec<f32> {
         let mut v = vec![0f32; LOCAL_DIMS];
-        for token in super::tokens(text) {
+        for token in super::text::tokens(text) {
             add_feature(&mut v, token.as_bytes(), 1.0);
             let padded: Vec<char> = format!(" {token} ").chars().collect();
             for w in padded.windows(3) {

@@ -67,7 +67,7 @@ pub struct Relation {
 }
 
 /// What an extractor found in one text. Entities are distinct by
-/// resolution key ([`super::resolution_key`]).
+/// resolution key ([`super::text::resolution_key`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extraction {
     /// The entities.
@@ -288,7 +288,7 @@ impl Extractor for RuleExtractor {
             let mentions = mentions(sentence);
             let mut idx = Vec::with_capacity(mentions.len());
             for m in &mentions {
-                let key = super::resolution_key(&m.name);
+                let key = super::text::resolution_key(&m.name);
                 if key.is_empty() {
                     idx.push(None);
                     continue;
@@ -563,7 +563,7 @@ pub fn type_of(name: &str) -> String {
     if let Some((_, t)) = technology(name) {
         return t.to_string();
     }
-    let parts = super::split_identifier(name);
+    let parts = super::text::split_identifier(name);
     if let Some(last) = parts.last()
         && let Some((_, t)) = TYPE_SUFFIXES.iter().find(|(s, _)| s == last)
     {

@@ -155,7 +155,7 @@ impl ProjectGraph {
     /// A node by UUID or by any spelling of its name.
     pub fn find(&self, entity: &str) -> Option<u32> {
         self.by_id(entity.trim())
-            .or_else(|| self.by_key(&super::resolution_key(entity)))
+            .or_else(|| self.by_key(&super::text::resolution_key(entity)))
     }
 
     /// An edge by its key.
@@ -179,7 +179,7 @@ impl ProjectGraph {
         let text = format!("{} {} {}", row.name, row.node_type, row.description);
         let mut tf: HashMap<String, u16> = HashMap::new();
         let mut len = 0u32;
-        for t in super::tokens(&text) {
+        for t in super::text::tokens(&text) {
             len += 1;
             let c = tf.entry(t).or_insert(0);
             *c = c.saturating_add(1);
@@ -692,7 +692,7 @@ mod tests {
         NodeRow {
             id: id.into(),
             name: name.into(),
-            key: super::super::resolution_key(name),
+            key: crate::graph::text::resolution_key(name),
             node_type: "Service".into(),
             description: String::new(),
             provenance: Provenance {

@@ -8,9 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::store::graph::{EdgeRow, GraphWrite, NodeRow, PendingObservation, Provenance};
 
-use super::Graphs;
-use super::embed::dot;
+use super::embed::{EmbedError, dot};
 use super::model::{NodeFilter, ProjectGraph};
+use super::state::Graphs;
 
 /// Smoothing factor of the feedback EMA: `w ← w + α·(target − w)`. At 0.3
 /// one outcome moves a weight 30% of the way to its target, so three
@@ -23,6 +23,18 @@ pub const DEFAULT_WEIGHT: f64 = 0.5;
 
 /// Reciprocal-rank-fusion constant (the usual 60).
 pub const RRF_K: f64 = 60.0;
+
+/// Why a plan could not be computed (the tool call fails; nothing is
+/// written).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A panic while the view was locked left it unusable.
+    #[error("graph view is poisoned")]
+    Poisoned,
+    /// The embeddings provider failed.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+}
 
 /// A session outcome fed back into the graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,14 +100,12 @@ pub async fn plan_ingest(
     org_id: &str,
     project_id: &str,
     observations: Vec<PendingObservation>,
-) -> Result<IngestPlan, String> {
+) -> Result<IngestPlan, PipelineError> {
     let mut nodes: Vec<NodeRow> = Vec::new();
     let mut edges: Vec<EdgeRow> = Vec::new();
     let mut merged = 0;
     {
-        let g = graph
-            .read()
-            .map_err(|_| "graph view is poisoned".to_string())?;
+        let g = graph.read().map_err(|_| PipelineError::Poisoned)?;
         let mut new_keys: HashMap<String, usize> = HashMap::new();
         let mut edge_keys: HashSet<(String, String, String)> = HashSet::new();
         for obs in &observations {
@@ -107,7 +117,7 @@ pub async fn plan_ingest(
             };
             let mut ids: Vec<String> = Vec::with_capacity(x.entities.len());
             for e in &x.entities {
-                let key = super::resolution_key(&e.name);
+                let key = super::text::resolution_key(&e.name);
                 if let Some(i) = g.by_key(&key) {
                     merged += 1;
                     ids.push(g.node(i).map(|n| n.id.clone()).unwrap_or_default());
@@ -160,11 +170,7 @@ pub async fn plan_ingest(
         .map(|n| node_text(&n.name, &n.node_type, &n.description))
         .collect();
     if !texts.is_empty() {
-        let vectors = graphs
-            .embedder
-            .embed(&texts)
-            .await
-            .map_err(|e| e.to_string())?;
+        let vectors = graphs.embedder.embed(&texts).await?;
         let model = graphs.embedder.model().to_string();
         for (n, v) in nodes.iter_mut().zip(vectors) {
             n.embedding = Some((model.clone(), v));
@@ -209,15 +215,13 @@ pub async fn plan_feedback(
     outcome: Outcome,
     node_ids: &[String],
     edge_keys: &[(String, String, String)],
-) -> Result<FeedbackPlan, String> {
+) -> Result<FeedbackPlan, PipelineError> {
     let target = outcome.target();
     let mut nodes = Vec::new();
     let mut edges = Vec::new();
     let mut triplet_texts = Vec::new();
     {
-        let g = graph
-            .read()
-            .map_err(|_| "graph view is poisoned".to_string())?;
+        let g = graph.read().map_err(|_| PipelineError::Poisoned)?;
         let mut seen = HashSet::new();
         for id in node_ids {
             if let Some(n) = g.by_id(id).and_then(|i| g.node(i))
@@ -248,11 +252,7 @@ pub async fn plan_feedback(
     }
     let mut edge_embeddings = Vec::new();
     if graphs.embedder.is_remote() && !triplet_texts.is_empty() {
-        let vectors = graphs
-            .embedder
-            .embed(&triplet_texts)
-            .await
-            .map_err(|e| e.to_string())?;
+        let vectors = graphs.embedder.embed(&triplet_texts).await?;
         let model = graphs.embedder.model().to_string();
         for ((s, t, r, _), v) in edges.iter().zip(vectors) {
             edge_embeddings.push((s.clone(), t.clone(), r.clone(), model.clone(), v));

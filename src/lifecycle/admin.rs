@@ -41,7 +41,7 @@ async fn active_policies(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     typed.sort();
     // Every live instance on this database, each with the hash it runs
     // (each instance reloads from its own files).
-    let instances = match crate::cluster::live_instances(&gw).await {
+    let instances = match crate::cluster::membership::live_instances(&gw).await {
         Ok(list) => json!(list),
         Err(e) => {
             tracing::warn!(error = %e, "cannot list instances");
@@ -79,7 +79,7 @@ fn rejected(attempt: crate::lifecycle::Attempt, active: &str) -> Response {
 }
 
 async fn reload(State(gw): State<Arc<Gateway>>) -> Response {
-    match crate::lifecycle::reload(&gw, "admin").await {
+    match crate::lifecycle::reload::reload(&gw, "admin").await {
         Ok(attempt) => Json(json!({
             "result": attempt.result,
             "hash": attempt.hash,
@@ -193,7 +193,7 @@ async fn list_decisions(
         until: q.until,
     }
     .normalized()
-    .map_err(AppError::BadRequest)?;
+    .map_err(|e| AppError::BadRequest(e.to_string()))?;
     let order = match q.order.as_deref() {
         None | Some("asc") => Order::Asc,
         Some("desc") => Order::Desc,

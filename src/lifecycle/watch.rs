@@ -42,7 +42,7 @@ pub fn start(gw: &Arc<Gateway>) -> Triggers {
             let gw = Arc::clone(gw);
             triggers.tasks.push(tokio::spawn(async move {
                 while hup.recv().await.is_some() {
-                    let _ = super::reload(&gw, "sighup").await;
+                    let _ = super::reload::reload(&gw, "sighup").await;
                 }
             }));
         }
@@ -87,7 +87,7 @@ fn file_watch(gw: &Arc<Gateway>) -> notify::Result<tokio::task::JoinHandle<()>> 
         while rx.recv().await.is_some() {
             tokio::time::sleep(debounce).await;
             while rx.try_recv().is_ok() {}
-            let _ = super::reload(&gw, "file-watch").await;
+            let _ = super::reload::reload(&gw, "file-watch").await;
         }
     }))
 }

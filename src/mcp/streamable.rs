@@ -153,7 +153,7 @@ fn respond(
                 {
                     tracing::warn!(error = %e, "cannot record a resumed MCP session");
                 }
-                crate::cluster::publish(&gw, Change::McpResumed(sid)).await;
+                crate::cluster::coherence::publish(&gw, Change::McpResumed(sid)).await;
             });
         }
         if let Ok(v) = HeaderValue::from_str(session_id) {
@@ -190,7 +190,7 @@ pub async fn delete_endpoint(
         return Err(McpError::StorageUnavailable);
     }
     gw.terminated.remember(&session_id);
-    crate::cluster::publish(&gw, Change::McpTerminated(session_id.clone())).await;
+    crate::cluster::coherence::publish(&gw, Change::McpTerminated(session_id.clone())).await;
     let closed = gw.streams.close_session(&session_id);
     tracing::info!(session = %session_id, streams = closed, "MCP session terminated by the client");
     Ok(StatusCode::NO_CONTENT.into_response())

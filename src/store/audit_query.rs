@@ -41,26 +41,47 @@ pub enum Order {
     Desc,
 }
 
+/// Why a decision filter can never match (answered as a usage error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    /// `decision` is neither `allow` nor `deny`.
+    #[error("`decision` must be `allow` or `deny`, not `{0}`")]
+    Decision(String),
+    /// `action` names no gateway action.
+    #[error("unknown action `{0}`")]
+    Action(String),
+    /// `since` or `until` is not RFC 3339.
+    #[error("`{name}` must be an RFC 3339 time, not `{text}`")]
+    Time {
+        /// `since` or `until`.
+        name: &'static str,
+        /// The text as given.
+        text: String,
+    },
+}
+
 impl DecisionFilter {
     /// Rejects values that can never match (a typo should not look like
     /// "no decisions") and writes times the way the trail stores them
     /// (UTC), so they compare as text.
-    pub fn normalized(mut self) -> Result<Self, String> {
+    pub fn normalized(mut self) -> Result<Self, FilterError> {
         if let Some(d) = &self.decision
             && d != "allow"
             && d != "deny"
         {
-            return Err(format!("`decision` must be `allow` or `deny`, not `{d}`"));
+            return Err(FilterError::Decision(d.clone()));
         }
         if let Some(a) = &self.action
             && crate::policy::Action::from_name(a).is_none()
         {
-            return Err(format!("unknown action `{a}`"));
+            return Err(FilterError::Action(a.clone()));
         }
         for (name, t) in [("since", &mut self.since), ("until", &mut self.until)] {
             if let Some(text) = t {
-                let parsed = crate::ids::parse_rfc3339(text)
-                    .map_err(|_| format!("`{name}` must be an RFC 3339 time, not `{text}`"))?;
+                let parsed = crate::ids::parse_rfc3339(text).map_err(|_| FilterError::Time {
+                    name,
+                    text: text.clone(),
+                })?;
                 *text = crate::ids::rfc3339(parsed);
             }
         }

@@ -20,6 +20,8 @@
 //! chain without gaps or forks. A connection that broke is dropped and
 //! reopened for the next batch; a failed batch is never acknowledged.
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
@@ -72,7 +74,9 @@ pub enum WriteOp {
 
 struct Job {
     ops: Vec<WriteOp>,
-    ack: Option<oneshot::Sender<Result<(), String>>>,
+    /// Told the batch's outcome; a failure is shared by every job of the
+    /// batch, hence the `Arc`.
+    ack: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
 }
 
 /// Opens the writer's connection.
@@ -120,7 +124,7 @@ impl Writer {
             .map_err(|_| StoreError::Write("writer is stopped".into()))?;
         match done.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Write(e)),
+            Ok(Err(e)) => Err(StoreError::Write(e.to_string())),
             Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
         }
     }
@@ -152,7 +156,7 @@ impl Writer {
             .map_err(|_| StoreError::Write("writer is stopped".into()))?;
         match done.blocking_recv() {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Write(e)),
+            Ok(Err(e)) => Err(StoreError::Write(e.to_string())),
             Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
         }
     }
@@ -215,7 +219,7 @@ fn run(
                     conn = None;
                 }
                 // The snapshots this batch meant to insert are gone with it.
-                Err(e.to_string())
+                Err(Arc::new(e))
             }
         };
         for job in batch.drain(..) {

@@ -431,7 +431,7 @@ pub async fn ingest(
         .map_err(|e| ToolError(format!("cannot read observations: {e}")))?;
     let plan = pipeline::plan_ingest(graphs, &view, &org, &project, pending)
         .await
-        .map_err(ToolError)?;
+        .map_err(|e| ToolError(e.to_string()))?;
     let out = output(json!({
         "processed": plan.processed,
         "totalNodesCreated": plan.nodes_created,
@@ -499,7 +499,7 @@ pub async fn improve(
         graphs, &view, &org, &project, outcome, &node_ids, &edge_keys,
     )
     .await
-    .map_err(ToolError)?;
+    .map_err(|e| ToolError(e.to_string()))?;
     let out = output(json!({
         "nodeUpdates": plan.node_updates,
         "edgeUpdates": plan.edge_updates,
