@@ -7,12 +7,15 @@
 
 pub mod export;
 
-use cedar_policy::EntityUid;
+/// A knowledge-graph node as `read_node` sees it (defined with the entity
+/// slices, which build its Cedar entity).
+pub use crate::policy::entities::NodeRef;
+
 use serde_json::Value;
 
-use crate::policy::entities::EntitySlice;
+use crate::policy::entities::{EntitySlice, with_graph_nodes};
 use crate::policy::session_verdicts::VerdictKey;
-use crate::policy::{Action, PolicyBundle, PreparedContext, Verdict};
+use crate::policy::{Action, PolicyBundle, PreparedContext, Uid, Verdict};
 use crate::store::decisions::NewDecision;
 
 /// A decision made, with its record waiting for an outcome.
@@ -70,9 +73,9 @@ pub struct Scope<'a> {
 pub fn decide(
     bundle: &PolicyBundle,
     slice: &EntitySlice,
-    principal: &EntityUid,
+    principal: &Uid,
     action: Action,
-    resource: &EntityUid,
+    resource: &Uid,
     context: &PreparedContext,
     scope: Scope<'_>,
     time: &str,
@@ -131,9 +134,9 @@ pub fn decide(
 fn decide_in_session(
     bundle: &PolicyBundle,
     slice: &EntitySlice,
-    principal: &EntityUid,
+    principal: &Uid,
     action: Action,
-    resource: &EntityUid,
+    resource: &Uid,
     context: &PreparedContext,
 ) -> Verdict {
     let decide = || bundle.decide(principal, action, resource, context, &slice.entities);
@@ -177,17 +180,6 @@ pub fn format_line(d: &crate::store::decisions::StoredDecision) -> String {
     )
 }
 
-/// A knowledge-graph node as `read_node` sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct NodeRef<'a> {
-    /// Node UUID (the `GraphNode` entity id).
-    pub id: &'a str,
-    /// `type` attribute.
-    pub node_type: &'a str,
-    /// `name` attribute.
-    pub name: &'a str,
-}
-
 /// Version tag of the batched `read_node` record format.
 pub const NODE_BATCH_FORMAT: u32 = 1;
 
@@ -206,7 +198,7 @@ pub struct NodeGuard<'a> {
     id: String,
     bundle: &'a PolicyBundle,
     slice: &'a EntitySlice,
-    principal: EntityUid,
+    principal: Uid,
     project_id: String,
     context: &'a PreparedContext,
     org_id: Option<String>,
@@ -227,7 +219,7 @@ impl<'a> NodeGuard<'a> {
     pub fn new(
         bundle: &'a PolicyBundle,
         slice: &'a EntitySlice,
-        principal: EntityUid,
+        principal: Uid,
         project_id: &str,
         context: &'a PreparedContext,
         scope: Scope<'_>,
@@ -383,11 +375,12 @@ impl<'a> NodeGuard<'a> {
         let built = if self.slice.schema_hash != self.bundle.schema_hash {
             Err("entity slice was built for a different schema".to_string())
         } else {
-            node_entities(&self.slice.entities, &self.project_id, &refs)
+            with_graph_nodes(&self.slice.entities, &self.project_id, &refs)
+                .map_err(|e| e.to_string())
         };
         match &built {
             Ok(entities) => {
-                let uids: Vec<EntityUid> = refs
+                let uids: Vec<Uid> = refs
                     .iter()
                     .map(|n| crate::policy::Kind::GraphNode.uid(n.id))
                     .collect();
@@ -508,46 +501,6 @@ fn key_text((node_type, name): crate::policy::node_reads::NodeKey<'_>) -> String
     format!("{}\0{}", part(node_type), part(name))
 }
 
-/// The session entities plus one `GraphNode` per node.
-fn node_entities(
-    base: &cedar_policy::Entities,
-    project_id: &str,
-    nodes: &[NodeRef<'_>],
-) -> Result<cedar_policy::Entities, String> {
-    use cedar_policy::{Entity, RestrictedExpression};
-    let project = crate::policy::Kind::Project.uid(project_id);
-    let mut seen = std::collections::HashSet::new();
-    let mut list = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        if !seen.insert(n.id) {
-            continue;
-        }
-        let attrs = std::collections::HashMap::from([
-            (
-                "type".to_string(),
-                RestrictedExpression::new_string(n.node_type.to_string()),
-            ),
-            (
-                "name".to_string(),
-                RestrictedExpression::new_string(n.name.to_string()),
-            ),
-        ]);
-        let entity = Entity::new(
-            crate::policy::Kind::GraphNode.uid(n.id),
-            attrs,
-            std::collections::HashSet::from([project.clone()]),
-        )
-        .map_err(|e| format!("cannot build node entity `{}`: {e}", n.id))?;
-        list.push(entity);
-    }
-    // Built here from typed values (two strings and the project parent),
-    // so they conform by construction; skipping the per-entity schema
-    // check keeps a 1,000-node batch cheap.
-    base.clone()
-        .add_entities(list, None)
-        .map_err(|e| format!("cannot build node entities: {e}"))
-}
-
 /// One node's verdict on replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayedNode {
@@ -594,18 +547,20 @@ pub fn replay_node_batch(
             .ok_or("a node refers to a missing verdict")?;
         parsed.push((field(0), field(1), field(2), recorded.to_string()));
     }
-    let project: EntityUid = record
+    let project: Uid = record
         .resource
         .parse()
         .map_err(|e| format!("resource is not an entity uid: {e}"))?;
-    let principal: EntityUid = record
+    let principal: Uid = record
         .principal
         .parse()
         .map_err(|e| format!("principal is not an entity uid: {e}"))?;
-    let project_id = project.id().unescaped().to_string();
-    let base = bundle.parse_entities(
-        &serde_json::from_str(slice).map_err(|e| format!("snapshot is not JSON: {e}"))?,
-    )?;
+    let project_id = project.id().to_string();
+    let base = bundle
+        .parse_entities(
+            &serde_json::from_str(slice).map_err(|e| format!("snapshot is not JSON: {e}"))?,
+        )
+        .map_err(|e| e.to_string())?;
     let refs: Vec<NodeRef<'_>> = parsed
         .iter()
         .map(|(id, t, n, _)| NodeRef {
@@ -614,7 +569,7 @@ pub fn replay_node_batch(
             name: n,
         })
         .collect();
-    let entities = node_entities(&base, &project_id, &refs)?;
+    let entities = with_graph_nodes(&base, &project_id, &refs).map_err(|e| e.to_string())?;
     let context = bundle.prepare_context(
         Action::ReadNode,
         serde_json::from_str(&record.context).map_err(|e| format!("context is not JSON: {e}"))?,

@@ -206,9 +206,9 @@ impl Call {
 
     fn decide(
         &self,
-        principal: &cedar_policy::EntityUid,
+        principal: &crate::policy::Uid,
         action: Action,
-        resource: &cedar_policy::EntityUid,
+        resource: &crate::policy::Uid,
         context: &PreparedContext,
     ) -> Decided {
         audit::decide(
@@ -223,7 +223,7 @@ impl Call {
         )
     }
 
-    fn agent_uid(&self) -> cedar_policy::EntityUid {
+    fn agent_uid(&self) -> crate::policy::Uid {
         Kind::Agent.uid(&self.view.tenant.agent.id)
     }
 }

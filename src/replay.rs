@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::store::Conn;
-use cedar_policy::Entities;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::policy::recorded::RecordedRequest;
-use crate::policy::{PolicyBundle, PolicyFile, Verdict};
+use crate::policy::recorded::{RecordedEntities, RecordedRequest};
+use crate::policy::{PolicyBundle, PolicyFile, Uid, Verdict};
 use crate::store::StoreError;
 use crate::store::audit_query::{self, DecisionFilter, Order};
 use crate::store::decisions::StoredDecision;
@@ -149,32 +148,20 @@ pub enum ReplayError {
 }
 
 /// The bundle and entities a record replays with, or why it cannot.
-type Resolved = Result<
-    (
-        Arc<PolicyBundle>,
-        Arc<Entities>,
-        Arc<str>,
-        cedar_policy::EntityUid,
-        cedar_policy::EntityUid,
-    ),
-    String,
->;
-
-/// An entity snapshot parsed for one schema, with its text.
-type ParsedSnapshot = (Arc<Entities>, Arc<str>);
+type Resolved = Result<(Arc<PolicyBundle>, Arc<RecordedEntities>, Uid, Uid), String>;
 
 /// Parsed bundles and entity snapshots, by hash.
 #[derive(Default)]
 struct Caches {
     bundles: HashMap<String, Result<Arc<PolicyBundle>, String>>,
-    entities: HashMap<(String, String), Result<ParsedSnapshot, String>>,
-    uids: HashMap<String, Result<cedar_policy::EntityUid, String>>,
+    entities: HashMap<(String, String), Result<Arc<RecordedEntities>, String>>,
+    uids: HashMap<String, Result<Uid, String>>,
 }
 
 impl Caches {
     /// A recorded uid, parsed once (bounded: a trail has few distinct ones,
     /// and the cache is dropped when it grows past [`UID_CACHE_MAX`]).
-    fn uid(&mut self, text: &str) -> Result<cedar_policy::EntityUid, String> {
+    fn uid(&mut self, text: &str) -> Result<Uid, String> {
         if let Some(u) = self.uids.get(text) {
             return u.clone();
         }
@@ -182,7 +169,7 @@ impl Caches {
             self.uids.clear();
         }
         let parsed = text
-            .parse::<cedar_policy::EntityUid>()
+            .parse::<Uid>()
             .map_err(|e| format!("recorded uid `{text}` does not parse: {e}"));
         self.uids.insert(text.to_string(), parsed.clone());
         parsed
@@ -261,47 +248,45 @@ pub fn replay(
                                 "entity snapshot `{}` is missing",
                                 row.record.entities_hash
                             )),
-                            Some(text) => serde_json::from_str(&text)
-                                .map_err(|e| e.to_string())
-                                .and_then(|json| bundle.parse_entities(&json))
-                                .map(|e| (Arc::new(e), Arc::from(text))),
+                            Some(text) => bundle
+                                .parse_recorded_entities(&text)
+                                .map(Arc::new)
+                                .map_err(|e| e.to_string()),
                         };
                         caches.entities.insert(key.clone(), parsed);
                     }
                     match caches.entities.get(&key) {
-                        Some(Ok((e, text))) => Ok((bundle, Arc::clone(e), Arc::clone(text))),
+                        Some(Ok(e)) => Ok((bundle, Arc::clone(e))),
                         Some(Err(e)) => Err(format!("entity snapshot does not load: {e}")),
                         None => Err("unreachable".into()),
                     }
                 }
             };
             // Entity uids repeat across a trail: parse each once.
-            let resolved = resolved.and_then(|(b, e, t)| {
+            let resolved = resolved.and_then(|(b, e)| {
                 let principal = caches.uid(&row.record.principal)?;
                 let resource = caches.uid(&row.record.resource)?;
-                Ok((b, e, t, principal, resource))
+                Ok((b, e, principal, resource))
             });
             jobs.push((row, resolved));
         }
         let verdicts: Vec<Result<Verdict, String>> = jobs
             .par_iter()
             .map(|(row, resolved)| {
-                let (bundle, entities, text, principal, resource) =
+                let (bundle, entities, principal, resource) =
                     resolved.as_ref().map_err(Clone::clone)?;
                 let r = &row.record;
                 if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
-                    return replay_batch(bundle, r, text);
+                    return replay_batch(bundle, r, entities.text());
                 }
-                let req = RecordedRequest {
-                    principal: principal.clone(),
-                    action: crate::policy::Action::from_name(&r.action).ok_or_else(|| {
-                        format!("recorded action `{}` is not in the vocabulary", r.action)
-                    })?,
-                    resource: resource.clone(),
-                    context: serde_json::from_str(&r.context)
-                        .map_err(|e| format!("recorded context is not JSON: {e}"))?,
-                };
-                Ok(bundle.decide_recorded(&req, entities))
+                let req = RecordedRequest::with_uids(
+                    principal.clone(),
+                    &r.action,
+                    resource.clone(),
+                    &r.context,
+                )
+                .map_err(|e| e.to_string())?;
+                Ok(bundle.decide_recorded(&req, entities.entities()))
             })
             .collect();
         for ((row, _), verdict) in jobs.iter().zip(verdicts) {

@@ -111,12 +111,12 @@ mod tests {
             cedar_policy::PolicyId::new("linked"),
             HashMap::from([(
                 cedar_policy::SlotId::resource(),
-                crate::policy::Kind::Tool.uid("peer.skill"),
+                crate::policy::Kind::Tool.uid("peer.skill").0,
             )]),
         )
         .unwrap();
         let slices = ActionSlices::build(&schema, &set);
-        let of = |a: &EntityUid| ids(slices.get(a).unwrap());
+        let of = |a: &crate::policy::Uid| ids(slices.get(&a.0).unwrap());
         assert_eq!(of(&Action::ReadNode.uid()), vec!["policy0", "policy1"]);
         assert_eq!(of(&Action::CallTool.uid()), vec!["policy0", "policy2"]);
         assert_eq!(

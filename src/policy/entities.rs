@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use cedar_policy::Entities;
+use cedar_policy::{Entities, Entity, RestrictedExpression};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -215,6 +215,77 @@ pub fn create_session_slice(
     agent_entities(agent, &mut values);
     values.push(key_entity(key));
     finish(bundle, values)
+}
+
+/// A knowledge-graph node as `read_node` sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRef<'a> {
+    /// Node UUID (the `GraphNode` entity id).
+    pub id: &'a str,
+    /// `type` attribute.
+    pub node_type: &'a str,
+    /// `name` attribute.
+    pub name: &'a str,
+}
+
+/// Why the node entities of a `read_node` batch could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeEntitiesError {
+    /// One node's entity was refused.
+    #[error("cannot build node entity `{id}`: {source}")]
+    Node {
+        /// The node id.
+        id: String,
+        /// Cedar's reason.
+        source: Box<cedar_policy::EntityAttrEvaluationError>,
+    },
+    /// The nodes could not be added to the session entities.
+    #[error("cannot build node entities: {0}")]
+    Add(#[source] Box<cedar_policy::entities_errors::EntitiesError>),
+}
+
+/// The session entities `base` plus one `GraphNode` per node (child of
+/// `Gateway::Project::"<project_id>"`, with its `type` and `name`); a node
+/// listed twice is added once.
+pub fn with_graph_nodes(
+    base: &Entities,
+    project_id: &str,
+    nodes: &[NodeRef<'_>],
+) -> Result<Entities, NodeEntitiesError> {
+    let project = Kind::Project.uid(project_id).0;
+    let mut seen = std::collections::HashSet::new();
+    let mut list = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        if !seen.insert(n.id) {
+            continue;
+        }
+        let attrs = std::collections::HashMap::from([
+            (
+                "type".to_string(),
+                RestrictedExpression::new_string(n.node_type.to_string()),
+            ),
+            (
+                "name".to_string(),
+                RestrictedExpression::new_string(n.name.to_string()),
+            ),
+        ]);
+        let entity = Entity::new(
+            Kind::GraphNode.uid(n.id).0,
+            attrs,
+            std::collections::HashSet::from([project.clone()]),
+        )
+        .map_err(|source| NodeEntitiesError::Node {
+            id: n.id.to_string(),
+            source: Box::new(source),
+        })?;
+        list.push(entity);
+    }
+    // Built here from typed values (two strings and the project parent),
+    // so they conform by construction; skipping the per-entity schema
+    // check keeps a 1,000-node batch cheap.
+    base.clone()
+        .add_entities(list, None)
+        .map_err(|e| NodeEntitiesError::Add(Box::new(e)))
 }
 
 /// Cedar JSON for a `datetime` value.

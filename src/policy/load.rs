@@ -458,7 +458,9 @@ pub fn bundle_from_sources(
     let slices = super::action_slices::ActionSlices::build(&schema, &pset);
     // Only policies that can apply to `read_node` can tell nodes apart.
     let node_reads = super::node_reads::NodeDependence::of(
-        slices.get(&super::Action::ReadNode.uid()).unwrap_or(&pset),
+        slices
+            .get(&super::Action::ReadNode.uid().0)
+            .unwrap_or(&pset),
         schema_text,
     );
     let session_determined = super::session_verdicts::SessionDetermined::of(&slices);
