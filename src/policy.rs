@@ -9,6 +9,7 @@
 pub mod action_slices;
 pub mod entities;
 pub mod fmt;
+mod literals;
 pub mod load;
 pub mod node_reads;
 pub mod recorded;
