@@ -13,9 +13,11 @@ pub use crate::policy::entities::NodeRef;
 
 use serde_json::Value;
 
-use crate::policy::entities::{EntitySlice, with_graph_nodes};
+use crate::policy::entities::{EntitySlice, NodeEntitiesError, with_graph_nodes};
 use crate::policy::session_verdicts::VerdictKey;
-use crate::policy::{Action, PolicyBundle, PreparedContext, Uid, Verdict};
+use crate::policy::{
+    Action, ParseEntitiesError, PolicyBundle, PreparedContext, Uid, UidError, Verdict,
+};
 use crate::store::decisions::NewDecision;
 
 /// A decision made, with its record waiting for an outcome.
@@ -373,10 +375,10 @@ impl<'a> NodeGuard<'a> {
             .copied()
             .collect();
         let built = if self.slice.schema_hash != self.bundle.schema_hash {
-            Err("entity slice was built for a different schema".to_string())
+            Err(BatchEntitiesError::OtherSchema)
         } else {
             with_graph_nodes(&self.slice.entities, &self.project_id, &refs)
-                .map_err(|e| e.to_string())
+                .map_err(BatchEntitiesError::Nodes)
         };
         match &built {
             Ok(entities) => {
@@ -411,10 +413,12 @@ impl<'a> NodeGuard<'a> {
                 }
                 verdicts
             }
-            Err(e) => refs
-                .iter()
-                .map(|_| Verdict::denied_with(e.clone()))
-                .collect(),
+            Err(e) => {
+                let error = e.to_string();
+                refs.iter()
+                    .map(|_| Verdict::denied_with(error.clone()))
+                    .collect()
+            }
         }
     }
 
@@ -495,6 +499,18 @@ impl<'a> NodeGuard<'a> {
     }
 }
 
+/// Why a batch's entities are unavailable; every node of the batch is
+/// denied with this message.
+#[derive(Debug, thiserror::Error)]
+enum BatchEntitiesError {
+    /// The session slice was parsed under another schema.
+    #[error("entity slice was built for a different schema")]
+    OtherSchema,
+    /// The node entities could not be built.
+    #[error(transparent)]
+    Nodes(NodeEntitiesError),
+}
+
 /// One text per node key (the attribute values a shared verdict depends on).
 fn key_text((node_type, name): crate::policy::node_reads::NodeKey<'_>) -> String {
     let part = |v: Option<&str>| v.map_or_else(|| "-".to_string(), |v| format!("+{v}"));
@@ -516,51 +532,60 @@ pub struct ReplayedNode {
     pub errors: Vec<String>,
 }
 
+/// Why a batched `read_node` record cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeBatchError {
+    /// The record's notes are not JSON.
+    #[error("notes are not JSON: {0}")]
+    Notes(#[source] serde_json::Error),
+    /// The notes hold no `readNodeBatch`.
+    #[error("the record is not a batched read_node record")]
+    NotABatch,
+    /// The batch lists no verdicts.
+    #[error("batch has no verdicts")]
+    NoVerdicts,
+    /// The batch lists no nodes.
+    #[error("batch has no nodes")]
+    NoNodes,
+    /// A node's verdict class is out of range.
+    #[error("a node refers to a missing verdict")]
+    MissingVerdict,
+    /// The resource column is not a uid.
+    #[error("resource is not an entity uid: {0}")]
+    Resource(#[source] UidError),
+    /// The principal column is not a uid.
+    #[error("principal is not an entity uid: {0}")]
+    Principal(#[source] UidError),
+    /// The entity snapshot is not JSON.
+    #[error("snapshot is not JSON: {0}")]
+    SnapshotJson(#[source] serde_json::Error),
+    /// Cedar refuses the entity snapshot under the bundle's schema.
+    #[error(transparent)]
+    Snapshot(#[from] ParseEntitiesError),
+    /// The node entities could not be built.
+    #[error(transparent)]
+    Nodes(#[from] NodeEntitiesError),
+    /// The context column is not JSON.
+    #[error("context is not JSON: {0}")]
+    Context(#[source] serde_json::Error),
+}
+
 /// Re-runs every decision of a batched `read_node` record against `bundle`,
 /// with `slice` being the record's entity snapshot (JSON array text).
 pub fn replay_node_batch(
     bundle: &PolicyBundle,
     record: &NewDecision,
     slice: &str,
-) -> Result<Vec<ReplayedNode>, String> {
-    let notes: Value =
-        serde_json::from_str(&record.notes).map_err(|e| format!("notes are not JSON: {e}"))?;
-    let batch = notes
-        .get("readNodeBatch")
-        .ok_or("the record is not a batched read_node record")?;
-    let verdicts = batch
-        .get("verdicts")
-        .and_then(Value::as_array)
-        .ok_or("batch has no verdicts")?;
-    let nodes = batch
-        .get("nodes")
-        .and_then(Value::as_array)
-        .ok_or("batch has no nodes")?;
-    let mut parsed = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        let field = |i: usize| n.get(i).and_then(Value::as_str).unwrap_or_default();
-        let class = n.get(3).and_then(Value::as_u64).unwrap_or(u64::MAX) as usize;
-        let recorded = verdicts
-            .get(class)
-            .and_then(|v| v.get("decision"))
-            .and_then(Value::as_str)
-            .ok_or("a node refers to a missing verdict")?;
-        parsed.push((field(0), field(1), field(2), recorded.to_string()));
-    }
-    let project: Uid = record
-        .resource
-        .parse()
-        .map_err(|e| format!("resource is not an entity uid: {e}"))?;
+) -> Result<Vec<ReplayedNode>, NodeBatchError> {
+    let notes: Value = serde_json::from_str(&record.notes).map_err(NodeBatchError::Notes)?;
+    let parsed = batch_nodes(&notes)?;
+    let project: Uid = record.resource.parse().map_err(NodeBatchError::Resource)?;
     let principal: Uid = record
         .principal
         .parse()
-        .map_err(|e| format!("principal is not an entity uid: {e}"))?;
-    let project_id = project.id().to_string();
-    let base = bundle
-        .parse_entities(
-            &serde_json::from_str(slice).map_err(|e| format!("snapshot is not JSON: {e}"))?,
-        )
-        .map_err(|e| e.to_string())?;
+        .map_err(NodeBatchError::Principal)?;
+    let snapshot = serde_json::from_str(slice).map_err(NodeBatchError::SnapshotJson)?;
+    let base = bundle.parse_entities(&snapshot)?;
     let refs: Vec<NodeRef<'_>> = parsed
         .iter()
         .map(|(id, t, n, _)| NodeRef {
@@ -569,10 +594,10 @@ pub fn replay_node_batch(
             name: n,
         })
         .collect();
-    let entities = with_graph_nodes(&base, &project_id, &refs).map_err(|e| e.to_string())?;
+    let entities = with_graph_nodes(&base, project.id(), &refs)?;
     let context = bundle.prepare_context(
         Action::ReadNode,
-        serde_json::from_str(&record.context).map_err(|e| format!("context is not JSON: {e}"))?,
+        serde_json::from_str(&record.context).map_err(NodeBatchError::Context)?,
     );
     Ok(parsed
         .iter()
@@ -586,11 +611,39 @@ pub fn replay_node_batch(
             );
             ReplayedNode {
                 id: (*id).to_string(),
-                recorded: recorded.clone(),
+                recorded: (*recorded).to_string(),
                 decision: if v.allowed { "allow" } else { "deny" }.to_string(),
                 reasons: v.reasons,
                 errors: v.errors,
             }
         })
         .collect())
+}
+
+/// `(id, type, name, recorded decision)` of each node of a batch record's
+/// notes (format in `ARCHITECTURE.md`, "Batched read_node records").
+fn batch_nodes(notes: &Value) -> Result<Vec<(&str, &str, &str, &str)>, NodeBatchError> {
+    let batch = notes
+        .get("readNodeBatch")
+        .ok_or(NodeBatchError::NotABatch)?;
+    let verdicts = batch
+        .get("verdicts")
+        .and_then(Value::as_array)
+        .ok_or(NodeBatchError::NoVerdicts)?;
+    let nodes = batch
+        .get("nodes")
+        .and_then(Value::as_array)
+        .ok_or(NodeBatchError::NoNodes)?;
+    let mut parsed = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let field = |i: usize| n.get(i).and_then(Value::as_str).unwrap_or_default();
+        let class = n.get(3).and_then(Value::as_u64).unwrap_or(u64::MAX) as usize;
+        let recorded = verdicts
+            .get(class)
+            .and_then(|v| v.get("decision"))
+            .and_then(Value::as_str)
+            .ok_or(NodeBatchError::MissingVerdict)?;
+        parsed.push((field(0), field(1), field(2), recorded));
+    }
+    Ok(parsed)
 }

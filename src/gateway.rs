@@ -267,7 +267,7 @@ impl Gateway {
         };
         let slice =
             entities::session_slice_with_peers(bundle, &facts, &tool_entities, &peer_entities)
-                .map_err(ResolveError::Entities)?;
+                .map_err(|e| ResolveError::Entities(e.to_string()))?;
         let view = Arc::new(SessionView {
             tenant,
             key: key.clone(),

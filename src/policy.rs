@@ -332,7 +332,7 @@ pub struct PreparedContext {
     pub text: String,
     /// The Cedar context; a plain session context is built from `json` on
     /// first use (a reused verdict needs none).
-    cedar: std::sync::OnceLock<Result<Context, String>>,
+    cedar: std::sync::OnceLock<Result<Context, ContextError>>,
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
@@ -340,11 +340,12 @@ pub struct PreparedContext {
 
 impl PreparedContext {
     /// The Cedar context (built now if it was deferred).
-    fn cedar(&self) -> &Result<Context, String> {
+    fn cedar(&self) -> &Result<Context, ContextError> {
         self.cedar.get_or_init(|| match self.session_and_time() {
-            Some((session_id, time)) => Context::from_pairs(session_pairs(session_id, time))
-                .map_err(|e| format!("cannot build context: {e}")),
-            None => Err("context was not prepared".into()),
+            Some((session_id, time)) => {
+                Context::from_pairs(session_pairs(session_id, time)).map_err(ContextError::values)
+            }
+            None => Err(ContextError::NotPrepared),
         })
     }
 
@@ -358,6 +359,35 @@ impl PreparedContext {
             .is_none()
             .then(|| recorded::session_shape(&self.json, false))
             .flatten()
+    }
+}
+
+/// Why a request's Cedar context could not be built; a decision with it
+/// denies, carrying this message. Cloneable (Cedar's error is shared)
+/// because a prepared context is.
+#[derive(Debug, Clone, thiserror::Error)]
+enum ContextError {
+    /// The context JSON does not fit the action's context type.
+    #[error("cannot build context: {0}")]
+    Json(Arc<cedar_policy::ContextJsonError>),
+    /// The context values were refused.
+    #[error("cannot build context: {0}")]
+    Values(Arc<cedar_policy::ContextCreationError>),
+    /// The tool arguments do not fit the Cedar type of the typed action.
+    #[error("arguments do not fit the Cedar type of `context.args` of `{0}`")]
+    ArgsDoNotFit(Uid),
+    /// A deferred context that is not the plain session context.
+    #[error("context was not prepared")]
+    NotPrepared,
+}
+
+impl ContextError {
+    fn json(e: cedar_policy::ContextJsonError) -> Self {
+        ContextError::Json(Arc::new(e))
+    }
+
+    fn values(e: cedar_policy::ContextCreationError) -> Self {
+        ContextError::Values(Arc::new(e))
     }
 }
 
@@ -394,7 +424,7 @@ impl PolicyBundle {
     /// `Request::new`.
     pub fn prepare_context(&self, action: Action, json: serde_json::Value) -> PreparedContext {
         let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid().0)))
-            .map_err(|e| format!("cannot build context: {e}"));
+            .map_err(ContextError::json);
         self.prepared(json, cedar.into())
     }
 
@@ -409,7 +439,7 @@ impl PolicyBundle {
     fn prepared(
         &self,
         json: serde_json::Value,
-        cedar: std::sync::OnceLock<Result<Context, String>>,
+        cedar: std::sync::OnceLock<Result<Context, ContextError>>,
     ) -> PreparedContext {
         PreparedContext {
             text: json.to_string(),
@@ -469,17 +499,12 @@ impl PolicyBundle {
     ) -> PreparedContext {
         let cedar = if fits {
             match typed_pairs(typed, &json) {
-                Some(pairs) => {
-                    Context::from_pairs(pairs).map_err(|e| format!("cannot build context: {e}"))
-                }
+                Some(pairs) => Context::from_pairs(pairs).map_err(ContextError::values),
                 None => Context::from_json_value(json.clone(), Some((&self.schema, &typed.action)))
-                    .map_err(|e| format!("cannot build context: {e}")),
+                    .map_err(ContextError::json),
             }
         } else {
-            Err(format!(
-                "arguments do not fit the Cedar type of `context.args` of `{}`",
-                typed.action
-            ))
+            Err(ContextError::ArgsDoNotFit(Uid(typed.action.clone())))
         };
         let mut prepared = self.prepared(json, cedar.into());
         prepared.action = Some(typed.action.clone());
@@ -528,7 +553,7 @@ impl PolicyBundle {
         };
         let ctx = match context.cedar() {
             Ok(c) => c.clone(),
-            Err(e) => return Verdict::denied_with(e.clone()),
+            Err(e) => return Verdict::denied_with(e.to_string()),
         };
         let request = match Request::new(
             principal.0.clone(),
@@ -568,7 +593,7 @@ impl PolicyBundle {
             let ctx = match context.cedar() {
                 Ok(c) => c.clone(),
                 Err(e) => {
-                    out.push(Verdict::denied_with(e.clone()));
+                    out.push(Verdict::denied_with(e.to_string()));
                     continue;
                 }
             };

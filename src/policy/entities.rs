@@ -209,13 +209,17 @@ fn tool_entities(tools: &[ToolEntity], out: &mut Vec<Value>) {
     }
 }
 
+/// An entity slice Cedar refuses under the bundle's schema (the decision
+/// that needed it fails closed).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build entities: {0}")]
+pub struct EntitySliceError(#[source] super::ParseEntitiesError);
+
 /// Parses and hashes a slice.
-pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, String> {
+pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, EntitySliceError> {
     let value = Value::Array(values);
     let text = value.to_string();
-    let entities = bundle
-        .parse_entities(&value)
-        .map_err(|e| format!("cannot build entities: {e}"))?;
+    let entities = bundle.parse_entities(&value).map_err(EntitySliceError)?;
     Ok(EntitySlice {
         entities,
         hash: hex::encode(Sha256::digest(text.as_bytes())),
@@ -231,7 +235,7 @@ pub fn session_slice(
     bundle: &PolicyBundle,
     facts: &SessionFacts<'_>,
     tools: &[ToolEntity],
-) -> Result<EntitySlice, String> {
+) -> Result<EntitySlice, EntitySliceError> {
     session_slice_with_peers(bundle, facts, tools, &[])
 }
 
@@ -241,7 +245,7 @@ pub fn session_slice_with_peers(
     facts: &SessionFacts<'_>,
     tools: &[ToolEntity],
     peers: &[PeerEntity],
-) -> Result<EntitySlice, String> {
+) -> Result<EntitySlice, EntitySliceError> {
     let mut values = vec![org_entity(&facts.org), project_entity(&facts.project)];
     agent_entities(&facts.agent, &mut values);
     values.push(key_entity(&facts.key));
@@ -278,7 +282,7 @@ pub fn create_session_slice(
     project: &ProjectFacts<'_>,
     agent: &AgentFacts<'_>,
     key: &KeyFacts<'_>,
-) -> Result<EntitySlice, String> {
+) -> Result<EntitySlice, EntitySliceError> {
     let mut values = vec![org_entity(org), project_entity(project)];
     agent_entities(agent, &mut values);
     values.push(key_entity(key));

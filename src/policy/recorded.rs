@@ -233,6 +233,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn unusable_columns_are_named_in_the_message() {
+        let (p, r) = (r#"Gateway::Agent::"a""#, r#"Gateway::Tool::"t""#);
+        let err = |principal, action, resource, context| {
+            RecordedRequest::parse(principal, action, resource, context)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            err("nope", "call_tool", r, "{}")
+                .starts_with("recorded principal `nope` does not parse: ")
+        );
+        assert!(
+            err(p, "call_tool", "nope", "{}")
+                .starts_with("recorded resource `nope` does not parse: ")
+        );
+        assert_eq!(
+            err(p, "fly", r, "{}"),
+            "recorded action `fly` is not in the vocabulary"
+        );
+        assert!(err(p, "call_tool", r, "{").starts_with("recorded context is not JSON: "));
+        assert!(RecordedRequest::parse(p, "call_tool", r, "{}").is_ok());
+    }
+
+    #[test]
     fn only_the_exact_session_context_takes_the_fast_path() {
         let ctx = super::super::entities::session_context("s-1", "2026-11-22T08:00:00.000Z");
         let plain = Some(("s-1", "2026-11-22T08:00:00.000Z"));
