@@ -485,8 +485,8 @@ async fn seed_observations(gw: &Gateway, session_id: &str, n: usize) -> Res<()> 
 struct Pep {
     bundle: Arc<PolicyBundle>,
     view: Arc<SessionView>,
-    principal: cedar_policy::EntityUid,
-    resource: cedar_policy::EntityUid,
+    principal: cedargate::policy::Uid,
+    resource: cedargate::policy::Uid,
     context: Value,
     /// The context as the gateway prepares it: parsed once per request.
     prepared: PreparedContext,
@@ -672,9 +672,9 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
     let ctx = Context::from_json_value(pep.context.clone(), schema_ctx)?;
     let request_of = |c: Context| {
         Request::new(
-            pep.principal.clone(),
+            pep.principal.clone().into(),
             action_uid.clone(),
-            pep.resource.clone(),
+            pep.resource.clone().into(),
             c,
             Some(&bundle.schema),
         )
@@ -735,7 +735,7 @@ async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> Res<P
         Context::from_pairs([
             (
                 "session".to_string(),
-                RestrictedExpression::new_entity_uid(session_uid.clone()),
+                RestrictedExpression::new_entity_uid(session_uid.clone().into()),
             ),
             (
                 "time".to_string(),

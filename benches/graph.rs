@@ -539,7 +539,7 @@ async fn run() -> Res<()> {
     let mut build = Vec::new();
     let mut decide = Vec::new();
     let project = Kind::Project.uid(PROJECT);
-    let uids: Vec<cedar_policy::EntityUid> = sample
+    let uids: Vec<cedargate::policy::Uid> = sample
         .iter()
         .map(|(id, _, _)| Kind::GraphNode.uid(id))
         .collect();
@@ -550,7 +550,7 @@ async fn run() -> Res<()> {
             .zip(&uids)
             .filter_map(|((_, ty, name), uid)| {
                 cedar_policy::Entity::new(
-                    uid.clone(),
+                    uid.clone().into(),
                     std::collections::HashMap::from([
                         (
                             "type".to_string(),
@@ -561,7 +561,7 @@ async fn run() -> Res<()> {
                             cedar_policy::RestrictedExpression::new_string(name.clone()),
                         ),
                     ]),
-                    std::collections::HashSet::from([project.clone()]),
+                    std::collections::HashSet::from([project.clone().into()]),
                 )
                 .ok()
             })

@@ -139,77 +139,12 @@ impl A2a {
     /// Every string literal and template-link id in `bundle`'s policies:
     /// the tool names a policy could single out (computed once per set).
     pub fn policy_literals(&self, bundle: &crate::policy::PolicyBundle) -> Arc<HashSet<String>> {
-        self.literals.get_with(bundle.hash.clone(), || {
-            let mut out = HashSet::new();
-            for p in bundle.policies.policies() {
-                string_literals(&p.to_string(), &mut out);
-                if let Some(links) = p.template_links() {
-                    for uid in links.values() {
-                        out.insert(uid.id().unescaped().to_string());
-                    }
-                }
-            }
-            Arc::new(out)
-        })
+        self.literals
+            .get_with(bundle.hash.clone(), || Arc::new(bundle.string_literals()))
     }
 
     /// Budget of one card fetch.
     pub fn card_timeout(&self) -> Duration {
         Duration::from_millis(self.config.card_timeout_ms.max(1))
-    }
-}
-
-/// Collects the (unescaped) contents of every `"…"` in Cedar source text.
-fn string_literals(text: &str, out: &mut HashSet<String>) {
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '"' {
-            continue;
-        }
-        let mut lit = String::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '"' => break,
-                '\\' => match chars.next() {
-                    Some('n') => lit.push('\n'),
-                    Some('r') => lit.push('\r'),
-                    Some('t') => lit.push('\t'),
-                    Some('0') => lit.push('\0'),
-                    Some('u') => {
-                        let hex: String = chars
-                            .by_ref()
-                            .skip_while(|c| *c == '{')
-                            .take_while(|c| *c != '}')
-                            .collect();
-                        if let Some(ch) =
-                            u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32)
-                        {
-                            lit.push(ch);
-                        }
-                    }
-                    Some(other) => lit.push(other),
-                    None => break,
-                },
-                other => lit.push(other),
-            }
-        }
-        out.insert(lit);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn string_literals_are_found_and_unescaped() {
-        let mut out = HashSet::new();
-        string_literals(
-            r#"forbid (principal, action, resource == Gateway::Tool::"ops.deploy") when { context.x == "a\"b" && "\u{6f}ps.x" == "y" };"#,
-            &mut out,
-        );
-        for s in ["ops.deploy", "a\"b", "ops.x", "y"] {
-            assert!(out.contains(s), "{s} in {out:?}");
-        }
     }
 }

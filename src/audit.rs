@@ -7,12 +7,17 @@
 
 pub mod export;
 
-use cedar_policy::EntityUid;
+/// A knowledge-graph node as `read_node` sees it (defined with the entity
+/// slices, which build its Cedar entity).
+pub use crate::policy::entities::NodeRef;
+
 use serde_json::Value;
 
-use crate::policy::entities::EntitySlice;
+use crate::policy::entities::{EntitySlice, NodeEntitiesError, with_graph_nodes};
 use crate::policy::session_verdicts::VerdictKey;
-use crate::policy::{Action, PolicyBundle, PreparedContext, Verdict};
+use crate::policy::{
+    Action, ParseEntitiesError, PolicyBundle, PreparedContext, Uid, UidError, Verdict,
+};
 use crate::store::decisions::NewDecision;
 
 /// A decision made, with its record waiting for an outcome.
@@ -70,9 +75,9 @@ pub struct Scope<'a> {
 pub fn decide(
     bundle: &PolicyBundle,
     slice: &EntitySlice,
-    principal: &EntityUid,
+    principal: &Uid,
     action: Action,
-    resource: &EntityUid,
+    resource: &Uid,
     context: &PreparedContext,
     scope: Scope<'_>,
     time: &str,
@@ -131,9 +136,9 @@ pub fn decide(
 fn decide_in_session(
     bundle: &PolicyBundle,
     slice: &EntitySlice,
-    principal: &EntityUid,
+    principal: &Uid,
     action: Action,
-    resource: &EntityUid,
+    resource: &Uid,
     context: &PreparedContext,
 ) -> Verdict {
     let decide = || bundle.decide(principal, action, resource, context, &slice.entities);
@@ -177,17 +182,6 @@ pub fn format_line(d: &crate::store::decisions::StoredDecision) -> String {
     )
 }
 
-/// A knowledge-graph node as `read_node` sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct NodeRef<'a> {
-    /// Node UUID (the `GraphNode` entity id).
-    pub id: &'a str,
-    /// `type` attribute.
-    pub node_type: &'a str,
-    /// `name` attribute.
-    pub name: &'a str,
-}
-
 /// Version tag of the batched `read_node` record format.
 pub const NODE_BATCH_FORMAT: u32 = 1;
 
@@ -206,7 +200,7 @@ pub struct NodeGuard<'a> {
     id: String,
     bundle: &'a PolicyBundle,
     slice: &'a EntitySlice,
-    principal: EntityUid,
+    principal: Uid,
     project_id: String,
     context: &'a PreparedContext,
     org_id: Option<String>,
@@ -227,7 +221,7 @@ impl<'a> NodeGuard<'a> {
     pub fn new(
         bundle: &'a PolicyBundle,
         slice: &'a EntitySlice,
-        principal: EntityUid,
+        principal: Uid,
         project_id: &str,
         context: &'a PreparedContext,
         scope: Scope<'_>,
@@ -381,13 +375,14 @@ impl<'a> NodeGuard<'a> {
             .copied()
             .collect();
         let built = if self.slice.schema_hash != self.bundle.schema_hash {
-            Err("entity slice was built for a different schema".to_string())
+            Err(BatchEntitiesError::OtherSchema)
         } else {
-            node_entities(&self.slice.entities, &self.project_id, &refs)
+            with_graph_nodes(&self.slice.entities, &self.project_id, &refs)
+                .map_err(BatchEntitiesError::Nodes)
         };
         match &built {
             Ok(entities) => {
-                let uids: Vec<EntityUid> = refs
+                let uids: Vec<Uid> = refs
                     .iter()
                     .map(|n| crate::policy::Kind::GraphNode.uid(n.id))
                     .collect();
@@ -418,10 +413,12 @@ impl<'a> NodeGuard<'a> {
                 }
                 verdicts
             }
-            Err(e) => refs
-                .iter()
-                .map(|_| Verdict::denied_with(e.clone()))
-                .collect(),
+            Err(e) => {
+                let error = e.to_string();
+                refs.iter()
+                    .map(|_| Verdict::denied_with(error.clone()))
+                    .collect()
+            }
         }
     }
 
@@ -502,50 +499,22 @@ impl<'a> NodeGuard<'a> {
     }
 }
 
+/// Why a batch's entities are unavailable; every node of the batch is
+/// denied with this message.
+#[derive(Debug, thiserror::Error)]
+enum BatchEntitiesError {
+    /// The session slice was parsed under another schema.
+    #[error("entity slice was built for a different schema")]
+    OtherSchema,
+    /// The node entities could not be built.
+    #[error(transparent)]
+    Nodes(NodeEntitiesError),
+}
+
 /// One text per node key (the attribute values a shared verdict depends on).
 fn key_text((node_type, name): crate::policy::node_reads::NodeKey<'_>) -> String {
     let part = |v: Option<&str>| v.map_or_else(|| "-".to_string(), |v| format!("+{v}"));
     format!("{}\0{}", part(node_type), part(name))
-}
-
-/// The session entities plus one `GraphNode` per node.
-fn node_entities(
-    base: &cedar_policy::Entities,
-    project_id: &str,
-    nodes: &[NodeRef<'_>],
-) -> Result<cedar_policy::Entities, String> {
-    use cedar_policy::{Entity, RestrictedExpression};
-    let project = crate::policy::Kind::Project.uid(project_id);
-    let mut seen = std::collections::HashSet::new();
-    let mut list = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        if !seen.insert(n.id) {
-            continue;
-        }
-        let attrs = std::collections::HashMap::from([
-            (
-                "type".to_string(),
-                RestrictedExpression::new_string(n.node_type.to_string()),
-            ),
-            (
-                "name".to_string(),
-                RestrictedExpression::new_string(n.name.to_string()),
-            ),
-        ]);
-        let entity = Entity::new(
-            crate::policy::Kind::GraphNode.uid(n.id),
-            attrs,
-            std::collections::HashSet::from([project.clone()]),
-        )
-        .map_err(|e| format!("cannot build node entity `{}`: {e}", n.id))?;
-        list.push(entity);
-    }
-    // Built here from typed values (two strings and the project parent),
-    // so they conform by construction; skipping the per-entity schema
-    // check keeps a 1,000-node batch cheap.
-    base.clone()
-        .add_entities(list, None)
-        .map_err(|e| format!("cannot build node entities: {e}"))
 }
 
 /// One node's verdict on replay.
@@ -563,49 +532,60 @@ pub struct ReplayedNode {
     pub errors: Vec<String>,
 }
 
+/// Why a batched `read_node` record cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeBatchError {
+    /// The record's notes are not JSON.
+    #[error("notes are not JSON: {0}")]
+    Notes(#[source] serde_json::Error),
+    /// The notes hold no `readNodeBatch`.
+    #[error("the record is not a batched read_node record")]
+    NotABatch,
+    /// The batch lists no verdicts.
+    #[error("batch has no verdicts")]
+    NoVerdicts,
+    /// The batch lists no nodes.
+    #[error("batch has no nodes")]
+    NoNodes,
+    /// A node's verdict class is out of range.
+    #[error("a node refers to a missing verdict")]
+    MissingVerdict,
+    /// The resource column is not a uid.
+    #[error("resource is not an entity uid: {0}")]
+    Resource(#[source] UidError),
+    /// The principal column is not a uid.
+    #[error("principal is not an entity uid: {0}")]
+    Principal(#[source] UidError),
+    /// The entity snapshot is not JSON.
+    #[error("snapshot is not JSON: {0}")]
+    SnapshotJson(#[source] serde_json::Error),
+    /// Cedar refuses the entity snapshot under the bundle's schema.
+    #[error(transparent)]
+    Snapshot(#[from] ParseEntitiesError),
+    /// The node entities could not be built.
+    #[error(transparent)]
+    Nodes(#[from] NodeEntitiesError),
+    /// The context column is not JSON.
+    #[error("context is not JSON: {0}")]
+    Context(#[source] serde_json::Error),
+}
+
 /// Re-runs every decision of a batched `read_node` record against `bundle`,
 /// with `slice` being the record's entity snapshot (JSON array text).
 pub fn replay_node_batch(
     bundle: &PolicyBundle,
     record: &NewDecision,
     slice: &str,
-) -> Result<Vec<ReplayedNode>, String> {
-    let notes: Value =
-        serde_json::from_str(&record.notes).map_err(|e| format!("notes are not JSON: {e}"))?;
-    let batch = notes
-        .get("readNodeBatch")
-        .ok_or("the record is not a batched read_node record")?;
-    let verdicts = batch
-        .get("verdicts")
-        .and_then(Value::as_array)
-        .ok_or("batch has no verdicts")?;
-    let nodes = batch
-        .get("nodes")
-        .and_then(Value::as_array)
-        .ok_or("batch has no nodes")?;
-    let mut parsed = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        let field = |i: usize| n.get(i).and_then(Value::as_str).unwrap_or_default();
-        let class = n.get(3).and_then(Value::as_u64).unwrap_or(u64::MAX) as usize;
-        let recorded = verdicts
-            .get(class)
-            .and_then(|v| v.get("decision"))
-            .and_then(Value::as_str)
-            .ok_or("a node refers to a missing verdict")?;
-        parsed.push((field(0), field(1), field(2), recorded.to_string()));
-    }
-    let project: EntityUid = record
-        .resource
-        .parse()
-        .map_err(|e| format!("resource is not an entity uid: {e}"))?;
-    let principal: EntityUid = record
+) -> Result<Vec<ReplayedNode>, NodeBatchError> {
+    let notes: Value = serde_json::from_str(&record.notes).map_err(NodeBatchError::Notes)?;
+    let parsed = batch_nodes(&notes)?;
+    let project: Uid = record.resource.parse().map_err(NodeBatchError::Resource)?;
+    let principal: Uid = record
         .principal
         .parse()
-        .map_err(|e| format!("principal is not an entity uid: {e}"))?;
-    let project_id = project.id().unescaped().to_string();
-    let base = bundle.parse_entities(
-        &serde_json::from_str(slice).map_err(|e| format!("snapshot is not JSON: {e}"))?,
-    )?;
+        .map_err(NodeBatchError::Principal)?;
+    let snapshot = serde_json::from_str(slice).map_err(NodeBatchError::SnapshotJson)?;
+    let base = bundle.parse_entities(&snapshot)?;
     let refs: Vec<NodeRef<'_>> = parsed
         .iter()
         .map(|(id, t, n, _)| NodeRef {
@@ -614,10 +594,10 @@ pub fn replay_node_batch(
             name: n,
         })
         .collect();
-    let entities = node_entities(&base, &project_id, &refs)?;
+    let entities = with_graph_nodes(&base, project.id(), &refs)?;
     let context = bundle.prepare_context(
         Action::ReadNode,
-        serde_json::from_str(&record.context).map_err(|e| format!("context is not JSON: {e}"))?,
+        serde_json::from_str(&record.context).map_err(NodeBatchError::Context)?,
     );
     Ok(parsed
         .iter()
@@ -631,11 +611,39 @@ pub fn replay_node_batch(
             );
             ReplayedNode {
                 id: (*id).to_string(),
-                recorded: recorded.clone(),
+                recorded: (*recorded).to_string(),
                 decision: if v.allowed { "allow" } else { "deny" }.to_string(),
                 reasons: v.reasons,
                 errors: v.errors,
             }
         })
         .collect())
+}
+
+/// `(id, type, name, recorded decision)` of each node of a batch record's
+/// notes (format in `ARCHITECTURE.md`, "Batched read_node records").
+fn batch_nodes(notes: &Value) -> Result<Vec<(&str, &str, &str, &str)>, NodeBatchError> {
+    let batch = notes
+        .get("readNodeBatch")
+        .ok_or(NodeBatchError::NotABatch)?;
+    let verdicts = batch
+        .get("verdicts")
+        .and_then(Value::as_array)
+        .ok_or(NodeBatchError::NoVerdicts)?;
+    let nodes = batch
+        .get("nodes")
+        .and_then(Value::as_array)
+        .ok_or(NodeBatchError::NoNodes)?;
+    let mut parsed = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let field = |i: usize| n.get(i).and_then(Value::as_str).unwrap_or_default();
+        let class = n.get(3).and_then(Value::as_u64).unwrap_or(u64::MAX) as usize;
+        let recorded = verdicts
+            .get(class)
+            .and_then(|v| v.get("decision"))
+            .and_then(Value::as_str)
+            .ok_or(NodeBatchError::MissingVerdict)?;
+        parsed.push((field(0), field(1), field(2), recorded));
+    }
+    Ok(parsed)
 }

@@ -57,13 +57,37 @@ pub async fn open_session(
         agent.ok_or_else(|| AppError::NotFound(format!("agent `{}` not found", req.agent_id)))?;
 
     let bundle = gw.pep.current();
-    let slice =
-        entities::create_session_slice(&bundle, &org, &project, &agent, &key).map_err(|e| {
-            tracing::error!(error = %e, "cannot build create_session entities");
-            AppError::Forbidden(
-                "session creation is not authorized (policy entities unavailable)".into(),
-            )
-        })?;
+    let slice = entities::create_session_slice(
+        &bundle,
+        &entities::OrgFacts {
+            id: &org.id,
+            plan: &org.plan,
+            entitlements: &org.entitlements,
+        },
+        &entities::ProjectFacts {
+            org_id: &project.org_id,
+            id: &project.id,
+            memory_enabled: project.memory_enabled,
+            graph_enabled: project.graph_enabled,
+        },
+        &entities::AgentFacts {
+            org_id: &agent.org_id,
+            id: &agent.id,
+            name: &agent.name,
+            roles: &agent.roles,
+        },
+        &entities::KeyFacts {
+            org_id: &key.org_id,
+            id: &key.id,
+            label: &key.label,
+        },
+    )
+    .map_err(|e| {
+        tracing::error!(error = %e, "cannot build create_session entities");
+        AppError::Forbidden(
+            "session creation is not authorized (policy entities unavailable)".into(),
+        )
+    })?;
     let time = crate::ids::now_rfc3339();
     let context = bundle.prepare_context(
         Action::CreateSession,

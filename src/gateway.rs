@@ -231,14 +231,35 @@ impl Gateway {
                 org_id: p.org_id.clone(),
             })
             .collect();
-        let slice = entities::session_slice_with_peers(
-            bundle,
-            &tenant,
-            key,
-            &tool_entities,
-            &peer_entities,
-        )
-        .map_err(ResolveError::Entities)?;
+        let t = &tenant;
+        let facts = entities::SessionFacts {
+            session_id: &t.session.id,
+            org: entities::OrgFacts {
+                id: &t.org.id,
+                plan: &t.org.plan,
+                entitlements: &t.org.entitlements,
+            },
+            project: entities::ProjectFacts {
+                org_id: &t.project.org_id,
+                id: &t.project.id,
+                memory_enabled: t.project.memory_enabled,
+                graph_enabled: t.project.graph_enabled,
+            },
+            agent: entities::AgentFacts {
+                org_id: &t.agent.org_id,
+                id: &t.agent.id,
+                name: &t.agent.name,
+                roles: &t.agent.roles,
+            },
+            key: entities::KeyFacts {
+                org_id: &key.org_id,
+                id: &key.id,
+                label: &key.label,
+            },
+        };
+        let slice =
+            entities::session_slice_with_peers(bundle, &facts, &tool_entities, &peer_entities)
+                .map_err(|e| ResolveError::Entities(e.to_string()))?;
         let view = Arc::new(SessionView {
             tenant,
             key: key.clone(),

@@ -92,7 +92,8 @@ pub fn load_candidate(
     tools: &[ToolSchema],
 ) -> Result<(PolicyBundle, TestReport), CandidateError> {
     let bundle = crate::policy::load::load_bundle_with_tools(schema_file, policies_dir, tools)?;
-    let report = tests_runner::run_dir(&bundle, policies_dir).map_err(CandidateError::TestFiles)?;
+    let report = tests_runner::run_dir(&bundle, policies_dir)
+        .map_err(|e| CandidateError::TestFiles(e.to_string()))?;
     if report.failed() > 0 {
         return Err(CandidateError::Tests(report));
     }

@@ -9,12 +9,14 @@
 pub mod action_slices;
 pub mod entities;
 pub mod fmt;
+mod literals;
 pub mod load;
 pub mod node_reads;
 pub mod recorded;
 pub mod schema_gen;
 pub mod session_verdicts;
 pub mod tests_runner;
+mod uid;
 
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -27,10 +29,7 @@ use cedar_policy::{
 use serde::Serialize;
 
 pub use load::{PolicyLoadError, SourceDiagnostic, load_bundle};
-
-/// An entity uid, as the rest of the gateway names principals and
-/// resources (only this module speaks `cedar_policy`).
-pub type Uid = cedar_policy::EntityUid;
+pub use uid::{Uid, UidError};
 
 /// Cedar namespace of the gateway vocabulary.
 pub const NAMESPACE: &str = "Gateway";
@@ -81,30 +80,25 @@ impl Action {
     }
 
     /// The action's Cedar uid, e.g. `Gateway::Action::"call_tool"`.
-    pub fn uid(self) -> EntityUid {
-        static UIDS: LazyLock<Vec<EntityUid>> = LazyLock::new(|| {
+    pub fn uid(self) -> Uid {
+        static UIDS: LazyLock<Vec<Uid>> = LazyLock::new(|| {
             Action::ALL
                 .iter()
-                .map(|a| {
-                    EntityUid::from_type_name_and_id(
-                        type_names().action.clone(),
-                        EntityId::new(a.name()),
-                    )
-                })
+                .map(|a| Action::uid_of(a.name()))
                 .collect()
         });
         match UIDS.get(self as usize) {
             Some(uid) => uid.clone(),
-            None => EntityUid::from_type_name_and_id(
-                type_names().action.clone(),
-                EntityId::new(self.name()),
-            ),
+            None => Action::uid_of(self.name()),
         }
     }
 
     /// The uid of any action id (typed tool actions are named after their tool).
-    pub fn uid_of(id: &str) -> EntityUid {
-        EntityUid::from_type_name_and_id(type_names().action.clone(), EntityId::new(id))
+    pub fn uid_of(id: &str) -> Uid {
+        Uid(EntityUid::from_type_name_and_id(
+            type_names().action.clone(),
+            EntityId::new(id),
+        ))
     }
 
     /// Parses an action name as stored in the decision trail.
@@ -161,7 +155,7 @@ impl Kind {
     }
 
     /// A uid of this type.
-    pub fn uid(self, id: &str) -> EntityUid {
+    pub fn uid(self, id: &str) -> Uid {
         let names = type_names();
         let ty = match self {
             Kind::Org => &names.org,
@@ -175,7 +169,10 @@ impl Kind {
             Kind::Tool => &names.tool,
             Kind::GraphNode => &names.graph_node,
         };
-        EntityUid::from_type_name_and_id(ty.clone(), EntityId::new(id))
+        Uid(EntityUid::from_type_name_and_id(
+            ty.clone(),
+            EntityId::new(id),
+        ))
     }
 }
 
@@ -284,11 +281,11 @@ pub struct Observed<'a> {
     /// them (a shadow set with another schema re-parses it).
     pub entities_json: Option<&'a str>,
     /// Principal.
-    pub principal: &'a EntityUid,
+    pub principal: &'a Uid,
     /// Action (group action for typed tools).
     pub action: Action,
     /// Resource.
-    pub resource: &'a EntityUid,
+    pub resource: &'a Uid,
     /// The context it decided with.
     pub context: &'a PreparedContext,
     /// The verdict.
@@ -335,7 +332,7 @@ pub struct PreparedContext {
     pub text: String,
     /// The Cedar context; a plain session context is built from `json` on
     /// first use (a reused verdict needs none).
-    cedar: std::sync::OnceLock<Result<Context, String>>,
+    cedar: std::sync::OnceLock<Result<Context, ContextError>>,
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
@@ -343,11 +340,12 @@ pub struct PreparedContext {
 
 impl PreparedContext {
     /// The Cedar context (built now if it was deferred).
-    fn cedar(&self) -> &Result<Context, String> {
+    fn cedar(&self) -> &Result<Context, ContextError> {
         self.cedar.get_or_init(|| match self.session_and_time() {
-            Some((session_id, time)) => Context::from_pairs(session_pairs(session_id, time))
-                .map_err(|e| format!("cannot build context: {e}")),
-            None => Err("context was not prepared".into()),
+            Some((session_id, time)) => {
+                Context::from_pairs(session_pairs(session_id, time)).map_err(ContextError::values)
+            }
+            None => Err(ContextError::NotPrepared),
         })
     }
 
@@ -361,6 +359,35 @@ impl PreparedContext {
             .is_none()
             .then(|| recorded::session_shape(&self.json, false))
             .flatten()
+    }
+}
+
+/// Why a request's Cedar context could not be built; a decision with it
+/// denies, carrying this message. Cloneable (Cedar's error is shared)
+/// because a prepared context is.
+#[derive(Debug, Clone, thiserror::Error)]
+enum ContextError {
+    /// The context JSON does not fit the action's context type.
+    #[error("cannot build context: {0}")]
+    Json(Arc<cedar_policy::ContextJsonError>),
+    /// The context values were refused.
+    #[error("cannot build context: {0}")]
+    Values(Arc<cedar_policy::ContextCreationError>),
+    /// The tool arguments do not fit the Cedar type of the typed action.
+    #[error("arguments do not fit the Cedar type of `context.args` of `{0}`")]
+    ArgsDoNotFit(Uid),
+    /// A deferred context that is not the plain session context.
+    #[error("context was not prepared")]
+    NotPrepared,
+}
+
+impl ContextError {
+    fn json(e: cedar_policy::ContextJsonError) -> Self {
+        ContextError::Json(Arc::new(e))
+    }
+
+    fn values(e: cedar_policy::ContextCreationError) -> Self {
+        ContextError::Values(Arc::new(e))
     }
 }
 
@@ -396,8 +423,8 @@ impl PolicyBundle {
     /// context type here, and again against each decided action's type by
     /// `Request::new`.
     pub fn prepare_context(&self, action: Action, json: serde_json::Value) -> PreparedContext {
-        let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid())))
-            .map_err(|e| format!("cannot build context: {e}"));
+        let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid().0)))
+            .map_err(ContextError::json);
         self.prepared(json, cedar.into())
     }
 
@@ -412,7 +439,7 @@ impl PolicyBundle {
     fn prepared(
         &self,
         json: serde_json::Value,
-        cedar: std::sync::OnceLock<Result<Context, String>>,
+        cedar: std::sync::OnceLock<Result<Context, ContextError>>,
     ) -> PreparedContext {
         PreparedContext {
             text: json.to_string(),
@@ -472,17 +499,12 @@ impl PolicyBundle {
     ) -> PreparedContext {
         let cedar = if fits {
             match typed_pairs(typed, &json) {
-                Some(pairs) => {
-                    Context::from_pairs(pairs).map_err(|e| format!("cannot build context: {e}"))
-                }
+                Some(pairs) => Context::from_pairs(pairs).map_err(ContextError::values),
                 None => Context::from_json_value(json.clone(), Some((&self.schema, &typed.action)))
-                    .map_err(|e| format!("cannot build context: {e}")),
+                    .map_err(ContextError::json),
             }
         } else {
-            Err(format!(
-                "arguments do not fit the Cedar type of `context.args` of `{}`",
-                typed.action
-            ))
+            Err(ContextError::ArgsDoNotFit(Uid(typed.action.clone())))
         };
         let mut prepared = self.prepared(json, cedar.into());
         prepared.action = Some(typed.action.clone());
@@ -490,24 +512,22 @@ impl PolicyBundle {
     }
 
     /// The typed action of a tool resource for `group`, if this bundle has one.
-    fn typed_for(&self, group: Action, resource: &EntityUid) -> Option<&schema_gen::TypedTool> {
+    fn typed_for(&self, group: Action, resource: &Uid) -> Option<&schema_gen::TypedTool> {
         if !matches!(group, Action::CallTool | Action::A2aInvoke)
-            || resource.type_name() != &type_names().tool
+            || resource.0.type_name() != &type_names().tool
         {
             return None;
         }
-        self.typed
-            .get(resource.id().unescaped())
-            .filter(|t| t.group == group)
+        self.typed.get(resource.id()).filter(|t| t.group == group)
     }
 
     /// Decides one request against a prepared context. A context or request
     /// that does not conform to the schema is a deny carrying the reason.
     pub fn decide(
         &self,
-        principal: &EntityUid,
+        principal: &Uid,
         action: Action,
-        resource: &EntityUid,
+        resource: &Uid,
         context: &PreparedContext,
         entities: &Entities,
     ) -> Verdict {
@@ -516,7 +536,7 @@ impl PolicyBundle {
         }
         let typed = self.typed_for(action, resource);
         let action_uid = match (&context.action, typed) {
-            (None, None) => action.uid(),
+            (None, None) => action.uid().0,
             (Some(used), Some(t)) if *used == t.action => t.action.clone(),
             (None, Some(t)) => {
                 return Verdict::denied_with(format!(
@@ -533,12 +553,12 @@ impl PolicyBundle {
         };
         let ctx = match context.cedar() {
             Ok(c) => c.clone(),
-            Err(e) => return Verdict::denied_with(e.clone()),
+            Err(e) => return Verdict::denied_with(e.to_string()),
         };
         let request = match Request::new(
-            principal.clone(),
+            principal.0.clone(),
             action_uid,
-            resource.clone(),
+            resource.0.clone(),
             ctx,
             Some(&self.schema),
         ) {
@@ -555,9 +575,9 @@ impl PolicyBundle {
     /// (a resource of another type is checked again).
     pub fn decide_many<'r>(
         &self,
-        principal: &EntityUid,
+        principal: &Uid,
         action: Action,
-        resources: impl IntoIterator<Item = &'r EntityUid>,
+        resources: impl IntoIterator<Item = &'r Uid>,
         context: &PreparedContext,
         entities: &Entities,
     ) -> Vec<Verdict> {
@@ -573,22 +593,22 @@ impl PolicyBundle {
             let ctx = match context.cedar() {
                 Ok(c) => c.clone(),
                 Err(e) => {
-                    out.push(Verdict::denied_with(e.clone()));
+                    out.push(Verdict::denied_with(e.to_string()));
                     continue;
                 }
             };
-            let same_type = checked.as_ref() == Some(resource.type_name());
+            let same_type = checked.as_ref() == Some(resource.0.type_name());
             let schema = if same_type { None } else { Some(&self.schema) };
             match Request::new(
-                principal.clone(),
-                action.uid(),
-                resource.clone(),
+                principal.0.clone(),
+                action.uid().0,
+                resource.0.clone(),
                 ctx,
                 schema,
             ) {
                 Ok(request) => {
                     if !same_type {
-                        checked = Some(resource.type_name().clone());
+                        checked = Some(resource.0.type_name().clone());
                     }
                     out.push(self.decide_request(&request, entities));
                 }
@@ -635,10 +655,17 @@ impl PolicyBundle {
     }
 
     /// Parses entity JSON (an array of Cedar entities) against this schema.
-    pub fn parse_entities(&self, json: &serde_json::Value) -> Result<Entities, String> {
-        Entities::from_json_value(json.clone(), Some(&self.schema)).map_err(|e| e.to_string())
+    pub fn parse_entities(&self, json: &serde_json::Value) -> Result<Entities, ParseEntitiesError> {
+        Entities::from_json_value(json.clone(), Some(&self.schema))
+            .map_err(|e| ParseEntitiesError(Box::new(e)))
     }
 }
+
+/// Entity JSON that Cedar refuses under a bundle's schema (displays as
+/// Cedar's own message).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ParseEntitiesError(Box<cedar_policy::entities_errors::EntitiesError>);
 
 /// The Cedar values of a typed tool context that is exactly
 /// `{session, time, args}` with `args` projected onto the tool's type,
@@ -659,7 +686,7 @@ fn session_pairs(session_id: &str, time: &str) -> [(String, RestrictedExpression
     [
         (
             "session".to_string(),
-            RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id)),
+            RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id).0),
         ),
         ("time".to_string(), RestrictedExpression::new_datetime(time)),
     ]

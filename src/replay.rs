@@ -13,12 +13,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::store::Conn;
-use cedar_policy::Entities;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::policy::recorded::RecordedRequest;
-use crate::policy::{PolicyBundle, PolicyFile, Verdict};
+use crate::audit::NodeBatchError;
+use crate::policy::recorded::{
+    RecordedEntities, RecordedRequest, RecordedRequestError, SnapshotError,
+};
+use crate::policy::{PolicyBundle, PolicyFile, PolicyLoadError, Uid, UidError, Verdict};
 use crate::store::StoreError;
 use crate::store::audit_query::{self, DecisionFilter, Order};
 use crate::store::decisions::StoredDecision;
@@ -148,42 +150,151 @@ pub enum ReplayError {
     Filter(String),
 }
 
-/// The bundle and entities a record replays with, or why it cannot.
-type Resolved = Result<
-    (
-        Arc<PolicyBundle>,
-        Arc<Entities>,
-        Arc<str>,
-        cedar_policy::EntityUid,
-        cedar_policy::EntityUid,
-    ),
-    String,
->;
+/// Why one record could not be replayed (listed in the report's
+/// `unreplayable`). Cloneable, with shared sources, because the failure
+/// to load a policy set or snapshot is cached and given to every record
+/// that needs it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unreplayable {
+    /// The policy set that made the record does not load.
+    #[error(transparent)]
+    PolicySet(Arc<RecordedSetError>),
+    /// The record's entity snapshot is not stored.
+    #[error("entity snapshot does not load: entity snapshot `{0}` is missing")]
+    SnapshotMissing(String),
+    /// The entity snapshot does not load under the deciding schema.
+    #[error("entity snapshot does not load: {0}")]
+    Snapshot(Arc<SnapshotError>),
+    /// A recorded uid does not parse.
+    #[error("recorded uid `{text}` does not parse: {source}")]
+    Uid {
+        /// The recorded text.
+        text: String,
+        /// The parse error.
+        source: UidError,
+    },
+    /// The action or context column cannot be used.
+    #[error(transparent)]
+    Request(Arc<RecordedRequestError>),
+    /// A batched `read_node` record does not replay.
+    #[error(transparent)]
+    Batch(Arc<NodeBatchError>),
+}
 
-/// An entity snapshot parsed for one schema, with its text.
-type ParsedSnapshot = (Arc<Entities>, Arc<str>);
+/// Why a recorded policy set cannot be loaded again.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordedSetError {
+    /// No set with this hash is recorded.
+    #[error("policy set `{0}` is not recorded")]
+    NotRecorded(String),
+    /// The recorded files are not readable JSON.
+    #[error("policy set `{hash}` is unreadable: {source}")]
+    Unreadable {
+        /// The set's hash.
+        hash: String,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// The recorded sources no longer validate.
+    #[error("policy set `{hash}` no longer loads: {source}")]
+    NoLongerLoads {
+        /// The set's hash.
+        hash: String,
+        /// The load error.
+        source: PolicyLoadError,
+    },
+}
+
+/// The bundle and entities a record replays with, or why it cannot.
+type Resolved = Result<(Arc<PolicyBundle>, Arc<RecordedEntities>, Uid, Uid), Unreplayable>;
 
 /// Parsed bundles and entity snapshots, by hash.
 #[derive(Default)]
 struct Caches {
-    bundles: HashMap<String, Result<Arc<PolicyBundle>, String>>,
-    entities: HashMap<(String, String), Result<ParsedSnapshot, String>>,
-    uids: HashMap<String, Result<cedar_policy::EntityUid, String>>,
+    bundles: HashMap<String, Result<Arc<PolicyBundle>, Unreplayable>>,
+    entities: HashMap<(String, String), Result<Arc<RecordedEntities>, Unreplayable>>,
+    uids: HashMap<String, Result<Uid, Unreplayable>>,
 }
 
 impl Caches {
+    /// What `row` replays with: its bundle, then its entity snapshot, then
+    /// its uids (the first that fails is the reason). Only the store
+    /// failing stops the replay.
+    fn resolve(
+        &mut self,
+        conn: &mut Conn,
+        against: &Against,
+        row: &StoredDecision,
+    ) -> Result<Resolved, StoreError> {
+        let bundle = match against {
+            Against::Candidate(b) => Arc::clone(b),
+            Against::Recorded => match self.bundle(conn, &row.record.policy_hash)? {
+                Ok(b) => b,
+                Err(e) => return Ok(Err(e)),
+            },
+        };
+        let entities = match self.snapshot(conn, &bundle, &row.record.entities_hash)? {
+            Ok(e) => e,
+            Err(e) => return Ok(Err(e)),
+        };
+        // Entity uids repeat across a trail: parse each once.
+        Ok(self.uid(&row.record.principal).and_then(|principal| {
+            let resource = self.uid(&row.record.resource)?;
+            Ok((bundle, entities, principal, resource))
+        }))
+    }
+
+    /// The recorded policy set `hash`, loaded once.
+    fn bundle(
+        &mut self,
+        conn: &mut Conn,
+        hash: &str,
+    ) -> Result<Result<Arc<PolicyBundle>, Unreplayable>, StoreError> {
+        if let Some(b) = self.bundles.get(hash) {
+            return Ok(b.clone());
+        }
+        let b = recorded_bundle(conn, hash)?
+            .map(Arc::new)
+            .map_err(|e| Unreplayable::PolicySet(Arc::new(e)));
+        self.bundles.insert(hash.to_string(), b.clone());
+        Ok(b)
+    }
+
+    /// The entity snapshot `hash`, parsed once per schema.
+    fn snapshot(
+        &mut self,
+        conn: &mut Conn,
+        bundle: &PolicyBundle,
+        hash: &str,
+    ) -> Result<Result<Arc<RecordedEntities>, Unreplayable>, StoreError> {
+        let key = (bundle.schema_hash.clone(), hash.to_string());
+        if let Some(e) = self.entities.get(&key) {
+            return Ok(e.clone());
+        }
+        let parsed = match crate::store::decisions::entity_snapshot(conn, hash)? {
+            None => Err(Unreplayable::SnapshotMissing(hash.to_string())),
+            Some(text) => bundle
+                .parse_recorded_entities(&text)
+                .map(Arc::new)
+                .map_err(|e| Unreplayable::Snapshot(Arc::new(e))),
+        };
+        self.entities.insert(key, parsed.clone());
+        Ok(parsed)
+    }
+
     /// A recorded uid, parsed once (bounded: a trail has few distinct ones,
     /// and the cache is dropped when it grows past [`UID_CACHE_MAX`]).
-    fn uid(&mut self, text: &str) -> Result<cedar_policy::EntityUid, String> {
+    fn uid(&mut self, text: &str) -> Result<Uid, Unreplayable> {
         if let Some(u) = self.uids.get(text) {
             return u.clone();
         }
         if self.uids.len() >= UID_CACHE_MAX {
             self.uids.clear();
         }
-        let parsed = text
-            .parse::<cedar_policy::EntityUid>()
-            .map_err(|e| format!("recorded uid `{text}` does not parse: {e}"));
+        let parsed = text.parse::<Uid>().map_err(|source| Unreplayable::Uid {
+            text: text.to_string(),
+            source,
+        });
         self.uids.insert(text.to_string(), parsed.clone());
         parsed
     }
@@ -196,17 +307,26 @@ const UID_CACHE_MAX: usize = 100_000;
 pub fn recorded_bundle(
     conn: &mut Conn,
     hash: &str,
-) -> Result<Result<PolicyBundle, String>, StoreError> {
+) -> Result<Result<PolicyBundle, RecordedSetError>, StoreError> {
     let Some((schema_path, schema_text, files)) = audit_query::policy_set(conn, hash)? else {
-        return Ok(Err(format!("policy set `{hash}` is not recorded")));
+        return Ok(Err(RecordedSetError::NotRecorded(hash.to_string())));
     };
     let files: Vec<PolicyFile> = match serde_json::from_str(&files) {
         Ok(f) => f,
-        Err(e) => return Ok(Err(format!("policy set `{hash}` is unreadable: {e}"))),
+        Err(source) => {
+            return Ok(Err(RecordedSetError::Unreadable {
+                hash: hash.to_string(),
+                source,
+            }));
+        }
     };
     Ok(
-        crate::policy::load::bundle_from_sources(&schema_path, &schema_text, files)
-            .map_err(|e| format!("policy set `{hash}` no longer loads: {e}")),
+        crate::policy::load::bundle_from_sources(&schema_path, &schema_text, files).map_err(
+            |source| RecordedSetError::NoLongerLoads {
+                hash: hash.to_string(),
+                source,
+            },
+        ),
     )
 }
 
@@ -233,76 +353,11 @@ pub fn replay(
         // Resolve bundles and snapshots for the page (sequential: SQLite).
         let mut jobs: Vec<(&StoredDecision, Resolved)> = Vec::with_capacity(rows.len());
         for row in &rows {
-            let bundle = match against {
-                Against::Candidate(b) => Ok(Arc::clone(b)),
-                Against::Recorded => {
-                    let h = &row.record.policy_hash;
-                    if !caches.bundles.contains_key(h) {
-                        let b = recorded_bundle(conn, h)?.map(Arc::new);
-                        caches.bundles.insert(h.clone(), b);
-                    }
-                    caches
-                        .bundles
-                        .get(h)
-                        .cloned()
-                        .unwrap_or_else(|| Err("unreachable".into()))
-                }
-            };
-            let resolved = match bundle {
-                Err(e) => Err(e),
-                Ok(bundle) => {
-                    let key = (bundle.schema_hash.clone(), row.record.entities_hash.clone());
-                    if !caches.entities.contains_key(&key) {
-                        let parsed = match crate::store::decisions::entity_snapshot(
-                            conn,
-                            &row.record.entities_hash,
-                        )? {
-                            None => Err(format!(
-                                "entity snapshot `{}` is missing",
-                                row.record.entities_hash
-                            )),
-                            Some(text) => serde_json::from_str(&text)
-                                .map_err(|e| e.to_string())
-                                .and_then(|json| bundle.parse_entities(&json))
-                                .map(|e| (Arc::new(e), Arc::from(text))),
-                        };
-                        caches.entities.insert(key.clone(), parsed);
-                    }
-                    match caches.entities.get(&key) {
-                        Some(Ok((e, text))) => Ok((bundle, Arc::clone(e), Arc::clone(text))),
-                        Some(Err(e)) => Err(format!("entity snapshot does not load: {e}")),
-                        None => Err("unreachable".into()),
-                    }
-                }
-            };
-            // Entity uids repeat across a trail: parse each once.
-            let resolved = resolved.and_then(|(b, e, t)| {
-                let principal = caches.uid(&row.record.principal)?;
-                let resource = caches.uid(&row.record.resource)?;
-                Ok((b, e, t, principal, resource))
-            });
-            jobs.push((row, resolved));
+            jobs.push((row, caches.resolve(conn, against, row)?));
         }
-        let verdicts: Vec<Result<Verdict, String>> = jobs
+        let verdicts: Vec<Result<Verdict, Unreplayable>> = jobs
             .par_iter()
-            .map(|(row, resolved)| {
-                let (bundle, entities, text, principal, resource) =
-                    resolved.as_ref().map_err(Clone::clone)?;
-                let r = &row.record;
-                if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
-                    return replay_batch(bundle, r, text);
-                }
-                let req = RecordedRequest {
-                    principal: principal.clone(),
-                    action: crate::policy::Action::from_name(&r.action).ok_or_else(|| {
-                        format!("recorded action `{}` is not in the vocabulary", r.action)
-                    })?,
-                    resource: resource.clone(),
-                    context: serde_json::from_str(&r.context)
-                        .map_err(|e| format!("recorded context is not JSON: {e}"))?,
-                };
-                Ok(bundle.decide_recorded(&req, entities))
-            })
+            .map(|(row, resolved)| replay_one(row, resolved))
             .collect();
         for ((row, _), verdict) in jobs.iter().zip(verdicts) {
             tally(&mut report, row, verdict);
@@ -312,6 +367,20 @@ pub fn replay(
     Ok(report)
 }
 
+/// Decides one resolved record again.
+fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Verdict, Unreplayable> {
+    let (bundle, entities, principal, resource) = resolved.as_ref().map_err(Clone::clone)?;
+    let r = &row.record;
+    if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
+        return replay_batch(bundle, r, entities.text())
+            .map_err(|e| Unreplayable::Batch(Arc::new(e)));
+    }
+    let req =
+        RecordedRequest::with_uids(principal.clone(), &r.action, resource.clone(), &r.context)
+            .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
+    Ok(bundle.decide_recorded(&req, entities.entities()))
+}
+
 /// A batched `read_node` record (one Cedar decision per node) replayed as
 /// the record states it: allowed when every node is, with the union of the
 /// nodes' deciding policies and errors.
@@ -319,7 +388,7 @@ fn replay_batch(
     bundle: &PolicyBundle,
     record: &crate::store::decisions::NewDecision,
     slice: &str,
-) -> Result<Verdict, String> {
+) -> Result<Verdict, NodeBatchError> {
     let nodes = crate::audit::replay_node_batch(bundle, record, slice)?;
     let mut reasons: Vec<String> = nodes.iter().flat_map(|n| n.reasons.clone()).collect();
     reasons.sort();
@@ -335,7 +404,7 @@ fn replay_batch(
     })
 }
 
-fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdict, String>) {
+fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdict, Unreplayable>) {
     let r = &row.record;
     let verdict = match verdict {
         Ok(v) => v,

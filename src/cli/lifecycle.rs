@@ -81,7 +81,7 @@ pub struct RangeArgs {
 }
 
 impl RangeArgs {
-    fn filter(&self) -> Result<DecisionFilter, String> {
+    fn filter(&self) -> Result<DecisionFilter, CommandError> {
         DecisionFilter {
             org: self.org.clone(),
             action: self.action.clone(),
@@ -90,8 +90,22 @@ impl RangeArgs {
             ..DecisionFilter::default()
         }
         .normalized()
-        .map_err(|e| e.to_string())
+        .map_err(CommandError::Filter)
     }
+}
+
+/// Why a command could not get started; printed as `error: …`.
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    /// The built-in tool catalog does not load.
+    #[error(transparent)]
+    Catalog(#[from] crate::tools::InvalidSchema),
+    /// A decision filter is invalid.
+    #[error(transparent)]
+    Filter(#[from] crate::store::audit_query::FilterError),
+    /// The store cannot be opened.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// Replay output formats.
@@ -151,8 +165,8 @@ pub struct VerifyArgs {
     pub to_seq: Option<i64>,
 }
 
-fn catalog() -> Result<Catalog, String> {
-    Catalog::builtin().map_err(|e| e.to_string())
+fn catalog() -> Result<Catalog, CommandError> {
+    Catalog::builtin().map_err(CommandError::Catalog)
 }
 
 /// Runs a `policy` command.
@@ -319,8 +333,11 @@ pub fn schema(config: &Config, cmd: &SchemaCmd) -> ExitCode {
     }
 }
 
-fn open_store(config: &Config) -> Result<Store, String> {
-    Store::open_ready(&config.database_url(), &config.store_options()).map_err(|e| e.to_string())
+fn open_store(config: &Config) -> Result<Store, CommandError> {
+    Ok(Store::open_ready(
+        &config.database_url(),
+        &config.store_options(),
+    )?)
 }
 
 /// `audit replay`.

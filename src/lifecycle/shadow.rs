@@ -191,10 +191,7 @@ fn evaluate(candidate: &PolicyBundle, d: &Observed<'_>) -> Verdict {
             advice: Vec::new(),
         };
     };
-    let parsed = serde_json::from_str::<serde_json::Value>(json)
-        .map_err(|e| e.to_string())
-        .and_then(|json| candidate.parse_entities(&json));
-    let entities = match parsed {
+    let entities = match candidate.parse_snapshot(json) {
         Ok(e) => e,
         Err(e) => {
             return Verdict {

@@ -13,6 +13,24 @@ use std::collections::{HashMap, HashSet};
 
 use cedar_policy::{ActionConstraint, EntityUid, PolicySet, Schema};
 
+/// Why the policies could not be sliced by action (displays as Cedar's
+/// own message).
+#[derive(Debug, thiserror::Error)]
+enum SliceError {
+    /// The schema's action entities could not be built.
+    #[error(transparent)]
+    Actions(Box<cedar_policy::entities_errors::EntitiesError>),
+    /// A policy or template could not be added to a slice.
+    #[error(transparent)]
+    PolicySet(Box<cedar_policy::PolicySetError>),
+}
+
+impl From<cedar_policy::PolicySetError> for SliceError {
+    fn from(e: cedar_policy::PolicySetError) -> Self {
+        SliceError::PolicySet(Box::new(e))
+    }
+}
+
 /// One policy subset per action of the schema.
 #[derive(Debug, Default)]
 pub struct ActionSlices {
@@ -30,8 +48,10 @@ impl ActionSlices {
         })
     }
 
-    fn try_build(schema: &Schema, policies: &PolicySet) -> Result<Self, String> {
-        let actions = schema.action_entities().map_err(|e| e.to_string())?;
+    fn try_build(schema: &Schema, policies: &PolicySet) -> Result<Self, SliceError> {
+        let actions = schema
+            .action_entities()
+            .map_err(|e| SliceError::Actions(Box::new(e)))?;
         let mut by_action = HashMap::new();
         for action in schema.actions() {
             let mut lineage: HashSet<&EntityUid> = actions
@@ -41,7 +61,7 @@ impl ActionSlices {
             lineage.insert(action);
             let mut slice = PolicySet::new();
             for t in policies.templates() {
-                slice.add_template(t.clone()).map_err(|e| e.to_string())?;
+                slice.add_template(t.clone())?;
             }
             for p in policies.policies() {
                 let applies = match p.action_constraint() {
@@ -53,10 +73,10 @@ impl ActionSlices {
                     continue;
                 }
                 match (p.template_id(), p.template_links()) {
-                    (Some(template), Some(links)) => slice
-                        .link(template.clone(), p.id().clone(), links)
-                        .map_err(|e| e.to_string())?,
-                    _ => slice.add(p.clone()).map_err(|e| e.to_string())?,
+                    (Some(template), Some(links)) => {
+                        slice.link(template.clone(), p.id().clone(), links)?
+                    }
+                    _ => slice.add(p.clone())?,
                 }
             }
             by_action.insert(action.clone(), slice);
@@ -111,12 +131,12 @@ mod tests {
             cedar_policy::PolicyId::new("linked"),
             HashMap::from([(
                 cedar_policy::SlotId::resource(),
-                crate::policy::Kind::Tool.uid("peer.skill"),
+                crate::policy::Kind::Tool.uid("peer.skill").0,
             )]),
         )
         .unwrap();
         let slices = ActionSlices::build(&schema, &set);
-        let of = |a: &EntityUid| ids(slices.get(a).unwrap());
+        let of = |a: &crate::policy::Uid| ids(slices.get(&a.0).unwrap());
         assert_eq!(of(&Action::ReadNode.uid()), vec!["policy0", "policy1"]);
         assert_eq!(of(&Action::CallTool.uid()), vec!["policy0", "policy2"]);
         assert_eq!(

@@ -2,15 +2,20 @@
 //! server-side from the store (never from caller input), parsed against the
 //! schema, and hashed so the decision trail can store each distinct slice
 //! once and replay any decision against exactly the data it used.
+//!
+//! The tenant data comes in as plain facts ([`SessionFacts`] and its
+//! parts) holding only what the entities carry, so this module does not
+//! depend on how the store lays out its rows; the callers that load the
+//! rows fill them in. The JSON built from them is the recorded format:
+//! field order and values must not change, or slice hashes would.
 
 use std::sync::Arc;
 
-use cedar_policy::Entities;
+use cedar_policy::{Entities, Entity, RestrictedExpression};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Kind, PolicyBundle};
-use crate::store::tenants::{Agent, ApiKey, Org, Project, SessionTenant};
 
 /// Parsed entities plus the exact JSON they came from.
 #[derive(Debug, Clone)]
@@ -26,6 +31,72 @@ pub struct EntitySlice {
     /// Verdicts of this slice's sessions that repeat on every request
     /// (shared by clones of the slice).
     pub verdicts: Arc<crate::policy::session_verdicts::VerdictMemo>,
+}
+
+/// An org as policies see it (`Gateway::Org`).
+#[derive(Debug, Clone, Copy)]
+pub struct OrgFacts<'a> {
+    /// Org id.
+    pub id: &'a str,
+    /// `plan` attribute.
+    pub plan: &'a str,
+    /// `entitlements` attribute (plan features, e.g. `kg_enabled`).
+    pub entitlements: &'a [String],
+}
+
+/// A project as policies see it (`Gateway::Project`, child of its org).
+#[derive(Debug, Clone, Copy)]
+pub struct ProjectFacts<'a> {
+    /// Owning org.
+    pub org_id: &'a str,
+    /// Project id.
+    pub id: &'a str,
+    /// `memoryEnabled` attribute.
+    pub memory_enabled: bool,
+    /// `graphEnabled` attribute.
+    pub graph_enabled: bool,
+}
+
+/// An agent as policies see it (`Gateway::Agent`, child of its org and of
+/// each of its roles).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentFacts<'a> {
+    /// Owning org.
+    pub org_id: &'a str,
+    /// Agent id.
+    pub id: &'a str,
+    /// `name` attribute.
+    pub name: &'a str,
+    /// Role ids (`Gateway::Role` parents).
+    pub roles: &'a [String],
+}
+
+/// A daemon key as policies see it (`Gateway::ApiKey`, child of its org).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyFacts<'a> {
+    /// Owning org.
+    pub org_id: &'a str,
+    /// Key id (the public part of the key).
+    pub id: &'a str,
+    /// `label` attribute.
+    pub label: &'a str,
+}
+
+/// What decisions inside a session know of its tenant: the session's org,
+/// project and agent, and the key calling. The session entity refers to
+/// the org, project and agent given here, so they must be the session's.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionFacts<'a> {
+    /// Session id.
+    pub session_id: &'a str,
+    /// The session's org.
+    pub org: OrgFacts<'a>,
+    /// The session's project.
+    pub project: ProjectFacts<'a>,
+    /// The session's agent.
+    pub agent: AgentFacts<'a>,
+    /// The key making the request.
+    pub key: KeyFacts<'a>,
 }
 
 /// A tool as the PEP sees it.
@@ -71,49 +142,49 @@ fn entity(kind: Kind, id: &str, attrs: Value, parents: Vec<Value>) -> Value {
     json!({ "uid": parent(kind, id), "attrs": attrs, "parents": parents })
 }
 
-fn org_entity(org: &Org) -> Value {
+fn org_entity(org: &OrgFacts<'_>) -> Value {
     entity(
         Kind::Org,
-        &org.id,
+        org.id,
         json!({ "plan": org.plan, "entitlements": org.entitlements }),
         vec![],
     )
 }
 
-fn project_entity(p: &Project) -> Value {
+fn project_entity(p: &ProjectFacts<'_>) -> Value {
     entity(
         Kind::Project,
-        &p.id,
+        p.id,
         json!({ "memoryEnabled": p.memory_enabled, "graphEnabled": p.graph_enabled }),
-        vec![parent(Kind::Org, &p.org_id)],
+        vec![parent(Kind::Org, p.org_id)],
     )
 }
 
-fn agent_entities(a: &Agent, out: &mut Vec<Value>) {
-    let mut parents = vec![parent(Kind::Org, &a.org_id)];
-    for role in &a.roles {
+fn agent_entities(a: &AgentFacts<'_>, out: &mut Vec<Value>) {
+    let mut parents = vec![parent(Kind::Org, a.org_id)];
+    for role in a.roles {
         parents.push(parent(Kind::Role, role));
         out.push(entity(
             Kind::Role,
             role,
             json!({}),
-            vec![parent(Kind::Org, &a.org_id)],
+            vec![parent(Kind::Org, a.org_id)],
         ));
     }
     out.push(entity(
         Kind::Agent,
-        &a.id,
+        a.id,
         json!({ "name": a.name }),
         parents,
     ));
 }
 
-fn key_entity(k: &ApiKey) -> Value {
+fn key_entity(k: &KeyFacts<'_>) -> Value {
     entity(
         Kind::ApiKey,
-        &k.id,
-        json!({ "org": entity_ref(Kind::Org, &k.org_id), "label": k.label }),
-        vec![parent(Kind::Org, &k.org_id)],
+        k.id,
+        json!({ "org": entity_ref(Kind::Org, k.org_id), "label": k.label }),
+        vec![parent(Kind::Org, k.org_id)],
     )
 }
 
@@ -138,13 +209,17 @@ fn tool_entities(tools: &[ToolEntity], out: &mut Vec<Value>) {
     }
 }
 
+/// An entity slice Cedar refuses under the bundle's schema (the decision
+/// that needed it fails closed).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build entities: {0}")]
+pub struct EntitySliceError(#[source] super::ParseEntitiesError);
+
 /// Parses and hashes a slice.
-pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, String> {
+pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, EntitySliceError> {
     let value = Value::Array(values);
     let text = value.to_string();
-    let entities = bundle
-        .parse_entities(&value)
-        .map_err(|e| format!("cannot build entities: {e}"))?;
+    let entities = bundle.parse_entities(&value).map_err(EntitySliceError)?;
     Ok(EntitySlice {
         entities,
         hash: hex::encode(Sha256::digest(text.as_bytes())),
@@ -158,34 +233,31 @@ pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, 
 /// roles, the calling key, the session, and the session's tools.
 pub fn session_slice(
     bundle: &PolicyBundle,
-    tenant: &SessionTenant,
-    key: &ApiKey,
+    facts: &SessionFacts<'_>,
     tools: &[ToolEntity],
-) -> Result<EntitySlice, String> {
-    session_slice_with_peers(bundle, tenant, key, tools, &[])
+) -> Result<EntitySlice, EntitySliceError> {
+    session_slice_with_peers(bundle, facts, tools, &[])
 }
 
 /// [`session_slice`] plus the org's A2A peers (parents of their tools).
 pub fn session_slice_with_peers(
     bundle: &PolicyBundle,
-    tenant: &SessionTenant,
-    key: &ApiKey,
+    facts: &SessionFacts<'_>,
     tools: &[ToolEntity],
     peers: &[PeerEntity],
-) -> Result<EntitySlice, String> {
-    let s = &tenant.session;
-    let mut values = vec![org_entity(&tenant.org), project_entity(&tenant.project)];
-    agent_entities(&tenant.agent, &mut values);
-    values.push(key_entity(key));
+) -> Result<EntitySlice, EntitySliceError> {
+    let mut values = vec![org_entity(&facts.org), project_entity(&facts.project)];
+    agent_entities(&facts.agent, &mut values);
+    values.push(key_entity(&facts.key));
     values.push(entity(
         Kind::Session,
-        &s.id,
+        facts.session_id,
         json!({
-            "org": entity_ref(Kind::Org, &s.org_id),
-            "project": entity_ref(Kind::Project, &s.project_id),
-            "agent": entity_ref(Kind::Agent, &s.agent_id),
+            "org": entity_ref(Kind::Org, facts.org.id),
+            "project": entity_ref(Kind::Project, facts.project.id),
+            "agent": entity_ref(Kind::Agent, facts.agent.id),
         }),
-        vec![parent(Kind::Project, &s.project_id)],
+        vec![parent(Kind::Project, facts.project.id)],
     ));
     tool_entities(tools, &mut values);
     if !peers.is_empty() && !tools.iter().any(|t| t.group == "a2a") {
@@ -206,15 +278,86 @@ pub fn session_slice_with_peers(
 /// agent, with their org.
 pub fn create_session_slice(
     bundle: &PolicyBundle,
-    org: &Org,
-    project: &Project,
-    agent: &Agent,
-    key: &ApiKey,
-) -> Result<EntitySlice, String> {
+    org: &OrgFacts<'_>,
+    project: &ProjectFacts<'_>,
+    agent: &AgentFacts<'_>,
+    key: &KeyFacts<'_>,
+) -> Result<EntitySlice, EntitySliceError> {
     let mut values = vec![org_entity(org), project_entity(project)];
     agent_entities(agent, &mut values);
     values.push(key_entity(key));
     finish(bundle, values)
+}
+
+/// A knowledge-graph node as `read_node` sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRef<'a> {
+    /// Node UUID (the `GraphNode` entity id).
+    pub id: &'a str,
+    /// `type` attribute.
+    pub node_type: &'a str,
+    /// `name` attribute.
+    pub name: &'a str,
+}
+
+/// Why the node entities of a `read_node` batch could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeEntitiesError {
+    /// One node's entity was refused.
+    #[error("cannot build node entity `{id}`: {source}")]
+    Node {
+        /// The node id.
+        id: String,
+        /// Cedar's reason.
+        source: Box<cedar_policy::EntityAttrEvaluationError>,
+    },
+    /// The nodes could not be added to the session entities.
+    #[error("cannot build node entities: {0}")]
+    Add(#[source] Box<cedar_policy::entities_errors::EntitiesError>),
+}
+
+/// The session entities `base` plus one `GraphNode` per node (child of
+/// `Gateway::Project::"<project_id>"`, with its `type` and `name`); a node
+/// listed twice is added once.
+pub fn with_graph_nodes(
+    base: &Entities,
+    project_id: &str,
+    nodes: &[NodeRef<'_>],
+) -> Result<Entities, NodeEntitiesError> {
+    let project = Kind::Project.uid(project_id).0;
+    let mut seen = std::collections::HashSet::new();
+    let mut list = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        if !seen.insert(n.id) {
+            continue;
+        }
+        let attrs = std::collections::HashMap::from([
+            (
+                "type".to_string(),
+                RestrictedExpression::new_string(n.node_type.to_string()),
+            ),
+            (
+                "name".to_string(),
+                RestrictedExpression::new_string(n.name.to_string()),
+            ),
+        ]);
+        let entity = Entity::new(
+            Kind::GraphNode.uid(n.id).0,
+            attrs,
+            std::collections::HashSet::from([project.clone()]),
+        )
+        .map_err(|source| NodeEntitiesError::Node {
+            id: n.id.to_string(),
+            source: Box::new(source),
+        })?;
+        list.push(entity);
+    }
+    // Built here from typed values (two strings and the project parent),
+    // so they conform by construction; skipping the per-entity schema
+    // check keeps a 1,000-node batch cheap.
+    base.clone()
+        .add_entities(list, None)
+        .map_err(|e| NodeEntitiesError::Add(Box::new(e)))
 }
 
 /// Cedar JSON for a `datetime` value.
@@ -225,4 +368,84 @@ pub fn datetime_value(rfc3339: &str) -> Value {
 /// The context every in-session decision carries.
 pub fn session_context(session_id: &str, time: &str) -> Value {
     json!({ "session": entity_ref(Kind::Session, session_id), "time": datetime_value(time) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMA: &str = include_str!("../../schemas/gateway.cedarschema");
+
+    fn bundle() -> PolicyBundle {
+        let files = vec![super::super::PolicyFile {
+            path: "p.cedar".into(),
+            text: "@id(\"all\")\npermit (principal, action, resource);".into(),
+        }];
+        super::super::load::bundle_from_sources("schemas/gateway.cedarschema", SCHEMA, files)
+            .unwrap_or_else(|e| panic!("{}", e.render()))
+    }
+
+    /// The slice JSON is the recorded format: its exact text (and so its
+    /// hash) must not change when the code building it does.
+    #[test]
+    fn the_session_slice_text_is_pinned() {
+        let (entitlements, roles) = (vec!["kg_enabled".to_string()], vec!["dev".to_string()]);
+        let facts = SessionFacts {
+            session_id: "s-1",
+            org: OrgFacts {
+                id: "acme",
+                plan: "team",
+                entitlements: &entitlements,
+            },
+            project: ProjectFacts {
+                org_id: "acme",
+                id: "web",
+                memory_enabled: true,
+                graph_enabled: false,
+            },
+            agent: AgentFacts {
+                org_id: "acme",
+                id: "claude",
+                name: "Claude",
+                roles: &roles,
+            },
+            key: KeyFacts {
+                org_id: "acme",
+                id: "k-1",
+                label: "daemon",
+            },
+        };
+        let tools = [ToolEntity {
+            name: "af_memory_recall".into(),
+            group: "memory".into(),
+            kind: "memory".into(),
+            read_only: true,
+            peer: None,
+        }];
+        let peers = [PeerEntity {
+            slug: "ops".into(),
+            url: "http://ops.test".into(),
+            name: "Ops".into(),
+            org_id: "acme".into(),
+        }];
+        let slice = session_slice_with_peers(&bundle(), &facts, &tools, &peers).unwrap();
+        let expected = concat!(
+            r#"[{"uid":{"type":"Gateway::Org","id":"acme"},"attrs":{"plan":"team","entitlements":["kg_enabled"]},"parents":[]},"#,
+            r#"{"uid":{"type":"Gateway::Project","id":"web"},"attrs":{"memoryEnabled":true,"graphEnabled":false},"parents":[{"type":"Gateway::Org","id":"acme"}]},"#,
+            r#"{"uid":{"type":"Gateway::Role","id":"dev"},"attrs":{},"parents":[{"type":"Gateway::Org","id":"acme"}]},"#,
+            r#"{"uid":{"type":"Gateway::Agent","id":"claude"},"attrs":{"name":"Claude"},"parents":[{"type":"Gateway::Org","id":"acme"},{"type":"Gateway::Role","id":"dev"}]},"#,
+            r#"{"uid":{"type":"Gateway::ApiKey","id":"k-1"},"attrs":{"org":{"__entity":{"type":"Gateway::Org","id":"acme"}},"label":"daemon"},"parents":[{"type":"Gateway::Org","id":"acme"}]},"#,
+            r#"{"uid":{"type":"Gateway::Session","id":"s-1"},"attrs":{"org":{"__entity":{"type":"Gateway::Org","id":"acme"}},"project":{"__entity":{"type":"Gateway::Project","id":"web"}},"agent":{"__entity":{"type":"Gateway::Agent","id":"claude"}}},"parents":[{"type":"Gateway::Project","id":"web"}]},"#,
+            r#"{"uid":{"type":"Gateway::ToolGroup","id":"memory"},"attrs":{},"parents":[]},"#,
+            r#"{"uid":{"type":"Gateway::Tool","id":"af_memory_recall"},"attrs":{"kind":"memory","readOnly":true},"parents":[{"type":"Gateway::ToolGroup","id":"memory"}]},"#,
+            r#"{"uid":{"type":"Gateway::ToolGroup","id":"a2a"},"attrs":{},"parents":[]},"#,
+            r#"{"uid":{"type":"Gateway::PeerAgent","id":"ops"},"attrs":{"slug":"ops","url":"http://ops.test","name":"Ops"},"parents":[{"type":"Gateway::Org","id":"acme"},{"type":"Gateway::ToolGroup","id":"a2a"}]}]"#,
+        );
+        assert_eq!(&*slice.json, expected);
+        assert_eq!(
+            slice.hash,
+            hex::encode(Sha256::digest(expected.as_bytes())),
+            "the hash is of the text"
+        );
+    }
 }

@@ -24,10 +24,22 @@ pub struct Formatted {
     pub changed: bool,
 }
 
+/// A policy file the Cedar formatter cannot format (it does not parse).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: cannot format: {report}")]
+pub struct FormatError {
+    /// The file.
+    pub path: String,
+    /// The formatter's report (its top-level message is shown).
+    pub report: miette::Report,
+}
+
 /// Formats one file's text.
-pub fn format_file(file: &PolicyFile) -> Result<Formatted, String> {
-    let text = policies_str_to_pretty(&file.text, &config())
-        .map_err(|e| format!("{}: cannot format: {e}", file.path))?;
+pub fn format_file(file: &PolicyFile) -> Result<Formatted, FormatError> {
+    let text = policies_str_to_pretty(&file.text, &config()).map_err(|report| FormatError {
+        path: file.path.clone(),
+        report,
+    })?;
     Ok(Formatted {
         changed: text != file.text,
         path: file.path.clone(),
@@ -57,6 +69,11 @@ mod tests {
             path: "bad.cedar".into(),
             text: "permit(".into(),
         };
-        assert!(format_file(&bad).unwrap_err().starts_with("bad.cedar:"));
+        assert!(
+            format_file(&bad)
+                .unwrap_err()
+                .to_string()
+                .starts_with("bad.cedar:")
+        );
     }
 }

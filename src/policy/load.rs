@@ -213,10 +213,31 @@ pub fn effective_schema(
     ))
 }
 
-fn merge_actions(mut base: serde_json::Value, generated: &str) -> Result<String, String> {
-    let (extra, _) =
-        cedar_policy::SchemaFragment::from_cedarschema_str(generated).map_err(|e| e.to_string())?;
-    let extra = extra.to_json_value().map_err(|e| e.to_string())?;
+/// Why the generated tool actions could not be merged into the schema
+/// (displays as Cedar's own message).
+#[derive(Debug, thiserror::Error)]
+enum MergeError {
+    /// The generated text does not parse.
+    #[error(transparent)]
+    Parse(Box<cedar_policy::CedarSchemaError>),
+    /// A fragment cannot be converted to or from its JSON form.
+    #[error(transparent)]
+    Json(Box<cedar_policy::SchemaError>),
+    /// The merged fragment cannot be printed.
+    #[error(transparent)]
+    Print(Box<cedar_policy::ToCedarSchemaError>),
+}
+
+impl From<cedar_policy::SchemaError> for MergeError {
+    fn from(e: cedar_policy::SchemaError) -> Self {
+        MergeError::Json(Box::new(e))
+    }
+}
+
+fn merge_actions(mut base: serde_json::Value, generated: &str) -> Result<String, MergeError> {
+    let (extra, _) = cedar_policy::SchemaFragment::from_cedarschema_str(generated)
+        .map_err(|e| MergeError::Parse(Box::new(e)))?;
+    let extra = extra.to_json_value()?;
     if let (Some(base_ns), Some(extra_ns)) = (base.as_object_mut(), extra.as_object()) {
         for (ns, body) in extra_ns {
             let target = base_ns
@@ -236,8 +257,10 @@ fn merge_actions(mut base: serde_json::Value, generated: &str) -> Result<String,
             }
         }
     }
-    let merged = cedar_policy::SchemaFragment::from_json_value(base).map_err(|e| e.to_string())?;
-    merged.to_cedarschema().map_err(|e| e.to_string())
+    let merged = cedar_policy::SchemaFragment::from_json_value(base)?;
+    merged
+        .to_cedarschema()
+        .map_err(|e| MergeError::Print(Box::new(e)))
 }
 
 /// Loads a bundle whose schema is the effective schema for `tools`.
@@ -458,7 +481,9 @@ pub fn bundle_from_sources(
     let slices = super::action_slices::ActionSlices::build(&schema, &pset);
     // Only policies that can apply to `read_node` can tell nodes apart.
     let node_reads = super::node_reads::NodeDependence::of(
-        slices.get(&super::Action::ReadNode.uid()).unwrap_or(&pset),
+        slices
+            .get(&super::Action::ReadNode.uid().0)
+            .unwrap_or(&pset),
         schema_text,
     );
     let session_determined = super::session_verdicts::SessionDetermined::of(&slices);

@@ -222,7 +222,7 @@ mod tests {
             cedar_policy::PolicyId::new("t-1"),
             std::collections::HashMap::from([(
                 cedar_policy::SlotId::resource(),
-                Kind::GraphNode.uid("n-3"),
+                Kind::GraphNode.uid("n-3").0,
             )]),
         )
         .unwrap();

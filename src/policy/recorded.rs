@@ -10,23 +10,51 @@
 //! reproduces every record exactly.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
-use cedar_policy::{Entities, EntityUid};
+use cedar_policy::Entities;
 use serde_json::Value;
 
-use super::{Action, PolicyBundle, PreparedContext, Verdict, schema_gen};
+use super::{Action, PolicyBundle, PreparedContext, Uid, UidError, Verdict, schema_gen};
 
 /// A recorded request, parsed once so several bundles can decide it.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
     /// Principal uid.
-    pub principal: EntityUid,
+    pub principal: Uid,
     /// Group action.
     pub action: Action,
     /// Resource uid.
-    pub resource: EntityUid,
+    pub resource: Uid,
     /// The recorded context JSON.
     pub context: Value,
+}
+
+/// Why a recorded request cannot be decided again.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordedRequestError {
+    /// The principal column is not a uid.
+    #[error("recorded principal `{text}` does not parse: {source}")]
+    Principal {
+        /// The recorded text.
+        text: String,
+        /// The parse error.
+        source: UidError,
+    },
+    /// The resource column is not a uid.
+    #[error("recorded resource `{text}` does not parse: {source}")]
+    Resource {
+        /// The recorded text.
+        text: String,
+        /// The parse error.
+        source: UidError,
+    },
+    /// The action is not one of the vocabulary's.
+    #[error("recorded action `{0}` is not in the vocabulary")]
+    Action(String),
+    /// The context column is not JSON.
+    #[error("recorded context is not JSON: {0}")]
+    Context(#[source] serde_json::Error),
 }
 
 impl RecordedRequest {
@@ -36,21 +64,69 @@ impl RecordedRequest {
         action: &str,
         resource: &str,
         context: &str,
-    ) -> Result<Self, String> {
-        let principal = EntityUid::from_str(principal)
-            .map_err(|e| format!("recorded principal `{principal}` does not parse: {e}"))?;
-        let resource = EntityUid::from_str(resource)
-            .map_err(|e| format!("recorded resource `{resource}` does not parse: {e}"))?;
+    ) -> Result<Self, RecordedRequestError> {
+        let principal =
+            Uid::from_str(principal).map_err(|source| RecordedRequestError::Principal {
+                text: principal.to_string(),
+                source,
+            })?;
+        let resource =
+            Uid::from_str(resource).map_err(|source| RecordedRequestError::Resource {
+                text: resource.to_string(),
+                source,
+            })?;
+        Self::with_uids(principal, action, resource, context)
+    }
+
+    /// Parses the action and context columns of a record whose uids are
+    /// already parsed (replay parses each distinct uid of a trail once).
+    pub fn with_uids(
+        principal: Uid,
+        action: &str,
+        resource: Uid,
+        context: &str,
+    ) -> Result<Self, RecordedRequestError> {
         let action = Action::from_name(action)
-            .ok_or_else(|| format!("recorded action `{action}` is not in the vocabulary"))?;
-        let context = serde_json::from_str(context)
-            .map_err(|e| format!("recorded context is not JSON: {e}"))?;
+            .ok_or_else(|| RecordedRequestError::Action(action.to_string()))?;
+        let context = serde_json::from_str(context).map_err(RecordedRequestError::Context)?;
         Ok(RecordedRequest {
             principal,
             action,
             resource,
             context,
         })
+    }
+}
+
+/// Why an entity snapshot of the trail does not load.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The snapshot is not JSON.
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    /// Cedar refuses the entities under this schema.
+    #[error("{0}")]
+    Entities(#[source] super::ParseEntitiesError),
+}
+
+/// An entity snapshot of the trail parsed against one schema, with the
+/// text it was parsed from (a batched `read_node` record rebuilds its node
+/// entities from that text). Replay parses each distinct snapshot once.
+#[derive(Debug)]
+pub struct RecordedEntities {
+    entities: Entities,
+    text: Arc<str>,
+}
+
+impl RecordedEntities {
+    /// The snapshot's text (a JSON array of entities).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The parsed entities, as [`PolicyBundle::decide_recorded`] takes them.
+    pub fn entities(&self) -> &Entities {
+        &self.entities
     }
 }
 
@@ -124,6 +200,21 @@ impl PolicyBundle {
         }
     }
 
+    /// Parses an entity snapshot (the JSON array text the trail stores)
+    /// against this bundle's schema.
+    pub fn parse_snapshot(&self, text: &str) -> Result<Entities, SnapshotError> {
+        let json = serde_json::from_str(text).map_err(SnapshotError::Json)?;
+        self.parse_entities(&json).map_err(SnapshotError::Entities)
+    }
+
+    /// [`PolicyBundle::parse_snapshot`], keeping the text.
+    pub fn parse_recorded_entities(&self, text: &str) -> Result<RecordedEntities, SnapshotError> {
+        Ok(RecordedEntities {
+            entities: self.parse_snapshot(text)?,
+            text: Arc::from(text),
+        })
+    }
+
     /// Decides a recorded request with its recorded entity data.
     pub fn decide_recorded(&self, req: &RecordedRequest, entities: &Entities) -> Verdict {
         let context = self.recorded_context(req);
@@ -140,6 +231,30 @@ impl PolicyBundle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unusable_columns_are_named_in_the_message() {
+        let (p, r) = (r#"Gateway::Agent::"a""#, r#"Gateway::Tool::"t""#);
+        let err = |principal, action, resource, context| {
+            RecordedRequest::parse(principal, action, resource, context)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            err("nope", "call_tool", r, "{}")
+                .starts_with("recorded principal `nope` does not parse: ")
+        );
+        assert!(
+            err(p, "call_tool", "nope", "{}")
+                .starts_with("recorded resource `nope` does not parse: ")
+        );
+        assert_eq!(
+            err(p, "fly", r, "{}"),
+            "recorded action `fly` is not in the vocabulary"
+        );
+        assert!(err(p, "call_tool", r, "{").starts_with("recorded context is not JSON: "));
+        assert!(RecordedRequest::parse(p, "call_tool", r, "{}").is_ok());
+    }
 
     #[test]
     fn only_the_exact_session_context_takes_the_fast_path() {

@@ -301,7 +301,7 @@ pub fn typed_tools(effective_schema: &str) -> HashMap<String, TypedTool> {
                 id.clone(),
                 TypedTool {
                     group,
-                    action: Action::uid_of(id),
+                    action: Action::uid_of(id).0,
                     args,
                 },
             );
@@ -573,9 +573,9 @@ mod tests {
             .unwrap();
             [parsed, built].map(|ctx| {
                 let request = cedar_policy::Request::new(
-                    crate::policy::Kind::Agent.uid("a"),
+                    crate::policy::Kind::Agent.uid("a").0,
                     typed.action.clone(),
-                    crate::policy::Kind::Tool.uid("deploy"),
+                    crate::policy::Kind::Tool.uid("deploy").0,
                     ctx,
                     Some(&schema),
                 )

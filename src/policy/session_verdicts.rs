@@ -21,8 +21,8 @@ use std::sync::Mutex;
 use cedar_policy::{EntityUid, PolicySet};
 use serde_json::Value;
 
-use super::Verdict;
 use super::action_slices::ActionSlices;
+use super::{Uid, Verdict};
 
 /// The actions whose verdicts, given the session, do not depend on
 /// `context.time` (nor on anything else of the context).
@@ -45,8 +45,8 @@ impl SessionDetermined {
     }
 
     /// Whether verdicts of `action` can be reused within a session.
-    pub fn contains(&self, action: &EntityUid) -> bool {
-        self.actions.contains(action)
+    pub fn contains(&self, action: &Uid) -> bool {
+        self.actions.contains(&action.0)
     }
 }
 
@@ -97,7 +97,7 @@ struct Memo {
 }
 
 /// Session id, principal, action, resource.
-type MemoKey = (String, EntityUid, EntityUid, EntityUid);
+type MemoKey = (String, Uid, Uid, Uid);
 
 /// One request a verdict is remembered for.
 #[derive(Debug, Clone, Copy)]
@@ -107,11 +107,11 @@ pub struct VerdictKey<'a> {
     /// The session of its plain context.
     pub session_id: &'a str,
     /// Principal.
-    pub principal: &'a EntityUid,
+    pub principal: &'a Uid,
     /// Action (the group action; typed contexts are never remembered).
-    pub action: &'a EntityUid,
+    pub action: &'a Uid,
     /// Resource.
-    pub resource: &'a EntityUid,
+    pub resource: &'a Uid,
 }
 
 impl VerdictKey<'_> {
@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn the_memo_forgets_on_another_policy_set_and_never_keeps_errors() {
         let memo = VerdictMemo::default();
-        let uid = |s: &str| -> EntityUid { s.parse().unwrap() };
+        let uid = |s: &str| -> Uid { s.parse().unwrap() };
         let (p, a, r) = (
             uid(r#"Gateway::Agent::"a""#),
             uid(r#"Gateway::Action::"view_tool""#),

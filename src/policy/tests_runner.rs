@@ -97,15 +97,28 @@ struct CaseJson {
     num_errors: usize,
 }
 
+/// The tests directory exists but cannot be listed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read `{}`: {source}", dir.display())]
+pub struct TestFilesError {
+    /// The tests directory.
+    pub dir: PathBuf,
+    /// The I/O error.
+    pub source: std::io::Error,
+}
+
 /// The `*.json` test files under `policies_dir/tests`, sorted (none when
 /// the directory does not exist).
-pub fn test_files(policies_dir: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn test_files(policies_dir: &Path) -> Result<Vec<PathBuf>, TestFilesError> {
     let dir = policies_dir.join(TESTS_DIR);
     if !dir.is_dir() {
         return Ok(Vec::new());
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("cannot read `{}`: {e}", dir.display()))?
+        .map_err(|source| TestFilesError {
+            dir: dir.clone(),
+            source,
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
         .collect();
@@ -114,7 +127,7 @@ pub fn test_files(policies_dir: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Runs every test file under `policies_dir/tests` against `bundle`.
-pub fn run_dir(bundle: &PolicyBundle, policies_dir: &Path) -> Result<TestReport, String> {
+pub fn run_dir(bundle: &PolicyBundle, policies_dir: &Path) -> Result<TestReport, TestFilesError> {
     let mut report = TestReport::default();
     for file in test_files(policies_dir)? {
         run_file(bundle, &file, &mut report);
@@ -163,26 +176,71 @@ pub fn run_file(bundle: &PolicyBundle, file: &Path, report: &mut TestReport) {
                 outcome.name = label;
                 report.outcomes.push(outcome);
             }
-            Err(message) => fail(report, label, message),
+            Err(e) => fail(report, label, e.to_string()),
         }
     }
 }
 
-fn run_case(bundle: &PolicyBundle, dir: &Path, raw: Value) -> Result<TestOutcome, String> {
-    let case: CaseJson =
-        serde_json::from_value(raw).map_err(|e| format!("malformed test case: {e}"))?;
+/// Why one test case could not run (reported as its failure message, in
+/// the Cedar CLI's wording where it has one).
+#[derive(Debug, thiserror::Error)]
+enum CaseError {
+    /// The case is not a test object.
+    #[error("malformed test case: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// `decision` is neither `allow` nor `deny`.
+    #[error("`decision` must be `allow` or `deny`, not `{0}`")]
+    Decision(String),
+    /// A request uid does not parse.
+    #[error("failed to parse {field} `{text}`: {source}")]
+    Uid {
+        /// `principal`, `action` or `resource`.
+        field: &'static str,
+        /// The text given.
+        text: String,
+        /// Cedar's reason.
+        source: Box<cedar_policy::ParseErrors>,
+    },
+    /// The context does not fit the action's context type.
+    #[error("failed to parse context: {0}")]
+    Context(#[source] Box<cedar_policy::ContextJsonError>),
+    /// The request does not conform to the schema.
+    #[error("failed to create request: {0}")]
+    Request(#[source] Box<cedar_policy::RequestValidationError>),
+    /// The entities file cannot be read.
+    #[error("cannot read entities `{}`: {source}", path.display())]
+    ReadEntities {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The entities file is not JSON.
+    #[error("entities `{}` are not JSON: {source}", path.display())]
+    EntitiesJson {
+        /// The file.
+        path: PathBuf,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// Cedar refuses the entities under the schema.
+    #[error("failed to parse entities: {0}")]
+    Entities(#[source] Box<cedar_policy::entities_errors::EntitiesError>),
+}
+
+fn run_case(bundle: &PolicyBundle, dir: &Path, raw: Value) -> Result<TestOutcome, CaseError> {
+    let case: CaseJson = serde_json::from_value(raw).map_err(CaseError::Malformed)?;
     let expected = match case.decision.as_str() {
         "allow" => Decision::Allow,
         "deny" => Decision::Deny,
-        other => {
-            return Err(format!(
-                "`decision` must be `allow` or `deny`, not `{other}`"
-            ));
-        }
+        other => return Err(CaseError::Decision(other.to_string())),
     };
-    let uid = |field: &str, text: &str| -> Result<EntityUid, String> {
-        text.parse()
-            .map_err(|e| format!("failed to parse {field} `{text}`: {e}"))
+    let uid = |field: &'static str, text: &str| -> Result<EntityUid, CaseError> {
+        text.parse().map_err(|source| CaseError::Uid {
+            field,
+            text: text.to_string(),
+            source: Box::new(source),
+        })
     };
     let principal = uid("principal", &case.request.principal)?;
     let action = uid("action", &case.request.action)?;
@@ -193,21 +251,25 @@ fn run_case(bundle: &PolicyBundle, dir: &Path, raw: Value) -> Result<TestOutcome
         case.request.context
     };
     let context = Context::from_json_value(context_json, Some((&bundle.schema, &action)))
-        .map_err(|e| format!("failed to parse context: {e}"))?;
+        .map_err(|e| CaseError::Context(Box::new(e)))?;
     let request = Request::new(principal, action, resource, context, Some(&bundle.schema))
-        .map_err(|e| format!("failed to create request: {e}"))?;
+        .map_err(|e| CaseError::Request(Box::new(e)))?;
     let entities_json = match &case.entities {
         Value::String(rel) => {
             let path = dir.join(rel);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read entities `{}`: {e}", path.display()))?;
-            serde_json::from_str(&text)
-                .map_err(|e| format!("entities `{}` are not JSON: {e}", path.display()))?
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(source) => return Err(CaseError::ReadEntities { path, source }),
+            };
+            match serde_json::from_str(&text) {
+                Ok(json) => json,
+                Err(source) => return Err(CaseError::EntitiesJson { path, source }),
+            }
         }
         other => other.clone(),
     };
     let entities = Entities::from_json_value(entities_json, Some(&bundle.schema))
-        .map_err(|e| format!("failed to parse entities: {e}"))?;
+        .map_err(|e| CaseError::Entities(Box::new(e)))?;
     let response = Authorizer::new().is_authorized(&request, &bundle.policies, &entities);
     let reasons: Vec<String> = response
         .diagnostics()
