@@ -30,55 +30,34 @@
 //!
 //! Without `--bench` (under `cargo test --all-targets`) it exits at once.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::routing::{get, post};
-use cedargate::config::Config;
-use cedargate::gateway::Gateway;
-use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::runtime::Runtime;
-
-type Error = Box<dyn std::error::Error + Send + Sync>;
-type Res<T> = Result<T, Error>;
+use support::http::RawConn;
+use support::procfs::{self, Clock, CpuTotal, Threads};
+use support::server::{self, Server};
+use support::stats::{Rank, Stats};
+use support::tenant::{self, TenantSpec};
+use support::{Error, Res, env_num, runtime};
 
 const ADMIN_TOKEN: &str = "bench-admin";
 const BIG_SKILLS: usize = 1_000;
 
-#[derive(Debug, Clone, Copy)]
-struct Stats {
-    n: usize,
-    p50: f64,
-    p99: f64,
-    mean: f64,
-}
+/// How this bench has always accounted CPU: 10 ms ticks, by thread-name
+/// prefix (`srv`, `peer`, `cli`, `writer`, …).
+const THREADS: Threads = Threads {
+    clock: Clock::Ticks,
+    group: procfs::name_prefix,
+};
 
-fn stats(mut v: Vec<Duration>) -> Stats {
-    v.sort_unstable();
-    let us = |d: &Duration| d.as_secs_f64() * 1e6;
-    let at = |q: f64| {
-        let i = ((v.len() as f64 - 1.0) * q).round() as usize;
-        v.get(i).map(us).unwrap_or(f64::NAN)
-    };
-    let mean = v.iter().map(us).sum::<f64>() / v.len().max(1) as f64;
-    Stats {
-        n: v.len(),
-        p50: at(0.50),
-        p99: at(0.99),
-        mean,
-    }
-}
-
-fn runtime(name: &'static str, workers: usize) -> Res<Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .thread_name(name)
-        .enable_all()
-        .build()?)
-}
+/// What one keep-alive connection may read at once (the 1,000-skill
+/// listing is large).
+const READ_CHUNK: usize = 64 * 1024;
 
 // ---------------------------------------------------------------------------
 // The peer.
@@ -173,73 +152,29 @@ async fn start_forwarder(peer: SocketAddr) -> Res<SocketAddr> {
 // ---------------------------------------------------------------------------
 // The gateway.
 
-struct Gw {
-    addr: SocketAddr,
-    gw: Arc<Gateway>,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start_gateway(dir: &std::path::Path) -> Res<Gw> {
-    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let config = Config {
-        listen: addr,
-        data_dir: dir.join("data"),
-        policies_dir: repo.join("policies"),
-        schema_file: repo.join("schemas/gateway.cedarschema"),
-        admin_token: Some(ADMIN_TOKEN.into()),
-        demo_tenant: false,
-        ..Config::default()
-    };
-    let gw = cedargate::server::prepare(config)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let served = Arc::clone(&gw);
-    tokio::spawn(async move {
-        let _ = cedargate::server::run(listener, served, async move {
-            let _ = rx.await;
-        })
-        .await;
-    });
-    Ok(Gw {
-        addr,
-        gw,
-        _stop: tx,
+/// The gateway with the admin API on (peers are registered through it) and
+/// no public URL.
+async fn start_gateway(dir: &std::path::Path) -> Res<Server> {
+    server::start(dir.join("data"), |c| {
+        c.public_url = None;
+        c.admin_token = Some(ADMIN_TOKEN.into());
     })
+    .await
 }
 
 /// Org `org` with a project, an agent, a key and a session: (key, session).
-async fn tenant(gw: &Gateway, org: &str) -> Res<(String, String)> {
-    let org = org.to_string();
-    let made = gw
-        .store
-        .read(move |c| {
-            operator::provision(
-                c,
-                Provision {
-                    org: CreateOrg {
-                        id: org.clone(),
-                        name: org,
-                        plan: None,
-                        entitlements: None,
-                    },
-                    project: CreateProject {
-                        id: "p".into(),
-                        memory_enabled: true,
-                        graph_enabled: false,
-                    },
-                    agent: CreateAgent {
-                        id: "a".into(),
-                        name: "a".into(),
-                        roles: vec![],
-                    },
-                    key_label: "bench".into(),
-                },
-            )
-        })
-        .await?;
+async fn tenant(gw: &Server, org: &str) -> Res<(String, String)> {
+    let spec = TenantSpec {
+        org,
+        org_name: org,
+        project: "p",
+        agent: "a",
+        agent_name: "a",
+        roles: &[],
+        key_label: "bench",
+        ..TenantSpec::BENCH
+    };
+    let made = tenant::create(&gw.gw, &spec).await?;
     Ok((made.secret, made.session.id))
 }
 
@@ -254,157 +189,6 @@ async fn register(gw_addr: SocketAddr, org: &str, peer: SocketAddr) -> Res<()> {
         return Err(format!("registration failed: {}", resp.text().await?).into());
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------
-// A minimal keep-alive HTTP/1.1 client.
-
-struct Conn {
-    stream: tokio::net::TcpStream,
-    head: Vec<u8>,
-    buf: Vec<u8>,
-    scratch: Vec<u8>,
-}
-
-impl Conn {
-    async fn open(addr: SocketAddr, path: &str, headers: &[(&str, String)]) -> Res<Conn> {
-        let stream = tokio::net::TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let mut head = format!(
-            "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\naccept: application/json\r\n"
-        );
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        Ok(Conn {
-            stream,
-            head: head.into_bytes(),
-            buf: Vec::with_capacity(64 * 1024),
-            scratch: vec![0; 64 * 1024],
-        })
-    }
-
-    async fn post(&mut self, body: &[u8]) -> Res<Vec<u8>> {
-        let mut req = self.head.clone();
-        req.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
-        req.extend_from_slice(body);
-        self.stream.write_all(&req).await?;
-        let header_end = loop {
-            if let Some(p) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break p;
-            }
-            self.fill().await?;
-        };
-        let head =
-            String::from_utf8_lossy(self.buf.get(..header_end).unwrap_or_default()).to_string();
-        if !head.starts_with("HTTP/1.1 200") {
-            return Err(format!("unexpected answer: {head}").into());
-        }
-        let len: usize = head
-            .split("\r\n")
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.trim().parse().ok())
-            .ok_or("no content-length")?;
-        let total = header_end + 4 + len;
-        while self.buf.len() < total {
-            self.fill().await?;
-        }
-        let body = self
-            .buf
-            .get(header_end + 4..total)
-            .unwrap_or_default()
-            .to_vec();
-        self.buf.drain(..total);
-        Ok(body)
-    }
-
-    async fn fill(&mut self) -> Res<()> {
-        let n = self.stream.read(&mut self.scratch).await?;
-        if n == 0 {
-            return Err("connection closed".into());
-        }
-        self.buf
-            .extend_from_slice(self.scratch.get(..n).unwrap_or_default());
-        Ok(())
-    }
-}
-
-/// CPU time used so far by this process's threads, grouped by thread-name
-/// prefix (`srv`, `peer`, `cli`, `cedargate-write`, …), in µs. Read from
-/// `/proc/self/task/*/stat`; empty where there is no procfs.
-fn cpu_by_thread() -> std::collections::BTreeMap<String, f64> {
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return out;
-    };
-    // Clock ticks are 100 Hz on every Linux the bench targets.
-    const TICK_US: f64 = 10_000.0;
-    for task in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = stat.get(open + 1..close).unwrap_or_default();
-        let group = name.split('-').next().unwrap_or(name);
-        let group = if name.starts_with("cedargate-write") {
-            "writer"
-        } else {
-            group
-        };
-        let fields: Vec<&str> = stat
-            .get(close + 2..)
-            .unwrap_or_default()
-            .split(' ')
-            .collect();
-        // utime and stime are fields 14 and 15 of stat (11 and 12 after the comm).
-        let ticks: f64 = [11, 12]
-            .iter()
-            .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<f64>().ok()))
-            .sum();
-        *out.entry(group.to_string()).or_insert(0.0) += ticks * TICK_US;
-    }
-    out
-}
-
-/// CPU each thread group spent on one target, summed over its rounds.
-struct Cpu {
-    us: std::collections::BTreeMap<String, f64>,
-    requests: usize,
-}
-
-impl Cpu {
-    fn new() -> Cpu {
-        Cpu {
-            us: std::collections::BTreeMap::new(),
-            requests: 0,
-        }
-    }
-
-    /// Adds what was spent between two readings on `requests` requests.
-    fn add(
-        &mut self,
-        before: &std::collections::BTreeMap<String, f64>,
-        after: &std::collections::BTreeMap<String, f64>,
-        requests: usize,
-    ) {
-        for (k, v) in after {
-            *self.us.entry(k.clone()).or_insert(0.0) += v - before.get(k).copied().unwrap_or(0.0);
-        }
-        self.requests += requests;
-    }
-
-    /// `group µs` per request, for every group that spent any.
-    fn per_request(&self) -> String {
-        self.us
-            .iter()
-            .filter(|(_, d)| **d > 0.0)
-            .map(|(k, d)| format!("{k} {:.0}", d / self.requests.max(1) as f64))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 /// A target: where to POST, with which headers and body, and what the
@@ -434,13 +218,27 @@ async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Vec<Duration>> {
     for _ in 0..conc {
         let t = t.clone();
         tasks.push(tokio::spawn(async move {
-            let mut conn = Conn::open(t.addr, &t.path, &t.headers).await?;
+            let mut headers = vec![
+                ("content-type", "application/json"),
+                ("accept", "application/json"),
+            ];
+            headers.extend(t.headers.iter().map(|(k, v)| (*k, v.as_str())));
+            let mut conn = RawConn::post(t.addr, &t.path, &headers, READ_CHUNK).await?;
             let warm = warm_up(per_worker);
             let mut lat = Vec::with_capacity(per_worker);
             for i in 0..warm + per_worker {
                 let started = Instant::now();
-                let body = conn.post(&t.body).await?;
+                let (status, body) = conn.send(Some(&t.body)).await?;
                 let took = started.elapsed();
+                if status != 200 {
+                    return Err::<Vec<Duration>, Error>(
+                        format!(
+                            "unexpected answer: HTTP {status}: {}",
+                            String::from_utf8_lossy(&body)
+                        )
+                        .into(),
+                    );
+                }
                 if !String::from_utf8_lossy(&body).contains(t.expect) {
                     return Err::<Vec<Duration>, Error>(
                         format!("unexpected body: {}", String::from_utf8_lossy(&body)).into(),
@@ -461,24 +259,19 @@ async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Vec<Duration>> {
 }
 
 fn main() -> Res<()> {
-    if !std::env::args().any(|a| a == "--bench") {
-        eprintln!("a2a bench: run it with `cargo bench --bench a2a`; skipped");
+    if !support::bench_requested("a2a") {
         return Ok(());
     }
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let iters: usize = env_num("BENCH_ITERS", 2000);
     let concurrencies: Vec<usize> = std::env::var("BENCH_CONC")
         .ok()
         .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
         .filter(|v: &Vec<usize>| !v.is_empty())
         .unwrap_or_else(|| vec![1, 16]);
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|r| *r > 0)
-        .unwrap_or(5);
+    let rounds: usize = match env_num("BENCH_ROUNDS", 5) {
+        0 => 5,
+        r => r,
+    };
     let srv = runtime("srv", 2)?;
     let peer_rt = runtime("peer", 1)?;
     let cli = runtime("cli", 1)?;
@@ -488,8 +281,8 @@ fn main() -> Res<()> {
     let big_peer = peer_rt.block_on(start_peer("Big Peer", BIG_SKILLS))?;
     let gw = srv.block_on(start_gateway(dir.path()))?;
     let forwarder = srv.block_on(start_forwarder(peer))?;
-    let (key, session) = srv.block_on(tenant(&gw.gw, "bench"))?;
-    let (big_key, big_session) = srv.block_on(tenant(&gw.gw, "big"))?;
+    let (key, session) = srv.block_on(tenant(&gw, "bench"))?;
+    let (big_key, big_session) = srv.block_on(tenant(&gw, "big"))?;
     cli.block_on(register(gw.addr, "bench", peer))?;
     cli.block_on(register(gw.addr, "big", big_peer))?;
 
@@ -541,7 +334,7 @@ fn main() -> Res<()> {
 
     println!(
         "A2A bridge (cargo bench --bench a2a), {} cores",
-        std::thread::available_parallelism().map_or(1, usize::from)
+        support::cores()
     );
     println!();
     println!(
@@ -565,19 +358,27 @@ fn main() -> Res<()> {
         // machine's speed during the run weighs on all three alike.
         let per_round = (per / rounds).max(10);
         let (mut d, mut f, mut g) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut cpu_d, mut cpu_f, mut cpu_g) = (Cpu::new(), Cpu::new(), Cpu::new());
+        let (mut cpu_d, mut cpu_f, mut cpu_g) = (
+            CpuTotal::default(),
+            CpuTotal::default(),
+            CpuTotal::default(),
+        );
         for _ in 0..rounds {
             for (target, lat, cpu) in [
                 (&direct, &mut d, &mut cpu_d),
                 (&forwarded, &mut f, &mut cpu_f),
                 (&via_gateway, &mut g, &mut cpu_g),
             ] {
-                let before = cpu_by_thread();
+                let mark = THREADS.mark();
                 lat.extend(cli.block_on(run(target, conc, per_round))?);
-                cpu.add(&before, &cpu_by_thread(), sent(conc, per_round));
+                cpu.add(&mark.since(), sent(conc, per_round));
             }
         }
-        let (d, f, g) = (stats(d), stats(f), stats(g));
+        let (d, f, g) = (
+            Stats::of(d, Rank::Rounded),
+            Stats::of(f, Rank::Rounded),
+            Stats::of(g, Rank::Rounded),
+        );
         row(&format!("direct SendMessage to the peer, c={conc}"), &d);
         row(&format!("bare axum→reqwest forwarder, c={conc}"), &f);
         row(&format!("tools/call through the gateway, c={conc}"), &g);
@@ -603,7 +404,7 @@ fn main() -> Res<()> {
         );
     }
     let per = (iters / 4).max(100);
-    let l = stats(cli.block_on(run(&list_big, 1, per))?);
+    let l = Stats::of(cli.block_on(run(&list_big, 1, per))?, Rank::Rounded);
     row(&format!("tools/list, {BIG_SKILLS} A2A skills, c=1"), &l);
     println!("{:<44} {:>6} {:>10} {:>10}", "  goal", "", "", "≤ 2000");
     if !cpu_lines.is_empty() {

@@ -7,6 +7,8 @@
 //! 5), `BENCH_CONC` (clients, default 32), `BENCH_PG_URL` (default the
 //! local server, database `test`; each run gets a fresh schema, dropped
 //! afterwards).
+//!
+//! Without `--bench` (under `cargo test --all-targets`) it exits at once.
 
 #![allow(
     clippy::unwrap_used,
@@ -16,111 +18,29 @@
     reason = "a benchmark binary"
 )]
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cedargate::config::Config;
-use cedargate::gateway::Gateway;
-use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use serde_json::{Value, json};
+use support::stats::{Rank, Stats};
+use support::tenant::{self, TenantSpec};
+use support::{Res, env_num, server};
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// One running gateway.
-struct Instance {
-    base: String,
-    gw: Arc<Gateway>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-async fn start(database_url: String, data: PathBuf) -> Res<Instance> {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let mut config = Config {
-        listen: addr,
-        public_url: Some(format!("http://{addr}")),
-        data_dir: data,
-        policies_dir: repo.join("policies"),
-        schema_file: repo.join("schemas/gateway.cedarschema"),
-        admin_token: None,
-        demo_tenant: false,
-        ..Config::default()
-    };
-    config.database.url = Some(database_url);
-    config.lifecycle.watch = false;
-    let gw = cedargate::server::prepare(config).await?;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let served = Arc::clone(&gw);
-    let handle = tokio::spawn(async move {
-        let _ = cedargate::server::run(listener, served, async move {
-            let _ = rx.await;
-        })
-        .await;
-    });
-    Ok(Instance {
-        base: format!("http://{addr}"),
-        gw,
-        stop: Some(tx),
-        handle,
-    })
-}
-
-impl Instance {
-    async fn shut(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let _ = self.handle.await;
-    }
-}
-
-/// Creates a tenant through the store; returns (session id, bearer key).
-async fn tenant(gw: &Gateway) -> Res<(String, String)> {
-    let made = gw
-        .store
-        .read(|c| {
-            operator::provision(
-                c,
-                Provision {
-                    org: CreateOrg {
-                        id: "bench".into(),
-                        name: "Bench".into(),
-                        plan: None,
-                        entitlements: None,
-                    },
-                    project: CreateProject {
-                        id: "p".into(),
-                        memory_enabled: true,
-                        graph_enabled: false,
-                    },
-                    agent: CreateAgent {
-                        id: "a".into(),
-                        name: "A".into(),
-                        roles: vec!["developers".into()],
-                    },
-                    key_label: "k".into(),
-                },
-            )
-        })
-        .await?;
-    Ok((made.session.id, made.secret))
-}
+/// The tenant every instance serves (made through the first one).
+const TENANT: TenantSpec<'static> = TenantSpec {
+    project: "p",
+    agent: "a",
+    agent_name: "A",
+    key_label: "k",
+    ..TenantSpec::BENCH
+};
 
 struct Outcome {
     rps: f64,
-    p50: Duration,
-    p99: Duration,
+    lat: Stats,
     errors: usize,
 }
 
@@ -189,16 +109,9 @@ async fn drive(
         all.extend(lat);
         errors += e;
     }
-    all.sort();
-    let pick = |q: f64| {
-        all.get(((all.len() as f64) * q) as usize)
-            .copied()
-            .unwrap_or_default()
-    };
     Outcome {
         rps: all.len() as f64 / elapsed.as_secs_f64(),
-        p50: pick(0.50),
-        p99: pick(0.99),
+        lat: Stats::of(all, Rank::Floor),
         errors,
     }
 }
@@ -243,13 +156,14 @@ fn drop_schema(base: &str, url: &str) {
 }
 
 fn main() -> Res<()> {
+    if !support::bench_requested("backends") {
+        return Ok(());
+    }
     let secs: u64 = env_num("BENCH_SECS", 5);
     let conc: usize = env_num("BENCH_CONC", 32);
     let pg = std::env::var("BENCH_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = support::runtime("bench", support::cores())?;
     rt.block_on(async {
         println!("cedargate backends: {conc} clients, {secs} s per run (+1 s warm-up)\n");
         println!(
@@ -276,12 +190,20 @@ fn main() -> Res<()> {
             };
             let mut running = Vec::new();
             for (i, url) in urls.iter().enumerate() {
-                running.push(start(url.clone(), dir.path().join(format!("data{i}"))).await?);
+                let data = dir.path().join(format!("data{i}"));
+                running.push(
+                    server::start(data, |c| {
+                        c.database.url = Some(url.clone());
+                        c.lifecycle.watch = false;
+                    })
+                    .await?,
+                );
             }
-            let (session, key) = tenant(&running[0].gw).await?;
+            let made = tenant::create(&running[0].gw, &TENANT).await?;
+            let (session, key) = (made.session.id, made.secret);
             let endpoints: Vec<String> = running
                 .iter()
-                .map(|r| format!("{}/api/mcp/{session}", r.base))
+                .map(|r| format!("{}/api/mcp/{session}", r.base()))
                 .collect();
             for (op, body) in [
                 ("af_memory_remember", remember as fn(usize) -> Value),
@@ -293,13 +215,13 @@ fn main() -> Res<()> {
                     label,
                     op,
                     o.rps,
-                    o.p50.as_secs_f64() * 1e3,
-                    o.p99.as_secs_f64() * 1e3,
+                    o.lat.p50 / 1e3,
+                    o.lat.p99 / 1e3,
                     o.errors
                 );
             }
             for r in running {
-                r.shut().await;
+                r.stop().await;
             }
             if let Some(url) = schema {
                 drop_schema(&pg, &url);

@@ -6,29 +6,35 @@
 //!
 //! `cargo bench --bench graph`; `GRAPH_NODES`, `GRAPH_EDGES`, `GRAPH_ITERS`
 //! scale it. Every figure is printed as p50 / p99 (milliseconds).
+//!
+//! Without `--bench` (under `cargo test --all-targets`) it exits at once.
 
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cedargate::audit::{NodeGuard, NodeRef, Scope};
-use cedargate::config::Config;
-use cedargate::gateway::Gateway;
 use cedargate::graph::embed::LocalEmbedder;
 use cedargate::graph::pipeline::node_text;
-use cedargate::mcp::GuardFilter;
-use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use cedargate::policy::Kind;
 use cedargate::store::WriteOp;
 use cedargate::store::graph::{EdgeRow, GraphWrite, NodeRow, Provenance};
 use cedargate::store::observations::NewObservation;
+use cedargate::tools::GuardFilter;
 use serde_json::{Value, json};
+use support::stats::{Rank, Stats};
+use support::tenant::{self, TenantSpec};
+use support::{Res, env_num, server};
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-const ORG: &str = "bench";
-const PROJECT: &str = "bench-proj";
-const AGENT: &str = "bench-agent";
+/// The bench tenant, with the knowledge graph on.
+const TENANT: TenantSpec<'static> = TenantSpec {
+    graph: true,
+    ..TenantSpec::BENCH
+};
+const ORG: &str = TENANT.org;
+const PROJECT: &str = TENANT.project;
+const AGENT: &str = TENANT.agent;
 
 const DOMAINS: [&str; 20] = [
     "Billing",
@@ -99,13 +105,6 @@ impl Rng {
     }
 }
 
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn name_of(i: usize) -> (String, &'static str) {
     let d = DOMAINS.get(i % DOMAINS.len()).copied().unwrap_or("Misc");
     let (k, t) = KINDS
@@ -115,18 +114,9 @@ fn name_of(i: usize) -> (String, &'static str) {
     (format!("{d}{k}{i}"), t)
 }
 
-fn pct(mut v: Vec<Duration>) -> (f64, f64, usize) {
-    v.sort_unstable();
-    let n = v.len();
-    let at = |q: f64| {
-        let rank = ((q * n as f64).ceil() as usize).clamp(1, n.max(1));
-        v.get(rank - 1).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
-    };
-    (at(0.5), at(0.99), n)
-}
-
 fn row(label: &str, goal: &str, v: Vec<Duration>) {
-    let (p50, p99, n) = pct(v);
+    let s = Stats::of(v, Rank::Nearest);
+    let (p50, p99, n) = (s.p50 / 1e3, s.p99 / 1e3, s.n);
     println!("{label:<44} p50 {p50:>8.3} ms   p99 {p99:>8.3} ms   n={n:<5} goal: {goal}");
 }
 
@@ -150,83 +140,6 @@ fn bench_guard<'a>(
         },
         time,
     )
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-struct Server {
-    gw: Arc<Gateway>,
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-async fn start(data: &Path) -> Res<Server> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let config = Config {
-        listen: addr,
-        public_url: Some(format!("http://{addr}")),
-        data_dir: data.join("data"),
-        policies_dir: repo().join("policies"),
-        schema_file: repo().join("schemas/gateway.cedarschema"),
-        demo_tenant: false,
-        admin_token: None,
-        ..Config::default()
-    };
-    let gw = cedargate::server::prepare(config)
-        .await
-        .map_err(|e| format!("gateway did not start: {e}"))?;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let served = Arc::clone(&gw);
-    let handle = tokio::spawn(async move {
-        if let Err(e) = cedargate::server::run(listener, served, async move {
-            let _ = rx.await;
-        })
-        .await
-        {
-            eprintln!("server: {e}");
-        }
-    });
-    Ok(Server {
-        gw,
-        base: format!("http://{addr}"),
-        stop: Some(tx),
-        handle,
-    })
-}
-
-async fn tenant(gw: &Gateway) -> Res<(String, String)> {
-    let made = gw
-        .store
-        .read(|c| {
-            operator::provision(
-                c,
-                Provision {
-                    org: CreateOrg {
-                        id: ORG.into(),
-                        name: "Bench".into(),
-                        plan: None,
-                        entitlements: None,
-                    },
-                    project: CreateProject {
-                        id: PROJECT.into(),
-                        memory_enabled: true,
-                        graph_enabled: true,
-                    },
-                    agent: CreateAgent {
-                        id: AGENT.into(),
-                        name: "Bench agent".into(),
-                        roles: vec!["developers".into()],
-                    },
-                    key_label: "daemon".into(),
-                },
-            )
-        })
-        .await?;
-    Ok((made.secret, made.session.id))
 }
 
 /// Generates the graph rows: every node embedded by the local embedder,
@@ -331,16 +244,17 @@ fn notes(round: usize, n: usize, nodes: usize) -> Vec<String> {
 }
 
 async fn run() -> Res<()> {
-    let n_nodes = env_num("GRAPH_NODES", 100_000);
-    let n_edges = env_num("GRAPH_EDGES", 300_000);
-    let iters = env_num("GRAPH_ITERS", 200);
+    let n_nodes: usize = env_num("GRAPH_NODES", 100_000);
+    let n_edges: usize = env_num("GRAPH_EDGES", 300_000);
+    let iters: usize = env_num("GRAPH_ITERS", 200);
     let dir = tempfile::tempdir()?;
-    let server = start(dir.path()).await?;
+    let server = server::start(dir.path().join("data"), |_| {}).await?;
     let gw = Arc::clone(&server.gw);
-    let (secret, session_id) = tenant(&gw).await?;
+    let made = tenant::create(&gw, &TENANT).await?;
+    let (secret, session_id) = (made.secret, made.session.id);
     println!(
         "graph bench: {n_nodes} nodes, {n_edges} edges, {iters} iterations per figure, {} cores",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        support::cores()
     );
 
     let t = Instant::now();
@@ -368,7 +282,7 @@ async fn run() -> Res<()> {
 
     let client = Client {
         http: reqwest::Client::new(),
-        url: format!("{}/api/mcp/{session_id}", server.base),
+        url: format!("{}/api/mcp/{session_id}", server.base()),
         key: secret.clone(),
     };
     let first = names.first().cloned().unwrap_or_default();
@@ -699,18 +613,17 @@ async fn run() -> Res<()> {
     }
     row("graph_ingest of 1,000 observations (HTTP)", "<= 5 s", ing);
 
-    let mut server = server;
-    if let Some(stop) = server.stop.take() {
-        let _ = stop.send(());
+    match server.stop().await {
+        support::server::Stopped::Cleanly => {}
+        stopped => eprintln!("server stopped {stopped}"),
     }
-    let _ = server.handle.await;
     Ok(())
 }
 
 fn main() -> Res<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    if !support::bench_requested("graph") {
+        return Ok(());
+    }
+    let rt = support::runtime("bench", 2)?;
     rt.block_on(run())
 }

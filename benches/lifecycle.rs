@@ -20,13 +20,14 @@
     reason = "a benchmark stops at its first failure"
 )]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use cedargate::audit::{self, Scope};
 use cedargate::lifecycle::{load_candidate, tool_schemas};
-use cedargate::operator::{self, CreateAgent, CreateOrg, CreateProject, Provision};
 use cedargate::policy::entities::{self, EntitySlice};
 use cedargate::policy::{Action, Kind, PolicyBundle};
 use cedargate::replay::{self, Against};
@@ -34,10 +35,9 @@ use cedargate::store::audit_query::DecisionFilter;
 use cedargate::store::{Store, WriteOp, tenants};
 use cedargate::tools::Catalog;
 use serde_json::json;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use support::stats::{Rank, Stats};
+use support::tenant::{self, TenantSpec};
+use support::{env_num, repo};
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{e}"));
@@ -100,32 +100,16 @@ fn sessions(store: &Store, bundle: &PolicyBundle, n: usize) -> Vec<(String, Stri
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let org = format!("org-{i}");
-        let made = store
-            .read_blocking(|c| {
-                operator::provision(
-                    c,
-                    Provision {
-                        org: CreateOrg {
-                            id: org.clone(),
-                            name: org.clone(),
-                            plan: None,
-                            entitlements: None,
-                        },
-                        project: CreateProject {
-                            id: "web".into(),
-                            memory_enabled: true,
-                            graph_enabled: i % 2 == 0,
-                        },
-                        agent: CreateAgent {
-                            id: "claude".into(),
-                            name: "Claude".into(),
-                            roles: vec!["developers".into()],
-                        },
-                        key_label: "daemon".into(),
-                    },
-                )
-            })
-            .unwrap_or_else(|e| panic!("{e}"));
+        let spec = TenantSpec {
+            org: &org,
+            org_name: &org,
+            project: "web",
+            graph: i % 2 == 0,
+            agent: "claude",
+            agent_name: "Claude",
+            ..TenantSpec::BENCH
+        };
+        let made = tenant::create_blocking(store, &spec).unwrap_or_else(|e| panic!("{e}"));
         let (key, sid) = (made.key, made.session.id);
         let tenant = store
             .read_blocking(|c| tenants::load_session_tenant(c, &sid))
@@ -134,7 +118,7 @@ fn sessions(store: &Store, bundle: &PolicyBundle, n: usize) -> Vec<(String, Stri
         let tools: Vec<_> = catalog
             .for_session(&tenant)
             .iter()
-            .map(|t| t.entity())
+            .map(|t| t.spec().entity())
             .collect();
         let slice = entities::session_slice(bundle, &session_facts(&tenant, &key), &tools)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -251,12 +235,7 @@ fn slice_key(slice: &EntitySlice) -> String {
         .to_string()
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).copied().unwrap_or(0.0)
-}
-
-fn latency(bundle: &PolicyBundle, slice: &EntitySlice, sid: &str, iters: usize) -> (f64, f64, f64) {
+fn latency(bundle: &PolicyBundle, slice: &EntitySlice, sid: &str, iters: usize) -> Stats {
     let agent = Kind::Agent.uid("claude");
     let tool = Kind::Tool.uid("af_memory_remember");
     let time = cedargate::ids::now_rfc3339();
@@ -279,55 +258,45 @@ fn latency(bundle: &PolicyBundle, slice: &EntitySlice, sid: &str, iters: usize) 
             },
             &time,
         );
-        samples.push(started.elapsed().as_secs_f64() * 1e6);
+        samples.push(started.elapsed());
         assert!(d.allowed());
     }
-    samples.sort_by(f64::total_cmp);
-    let mean = samples.iter().sum::<f64>() / samples.len() as f64;
-    (percentile(&samples, 0.5), percentile(&samples, 0.99), mean)
+    Stats::of(samples, Rank::Rounded)
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
+    if !support::bench_requested("lifecycle") {
         return;
     }
-    let records: usize = std::env::var("BENCH_RECORDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let records: usize = env_num("BENCH_RECORDS", 100_000);
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let shipped_dir = policy_dir(root.path(), "shipped", 0);
     let large_dir = policy_dir(root.path(), "large", 1000);
     let small_dir = policy_dir(root.path(), "small", 2);
-    println!(
-        "cores: {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    println!("cores: {}", support::cores());
 
     // 2. Reload time.
     let mut times = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         let b = load(&large_dir);
-        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        times.push(t.elapsed());
         assert!(b.policy_ids.len() >= 1000);
     }
-    times.sort_by(f64::total_cmp);
     let mut shipped_times = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         load(&shipped_dir);
-        shipped_times.push(t.elapsed().as_secs_f64() * 1000.0);
+        shipped_times.push(t.elapsed());
     }
-    shipped_times.sort_by(f64::total_cmp);
     let large = load(&large_dir);
     let small = load(&small_dir);
     println!(
         "\nreload (effective schema + parse + strict validation + policy tests), median of 5:\n  {} policies: {:.1} ms\n  {} policies: {:.1} ms",
         large.policy_ids.len(),
-        percentile(&times, 0.5),
+        Stats::of(times, Rank::Rounded).p50 / 1e3,
         load(&shipped_dir).policy_ids.len(),
-        percentile(&shipped_times, 0.5)
+        Stats::of(shipped_times, Rank::Rounded).p50 / 1e3
     );
 
     // 3. Decision latency, 1,000 policies vs 10.
@@ -335,18 +304,18 @@ fn main() {
     let store = Store::open(&store_dir.join("db"), 16_384, 1024).unwrap_or_else(|e| panic!("{e}"));
     let s_small = sessions(&store, &small, 1);
     let s_large = sessions_for(&store, &large, &s_small[0].1);
-    let (p50s, p99s, means) = latency(&small, &s_small[0].2, &s_small[0].1, 20_000);
-    let (p50l, p99l, meanl) = latency(&large, &s_large, &s_small[0].1, 20_000);
+    let lat_small = latency(&small, &s_small[0].2, &s_small[0].1, 20_000);
+    let lat_large = latency(&large, &s_large, &s_small[0].1, 20_000);
     println!(
         "\ndecision latency (typed call_tool via audit::decide, 20,000 each):\n  {:>5} policies: p50 {:.1} µs  p99 {:.1} µs  mean {:.1} µs\n  {:>5} policies: p50 {:.1} µs  p99 {:.1} µs  mean {:.1} µs",
         small.policy_ids.len(),
-        p50s,
-        p99s,
-        means,
+        lat_small.p50,
+        lat_small.p99,
+        lat_small.mean,
         large.policy_ids.len(),
-        p50l,
-        p99l,
-        meanl
+        lat_large.p50,
+        lat_large.p99,
+        lat_large.mean
     );
 
     // 1. Replay throughput.
@@ -416,7 +385,7 @@ fn sessions_for(store: &Store, bundle: &PolicyBundle, sid: &str) -> EntitySlice 
     let tools: Vec<_> = catalog
         .for_session(&tenant)
         .iter()
-        .map(|t| t.entity())
+        .map(|t| t.spec().entity())
         .collect();
     entities::session_slice(bundle, &session_facts(&tenant, &key), &tools)
         .unwrap_or_else(|e| panic!("{e}"))

@@ -21,15 +21,32 @@
     reason = "a benchmark fails loudly"
 )]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{Tenant, TestGateway};
 use serde_json::json;
+use support::server::{self, Server, Stopped};
+use support::stats::{Rank, Stats};
+use support::tenant::{self, TenantSpec};
+use support::{Res, env_num};
 
 const WARMUP: usize = 200;
+
+/// The tenant the figures were taken with: memory on, role `developers`.
+const TENANT: TenantSpec<'static> = TenantSpec {
+    org_name: "Org bench",
+    agent_name: "Agent",
+    ..TenantSpec::BENCH
+};
+
+/// The server and the tenant's way in.
+struct Target {
+    http: reqwest::Client,
+    server: Server,
+    mcp_url: String,
+    key: String,
+}
 
 /// Reads a streaming response until `needle` has arrived; returns what
 /// was read after it is found (the rest of the buffer).
@@ -47,26 +64,24 @@ async fn read_until(resp: &mut reqwest::Response, buf: &mut String, needle: &str
     }
 }
 
-fn report(name: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let n = samples.len();
-    let pick = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1e3;
-    let total: Duration = samples.iter().sum();
+fn report(name: &str, samples: Vec<Duration>) {
+    let s = Stats::of(samples, Rank::Floor);
     println!(
-        "{name:<18} n={n:<6} p50={:>7.3} ms  p99={:>7.3} ms  mean={:>7.3} ms  {:>7.0} req/s (sequential)",
-        pick(0.50),
-        pick(0.99),
-        total.as_secs_f64() * 1e3 / n as f64,
-        n as f64 / total.as_secs_f64()
+        "{name:<18} n={:<6} p50={:>7.3} ms  p99={:>7.3} ms  mean={:>7.3} ms  {:>7.0} req/s (sequential)",
+        s.n,
+        s.p50 / 1e3,
+        s.p99 / 1e3,
+        s.mean / 1e3,
+        1e6 / s.mean
     );
 }
 
-async fn streamable(g: &TestGateway, t: &Tenant, accept: &str, iters: usize) -> Vec<Duration> {
+async fn streamable(t: &Target, accept: &str, iters: usize) -> Vec<Duration> {
     let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}).to_string();
     let mut out = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
         let started = Instant::now();
-        let resp = g
+        let resp = t
             .http
             .post(&t.mcp_url)
             .bearer_auth(&t.key)
@@ -86,8 +101,8 @@ async fn streamable(g: &TestGateway, t: &Tenant, accept: &str, iters: usize) -> 
     out
 }
 
-async fn legacy(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> {
-    let mut stream = g
+async fn legacy(t: &Target, iters: usize) -> Vec<Duration> {
+    let mut stream = t
         .http
         .get(format!("{}/sse", t.mcp_url))
         .bearer_auth(&t.key)
@@ -101,13 +116,13 @@ async fn legacy(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> {
         .find_map(|l| l.strip_prefix("data: "))
         .unwrap()
         .to_string();
-    let url = format!("{}{path}", g.base);
+    let url = format!("{}{path}", t.server.base());
     let mut out = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
         let id = format!("\"id\":{i},");
         let body = json!({"jsonrpc":"2.0","id":i,"method":"tools/list"}).to_string();
         let started = Instant::now();
-        let resp = g
+        let resp = t
             .http
             .post(&url)
             .bearer_auth(&t.key)
@@ -126,11 +141,11 @@ async fn legacy(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> {
     out
 }
 
-async fn open_close(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> {
+async fn open_close(t: &Target, iters: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
         let started = Instant::now();
-        let mut stream = g
+        let mut stream = t
             .http
             .get(format!("{}/sse", t.mcp_url))
             .bearer_auth(&t.key)
@@ -144,40 +159,43 @@ async fn open_close(g: &TestGateway, t: &Tenant, iters: usize) -> Vec<Duration> 
         }
         drop(stream);
         // Stay under the per-key bound: wait until the server let go.
-        while g.gw.streams.stats().open > 0 {
+        while t.server.gw.streams.stats().open > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
     out
 }
 
-fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
+fn main() -> Res<()> {
+    if !support::bench_requested("transports") {
+        return Ok(());
     }
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let iters: usize = env_num("BENCH_ITERS", 2000);
+    let rt = support::runtime("bench", 2)?;
     rt.block_on(async {
-        let g = TestGateway::start().await;
-        let t = g.tenant("bench").await;
+        let dir = tempfile::tempdir()?;
+        let server = server::start(dir.path().join("data"), |_| {}).await?;
+        let made = tenant::create(&server.gw, &TENANT).await?;
+        let t = Target {
+            http: reqwest::Client::new(),
+            mcp_url: cedargate::operator::mcp_url(&server.base(), &made.session.id),
+            key: made.secret,
+            server,
+        };
         println!("tools/list round trips, {iters} per scenario, loopback, shipped policies");
         report(
             "streamable-json",
-            streamable(&g, &t, "application/json, text/event-stream", iters).await,
+            streamable(&t, "application/json, text/event-stream", iters).await,
         );
         report(
             "streamable-sse",
-            streamable(&g, &t, "text/event-stream", iters).await,
+            streamable(&t, "text/event-stream", iters).await,
         );
-        report("http+sse", legacy(&g, &t, iters).await);
-        report("sse-open", open_close(&g, &t, iters).await);
-        g.stop().await;
-    });
+        report("http+sse", legacy(&t, iters).await);
+        report("sse-open", open_close(&t, iters).await);
+        match t.server.stop().await {
+            Stopped::Cleanly => Ok(()),
+            stopped => Err(format!("server stopped {stopped}").into()),
+        }
+    })
 }
