@@ -68,7 +68,18 @@ pub enum ResolveError {
     Store(#[from] StoreError),
     /// The entity slice could not be built (fail closed: 403).
     #[error("cannot build policy entities: {0}")]
-    Entities(String),
+    Entities(#[from] entities::EntitySliceError),
+}
+
+/// Why the gateway state could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The A2A HTTP client could not be built.
+    #[error(transparent)]
+    A2a(#[from] crate::a2a::A2aError),
+    /// The embeddings provider is misconfigured.
+    #[error("graph embeddings: {0}")]
+    Graph(#[from] crate::graph::GraphConfigError),
 }
 
 /// Shared gateway state.
@@ -111,14 +122,10 @@ impl Gateway {
         store: Store,
         bundle: PolicyBundle,
         catalog: Catalog,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, GatewayError> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
-        let a2a =
-            Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl).map_err(|e| e.to_string())?);
-        let graphs = Arc::new(
-            crate::graph::from_config(&config.graph)
-                .map_err(|e| format!("graph embeddings: {e}"))?,
-        );
+        let a2a = Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl)?);
+        let graphs = Arc::new(crate::graph::from_config(&config.graph)?);
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
         }
@@ -259,7 +266,7 @@ impl Gateway {
         };
         let slice =
             entities::session_slice_with_peers(bundle, &facts, &tool_entities, &peer_entities)
-                .map_err(|e| ResolveError::Entities(e.to_string()))?;
+                .map_err(ResolveError::Entities)?;
         let view = Arc::new(SessionView {
             tenant,
             key: key.clone(),

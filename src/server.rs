@@ -36,9 +36,12 @@ pub enum StartError {
     /// The database could not be opened or migrated.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
-    /// The built-in catalog or the A2A client could not be built.
+    /// The built-in catalog does not compile.
     #[error("tool catalog: {0}")]
-    Catalog(String),
+    Catalog(#[from] crate::tools::InvalidSchema),
+    /// The A2A client or the embeddings provider could not be built.
+    #[error("tool catalog: {0}")]
+    Gateway(#[from] crate::gateway::GatewayError),
     /// The listener could not be bound or served.
     #[error("cannot serve on `{addr}`: {source}")]
     Io {
@@ -51,7 +54,7 @@ pub enum StartError {
 
 /// Loads policies, opens the store and records the active policy set.
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
-    let catalog = Catalog::builtin().map_err(|e| StartError::Catalog(e.to_string()))?;
+    let catalog = Catalog::builtin()?;
     let (bundle, tests) = load_candidate(
         &config.schema_file,
         &config.policies_dir,
@@ -66,7 +69,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         .await
         .map_err(|e| StoreError::Task(e.to_string()))??;
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
-    let gw = Arc::new(Gateway::new(config, store, bundle, catalog).map_err(StartError::Catalog)?);
+    let gw = Arc::new(Gateway::new(config, store, bundle, catalog)?);
     // Record the policy set and register this instance now when the
     // database answers; otherwise the heartbeat does it once it does.
     if gw.store.is_migrated() {
