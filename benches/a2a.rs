@@ -44,6 +44,7 @@ use support::server::{self, Server};
 use support::stats::{Rank, Stats};
 use support::tenant::{self, TenantSpec};
 use support::{Error, Res, env_num, runtime};
+use tokio::runtime::Runtime;
 
 const ADMIN_TOKEN: &str = "bench-admin";
 const BIG_SKILLS: usize = 1_000;
@@ -162,8 +163,8 @@ async fn start_gateway(dir: &std::path::Path) -> Res<Server> {
     .await
 }
 
-/// Org `org` with a project, an agent, a key and a session: (key, session).
-async fn tenant(gw: &Server, org: &str) -> Res<(String, String)> {
+/// Org `org` with a project, an agent, a key and a session.
+async fn tenant(gw: &Server, org: &str) -> Res<Session> {
     let spec = TenantSpec {
         org,
         org_name: org,
@@ -175,7 +176,10 @@ async fn tenant(gw: &Server, org: &str) -> Res<(String, String)> {
         ..TenantSpec::BENCH
     };
     let made = tenant::create(&gw.gw, &spec).await?;
-    Ok((made.secret, made.session.id))
+    Ok(Session {
+        key: made.secret,
+        id: made.session.id,
+    })
 }
 
 async fn register(gw_addr: SocketAddr, org: &str, peer: SocketAddr) -> Res<()> {
@@ -258,34 +262,51 @@ async fn run(t: &Target, conc: usize, per_worker: usize) -> Res<Vec<Duration>> {
     Ok(all)
 }
 
-fn main() -> Res<()> {
-    if !support::bench_requested("a2a") {
-        return Ok(());
+/// The knobs of the module doc.
+struct Knobs {
+    iters: usize,
+    concurrencies: Vec<usize>,
+    rounds: usize,
+}
+
+impl Knobs {
+    fn from_env() -> Knobs {
+        Knobs {
+            iters: env_num("BENCH_ITERS", 2000),
+            concurrencies: std::env::var("BENCH_CONC")
+                .ok()
+                .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+                .filter(|v: &Vec<usize>| !v.is_empty())
+                .unwrap_or_else(|| vec![1, 16]),
+            rounds: match env_num("BENCH_ROUNDS", 5) {
+                0 => 5,
+                r => r,
+            },
+        }
     }
-    let iters: usize = env_num("BENCH_ITERS", 2000);
-    let concurrencies: Vec<usize> = std::env::var("BENCH_CONC")
-        .ok()
-        .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
-        .filter(|v: &Vec<usize>| !v.is_empty())
-        .unwrap_or_else(|| vec![1, 16]);
-    let rounds: usize = match env_num("BENCH_ROUNDS", 5) {
-        0 => 5,
-        r => r,
-    };
-    let srv = runtime("srv", 2)?;
-    let peer_rt = runtime("peer", 1)?;
-    let cli = runtime("cli", 1)?;
-    let dir = tempfile::tempdir()?;
+}
 
-    let peer = peer_rt.block_on(start_peer("Bench Peer", 2))?;
-    let big_peer = peer_rt.block_on(start_peer("Big Peer", BIG_SKILLS))?;
-    let gw = srv.block_on(start_gateway(dir.path()))?;
-    let forwarder = srv.block_on(start_forwarder(peer))?;
-    let (key, session) = srv.block_on(tenant(&gw, "bench"))?;
-    let (big_key, big_session) = srv.block_on(tenant(&gw, "big"))?;
-    cli.block_on(register(gw.addr, "bench", peer))?;
-    cli.block_on(register(gw.addr, "big", big_peer))?;
+/// What the bench sends, and where.
+struct Targets {
+    direct: Target,
+    forwarded: Target,
+    via_gateway: Target,
+    list_big: Target,
+}
 
+/// A session's bearer key and id.
+struct Session {
+    key: String,
+    id: String,
+}
+
+fn targets(
+    peer: SocketAddr,
+    forwarder: SocketAddr,
+    gw: SocketAddr,
+    small: &Session,
+    big: &Session,
+) -> Res<Targets> {
     let args = json!({"ticket": "T-1", "count": 2});
     let direct = Target {
         addr: peer,
@@ -295,7 +316,7 @@ fn main() -> Res<()> {
             cedargate::a2a::card::ProtocolVersion::V1_0,
             "skill-0000",
             &args,
-            &session,
+            &small.id,
         ))?),
         expect: "TASK_STATE_COMPLETED",
     };
@@ -313,9 +334,9 @@ fn main() -> Res<()> {
         ]
     };
     let via_gateway = Target {
-        addr: gw.addr,
-        path: format!("/api/mcp/{session}"),
-        headers: mcp_headers(&key),
+        addr: gw,
+        path: format!("/api/mcp/{}", small.id),
+        headers: mcp_headers(&small.key),
         body: Arc::new(serde_json::to_vec(&json!({
             "jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "bench_peer.skill-0000", "arguments": args}
@@ -323,14 +344,110 @@ fn main() -> Res<()> {
         expect: "\"isError\":false",
     };
     let list_big = Target {
-        addr: gw.addr,
-        path: format!("/api/mcp/{big_session}"),
-        headers: mcp_headers(&big_key),
+        addr: gw,
+        path: format!("/api/mcp/{}", big.id),
+        headers: mcp_headers(&big.key),
         body: Arc::new(serde_json::to_vec(
             &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
         )?),
         expect: "big_peer.skill-0999",
     };
+    Ok(Targets {
+        direct,
+        forwarded,
+        via_gateway,
+        list_big,
+    })
+}
+
+/// One line of the table.
+fn row(name: &str, s: &Stats) {
+    println!(
+        "{:<44} {:>6} {:>10.0} {:>10.0} {:>10.0}",
+        name, s.n, s.p50, s.p99, s.mean
+    );
+}
+
+/// The bridge overhead at concurrency `conc`: prints its rows and returns
+/// its CPU lines.
+fn bridge_overhead(cli: &Runtime, t: &Targets, knobs: &Knobs, conc: usize) -> Res<String> {
+    let (iters, rounds) = (knobs.iters, knobs.rounds);
+    let (direct, forwarded, via_gateway) = (&t.direct, &t.forwarded, &t.via_gateway);
+    let per = if conc == 1 {
+        iters
+    } else {
+        (iters / 4).max(50)
+    };
+    // The three targets take turns, `rounds` times, so a drift in the
+    // machine's speed during the run weighs on all three alike.
+    let per_round = (per / rounds).max(10);
+    let (mut d, mut f, mut g) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_d, mut cpu_f, mut cpu_g) = (
+        CpuTotal::default(),
+        CpuTotal::default(),
+        CpuTotal::default(),
+    );
+    for _ in 0..rounds {
+        for (target, lat, cpu) in [
+            (direct, &mut d, &mut cpu_d),
+            (forwarded, &mut f, &mut cpu_f),
+            (via_gateway, &mut g, &mut cpu_g),
+        ] {
+            let mark = THREADS.mark();
+            lat.extend(cli.block_on(run(target, conc, per_round))?);
+            cpu.add(&mark.since(), sent(conc, per_round));
+        }
+    }
+    let (d, f, g) = (
+        Stats::of(d, Rank::Rounded),
+        Stats::of(f, Rank::Rounded),
+        Stats::of(g, Rank::Rounded),
+    );
+    row(&format!("direct SendMessage to the peer, c={conc}"), &d);
+    row(&format!("bare axum→reqwest forwarder, c={conc}"), &f);
+    row(&format!("tools/call through the gateway, c={conc}"), &g);
+    println!(
+        "{:<44} {:>6} {:>10.0} {:>10.0}   (the floor of this stack on this machine)",
+        format!("  added by the bare forwarder, c={conc}"),
+        "",
+        f.p50 - d.p50,
+        f.p99 - d.p99
+    );
+    let cpu = format!(
+        "  c={conc} direct: {}\n  c={conc} forwarder: {}\n  c={conc} gateway: {}",
+        cpu_d.per_request(),
+        cpu_f.per_request(),
+        cpu_g.per_request()
+    );
+    println!(
+        "{:<44} {:>6} {:>10.0} {:>10.0}   (goal: ≤ 1000 µs added at p50)",
+        format!("  added by the gateway, c={conc}"),
+        "",
+        g.p50 - d.p50,
+        g.p99 - d.p99
+    );
+    Ok(cpu)
+}
+
+fn main() -> Res<()> {
+    if !support::bench_requested("a2a") {
+        return Ok(());
+    }
+    let knobs = Knobs::from_env();
+    let srv = runtime("srv", 2)?;
+    let peer_rt = runtime("peer", 1)?;
+    let cli = runtime("cli", 1)?;
+    let dir = tempfile::tempdir()?;
+
+    let peer = peer_rt.block_on(start_peer("Bench Peer", 2))?;
+    let big_peer = peer_rt.block_on(start_peer("Big Peer", BIG_SKILLS))?;
+    let gw = srv.block_on(start_gateway(dir.path()))?;
+    let forwarder = srv.block_on(start_forwarder(peer))?;
+    let small = srv.block_on(tenant(&gw, "bench"))?;
+    let big = srv.block_on(tenant(&gw, "big"))?;
+    cli.block_on(register(gw.addr, "bench", peer))?;
+    cli.block_on(register(gw.addr, "big", big_peer))?;
+    let t = targets(peer, forwarder, gw.addr, &small, &big)?;
 
     println!(
         "A2A bridge (cargo bench --bench a2a), {} cores",
@@ -341,70 +458,12 @@ fn main() -> Res<()> {
         "{:<44} {:>6} {:>10} {:>10} {:>10}",
         "scenario", "n", "p50 µs", "p99 µs", "mean µs"
     );
-    let row = |name: &str, s: &Stats| {
-        println!(
-            "{:<44} {:>6} {:>10.0} {:>10.0} {:>10.0}",
-            name, s.n, s.p50, s.p99, s.mean
-        );
-    };
     let mut cpu_lines = Vec::new();
-    for conc in concurrencies {
-        let per = if conc == 1 {
-            iters
-        } else {
-            (iters / 4).max(50)
-        };
-        // The three targets take turns, `rounds` times, so a drift in the
-        // machine's speed during the run weighs on all three alike.
-        let per_round = (per / rounds).max(10);
-        let (mut d, mut f, mut g) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut cpu_d, mut cpu_f, mut cpu_g) = (
-            CpuTotal::default(),
-            CpuTotal::default(),
-            CpuTotal::default(),
-        );
-        for _ in 0..rounds {
-            for (target, lat, cpu) in [
-                (&direct, &mut d, &mut cpu_d),
-                (&forwarded, &mut f, &mut cpu_f),
-                (&via_gateway, &mut g, &mut cpu_g),
-            ] {
-                let mark = THREADS.mark();
-                lat.extend(cli.block_on(run(target, conc, per_round))?);
-                cpu.add(&mark.since(), sent(conc, per_round));
-            }
-        }
-        let (d, f, g) = (
-            Stats::of(d, Rank::Rounded),
-            Stats::of(f, Rank::Rounded),
-            Stats::of(g, Rank::Rounded),
-        );
-        row(&format!("direct SendMessage to the peer, c={conc}"), &d);
-        row(&format!("bare axum→reqwest forwarder, c={conc}"), &f);
-        row(&format!("tools/call through the gateway, c={conc}"), &g);
-        println!(
-            "{:<44} {:>6} {:>10.0} {:>10.0}   (the floor of this stack on this machine)",
-            format!("  added by the bare forwarder, c={conc}"),
-            "",
-            f.p50 - d.p50,
-            f.p99 - d.p99
-        );
-        cpu_lines.push(format!(
-            "  c={conc} direct: {}\n  c={conc} forwarder: {}\n  c={conc} gateway: {}",
-            cpu_d.per_request(),
-            cpu_f.per_request(),
-            cpu_g.per_request()
-        ));
-        println!(
-            "{:<44} {:>6} {:>10.0} {:>10.0}   (goal: ≤ 1000 µs added at p50)",
-            format!("  added by the gateway, c={conc}"),
-            "",
-            g.p50 - d.p50,
-            g.p99 - d.p99
-        );
+    for &conc in &knobs.concurrencies {
+        cpu_lines.push(bridge_overhead(&cli, &t, &knobs, conc)?);
     }
-    let per = (iters / 4).max(100);
-    let l = Stats::of(cli.block_on(run(&list_big, 1, per))?, Rank::Rounded);
+    let per = (knobs.iters / 4).max(100);
+    let l = Stats::of(cli.block_on(run(&t.list_big, 1, per))?, Rank::Rounded);
     row(&format!("tools/list, {BIG_SKILLS} A2A skills, c=1"), &l);
     println!("{:<44} {:>6} {:>10} {:>10}", "  goal", "", "", "≤ 2000");
     if !cpu_lines.is_empty() {

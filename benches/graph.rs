@@ -14,10 +14,14 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::RwLock;
+
 use cedargate::audit::{NodeGuard, NodeRef, Scope};
+use cedargate::gateway::{Gateway, SessionView};
 use cedargate::graph::embed::LocalEmbedder;
+use cedargate::graph::model::ProjectGraph;
 use cedargate::graph::pipeline::node_text;
-use cedargate::policy::Kind;
+use cedargate::policy::{Kind, PolicyBundle, PreparedContext};
 use cedargate::store::WriteOp;
 use cedargate::store::graph::{EdgeRow, GraphWrite, NodeRow, Provenance};
 use cedargate::store::observations::NewObservation;
@@ -256,7 +260,43 @@ async fn run() -> Res<()> {
         "graph bench: {n_nodes} nodes, {n_edges} edges, {iters} iterations per figure, {} cores",
         support::cores()
     );
+    let names = load_graph(&gw, n_nodes, n_edges).await?;
 
+    let client = Client {
+        http: reqwest::Client::new(),
+        url: format!("{}/api/mcp/{session_id}", server.base()),
+        key: secret.clone(),
+    };
+    let first = names.first().cloned().unwrap_or_default();
+    let (cold, _) = client
+        .timed("graph_neighbors", json!({"entity": first, "depth": 0}))
+        .await?;
+    println!(
+        "first call (loads the in-memory view): {:.2} s",
+        cold.as_secs_f64()
+    );
+    println!();
+
+    let mut rng = Rng(42);
+    over_http(&client, &names, &mut rng, iters).await?;
+    // Cedar read_node filtering of 1,000 nodes, in-process.
+    let reads = Reads::new(&gw, &secret, &session_id).await?;
+    let record_bytes = filter_variants(&reads, iters)?;
+    filter_breakdown(&reads, iters)?;
+    in_process(&reads, &names, &mut rng, iters)?;
+    println!("  batched record notes: {record_bytes} bytes for 1,000 decisions");
+    ingest(&gw, &client, &session_id, names.len()).await?;
+
+    match server.stop().await {
+        support::server::Stopped::Cleanly => {}
+        stopped => eprintln!("server stopped {stopped}"),
+    }
+    Ok(())
+}
+
+/// Generates the project graph and stores it in one transaction; returns
+/// the node names, in order.
+async fn load_graph(gw: &Gateway, n_nodes: usize, n_edges: usize) -> Res<Vec<String>> {
     let t = Instant::now();
     let (node_rows, edge_rows) = generate(n_nodes, n_edges);
     println!(
@@ -280,22 +320,11 @@ async fn run() -> Res<()> {
         t.elapsed().as_secs_f64()
     );
 
-    let client = Client {
-        http: reqwest::Client::new(),
-        url: format!("{}/api/mcp/{session_id}", server.base()),
-        key: secret.clone(),
-    };
-    let first = names.first().cloned().unwrap_or_default();
-    let (cold, _) = client
-        .timed("graph_neighbors", json!({"entity": first, "depth": 0}))
-        .await?;
-    println!(
-        "first call (loads the in-memory view): {:.2} s",
-        cold.as_secs_f64()
-    );
-    println!();
+    Ok(names)
+}
 
-    let mut rng = Rng(42);
+/// `graph_query`, `graph_neighbors` and `graph_path` over HTTP.
+async fn over_http(client: &Client, names: &[String], rng: &mut Rng, iters: usize) -> Res<()> {
     // Warm-up.
     for _ in 0..20 {
         let e = names
@@ -364,21 +393,62 @@ async fn run() -> Res<()> {
     row("graph_path maxDepth 6 (HTTP)", "p50 <= 10 ms", pa);
     println!("  paths found: {found}/{iters}");
 
-    // Cedar read_node filtering of 1,000 nodes, in-process.
-    let presented = cedargate::auth::parse_key(&secret).ok_or("bad key")?;
-    let key = gw.authenticate(&presented).await?;
-    let bundle = gw.pep.current();
-    let view = gw.session_view(&session_id, &key, &bundle).await?;
-    let time = cedargate::ids::now_rfc3339();
-    let context = bundle.prepare_session_context(&session_id, &time);
-    let graph = gw.graphs.view(&gw.store, ORG, PROJECT).await?;
-    let sample: Vec<(String, String, String)> = {
-        let g = graph.read().map_err(|_| "poisoned")?;
-        (0..1000u32)
-            .filter_map(|i| g.node(i * 7))
-            .map(|n| (n.id.clone(), n.node_type.clone(), n.name.clone()))
-            .collect()
-    };
+    Ok(())
+}
+
+/// What the in-process figures decide with: the bench agent's session as
+/// the endpoint sees it, and a sample of 1,000 nodes of the graph.
+struct Reads {
+    session_id: String,
+    bundle: Arc<PolicyBundle>,
+    view: Arc<SessionView>,
+    time: String,
+    context: PreparedContext,
+    graph: Arc<RwLock<ProjectGraph>>,
+    /// (id, type, name) of every 7th node.
+    sample: Vec<(String, String, String)>,
+}
+
+impl Reads {
+    async fn new(gw: &Gateway, secret: &str, session_id: &str) -> Res<Reads> {
+        let presented = cedargate::auth::parse_key(secret).ok_or("bad key")?;
+        let key = gw.authenticate(&presented).await?;
+        let bundle = gw.pep.current();
+        let view = gw.session_view(session_id, &key, &bundle).await?;
+        let time = cedargate::ids::now_rfc3339();
+        let context = bundle.prepare_session_context(session_id, &time);
+        let graph = gw.graphs.view(&gw.store, ORG, PROJECT).await?;
+        let sample: Vec<(String, String, String)> = {
+            let g = graph.read().map_err(|_| "poisoned")?;
+            (0..1000u32)
+                .filter_map(|i| g.node(i * 7))
+                .map(|n| (n.id.clone(), n.node_type.clone(), n.name.clone()))
+                .collect()
+        };
+        Ok(Reads {
+            session_id: session_id.to_string(),
+            bundle,
+            view,
+            time,
+            context,
+            graph,
+            sample,
+        })
+    }
+}
+
+/// The `read_node` filter of the sample under three policy sets; returns
+/// the size of the last batched record's notes.
+fn filter_variants(r: &Reads, iters: usize) -> Res<usize> {
+    let Reads {
+        session_id,
+        bundle,
+        view,
+        time,
+        context,
+        sample,
+        ..
+    } = r;
     let refs: Vec<NodeRef<'_>> = sample
         .iter()
         .map(|(id, t, n)| NodeRef {
@@ -409,7 +479,7 @@ async fn run() -> Res<()> {
     let mut record_bytes = 0;
     for (label, extra) in variants {
         let variant = match extra {
-            None => Arc::clone(&bundle),
+            None => Arc::clone(bundle),
             Some(text) => {
                 let mut files = bundle.files.clone();
                 files.push(cedargate::policy::PolicyFile {
@@ -430,7 +500,7 @@ async fn run() -> Res<()> {
         let mut decided = 0;
         for _ in 0..iters.min(100) {
             let t = Instant::now();
-            let mut guard = bench_guard(&variant, &view.slice, &context, &session_id, &time);
+            let mut guard = bench_guard(&variant, &view.slice, context, session_id, time);
             let allowed = guard.decide(&refs).into_iter().filter(|a| *a).count();
             decided = guard.cedar_decisions();
             let rec = guard.record();
@@ -447,6 +517,18 @@ async fn run() -> Res<()> {
         );
         println!("  Cedar decisions made: {decided}");
     }
+    Ok(record_bytes)
+}
+
+/// Where the filter's time goes.
+fn filter_breakdown(r: &Reads, iters: usize) -> Res<()> {
+    let Reads {
+        bundle,
+        view,
+        context,
+        sample,
+        ..
+    } = r;
     // Where the time goes: building the 1,000 node entities, and the
     // decisions themselves (against a single view_tool decision on the
     // session slice as the per-decision baseline on this machine).
@@ -487,7 +569,7 @@ async fn run() -> Res<()> {
             &Kind::Agent.uid(AGENT),
             cedargate::policy::Action::ReadNode,
             &uids,
-            &context,
+            context,
             &entities,
         );
         decide.push(t.elapsed());
@@ -505,7 +587,7 @@ async fn run() -> Res<()> {
             &Kind::Agent.uid(AGENT),
             cedargate::policy::Action::ViewTool,
             &tool,
-            &context,
+            context,
             &view.slice.entities,
         );
         single.push(t.elapsed());
@@ -515,9 +597,23 @@ async fn run() -> Res<()> {
     }
     row("  baseline: one view_tool decision", "-", single);
 
+    Ok(())
+}
+
+/// The HTTP reads again, in-process.
+fn in_process(r: &Reads, names: &[String], rng: &mut Rng, iters: usize) -> Res<()> {
+    let Reads {
+        session_id,
+        bundle,
+        view,
+        time,
+        context,
+        graph,
+        ..
+    } = r;
     // The same reads in-process (no HTTP, no durable commit): graph work
     // plus the Cedar read_node filter and its batched record.
-    let new_guard = || bench_guard(&bundle, &view.slice, &context, &session_id, &time);
+    let new_guard = || bench_guard(bundle, &view.slice, context, session_id, time);
     let (mut iq, mut inb, mut ip) = (Vec::new(), Vec::new(), Vec::new());
     let mut decisions = [0usize; 3];
     let mut evaluations = [0usize; 3];
@@ -583,19 +679,22 @@ async fn run() -> Res<()> {
         evaluations[1] / n,
         evaluations[2] / n
     );
-    println!("  batched record notes: {record_bytes} bytes for 1,000 decisions");
 
-    // graph_ingest of 1,000 observations (three rounds of fresh notes).
+    Ok(())
+}
+
+/// `graph_ingest` of 1,000 observations (three rounds of fresh notes).
+async fn ingest(gw: &Gateway, client: &Client, session_id: &str, n_names: usize) -> Res<()> {
     let mut ing = Vec::new();
     for round in 0..3 {
-        let ops = notes(round, 1000, names.len())
+        let ops = notes(round, 1000, n_names)
             .into_iter()
             .map(|content| {
                 WriteOp::Observation(Box::new(NewObservation {
                     id: uuid::Uuid::now_v7().to_string(),
                     org_id: ORG.into(),
                     project_id: PROJECT.into(),
-                    session_id: session_id.clone(),
+                    session_id: session_id.to_string(),
                     agent_id: AGENT.into(),
                     content,
                     obs_type: Some("pattern".into()),
@@ -613,10 +712,6 @@ async fn run() -> Res<()> {
     }
     row("graph_ingest of 1,000 observations (HTTP)", "<= 5 s", ing);
 
-    match server.stop().await {
-        support::server::Stopped::Cleanly => {}
-        stopped => eprintln!("server stopped {stopped}"),
-    }
     Ok(())
 }
 

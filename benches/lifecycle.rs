@@ -26,8 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cedargate::audit::{self, Scope};
+use cedargate::audit::{self, Decided, Scope};
 use cedargate::lifecycle::{load_candidate, tool_schemas};
+use cedargate::policy::Uid;
 use cedargate::policy::entities::{self, EntitySlice};
 use cedargate::policy::{Action, Kind, PolicyBundle};
 use cedargate::replay::{self, Against};
@@ -142,75 +143,7 @@ fn record_trail(store: &Store, bundle: &PolicyBundle, n: usize) {
             org_id: Some(org),
             session_id: Some(sid),
         };
-        let decided = match i % 4 {
-            0 => {
-                let ctx = bundle.prepare_session_context(sid, &time);
-                let key = slice_key(slice);
-                audit::decide(
-                    bundle,
-                    slice,
-                    &Kind::ApiKey.uid(&key),
-                    Action::AccessSession,
-                    &Kind::Session.uid(sid),
-                    &ctx,
-                    scope,
-                    &time,
-                )
-            }
-            1 => {
-                let ctx = bundle.prepare_session_context(sid, &time);
-                audit::decide(
-                    bundle,
-                    slice,
-                    &agent,
-                    Action::ViewTool,
-                    &Kind::Tool.uid("af_memory_recall"),
-                    &ctx,
-                    scope,
-                    &time,
-                )
-            }
-            2 => {
-                let args = json!({"content": format!("note {i}: deploys on tuesday"), "type": "decision", "confidence": 0.8});
-                let ctx = bundle.prepare_tool_context(
-                    Action::CallTool,
-                    "af_memory_remember",
-                    sid,
-                    &time,
-                    &args,
-                );
-                audit::decide(
-                    bundle,
-                    slice,
-                    &agent,
-                    Action::CallTool,
-                    &Kind::Tool.uid("af_memory_remember"),
-                    &ctx,
-                    scope,
-                    &time,
-                )
-            }
-            _ => {
-                let args = json!({"query": format!("deploy {i}"), "workType": "feature"});
-                let ctx = bundle.prepare_tool_context(
-                    Action::CallTool,
-                    "af_memory_recall",
-                    sid,
-                    &time,
-                    &args,
-                );
-                audit::decide(
-                    bundle,
-                    slice,
-                    &agent,
-                    Action::CallTool,
-                    &Kind::Tool.uid("af_memory_recall"),
-                    &ctx,
-                    scope,
-                    &time,
-                )
-            }
-        };
+        let decided = decide_one(bundle, slice, &agent, sid, scope, &time, i);
         batch.push(WriteOp::Decision(Box::new(decided.finish_default())));
         if batch.len() == 1000 {
             writer
@@ -221,6 +154,83 @@ fn record_trail(store: &Store, bundle: &PolicyBundle, n: usize) {
     writer
         .submit_blocking(batch)
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Decision `i` of the trail: in turn an `access_session`, a `view_tool`,
+/// and the typed `call_tool` of a remember and of a recall.
+fn decide_one(
+    bundle: &PolicyBundle,
+    slice: &EntitySlice,
+    agent: &Uid,
+    sid: &str,
+    scope: Scope<'_>,
+    time: &str,
+    i: usize,
+) -> Decided {
+    match i % 4 {
+        0 => {
+            let ctx = bundle.prepare_session_context(sid, time);
+            let key = slice_key(slice);
+            audit::decide(
+                bundle,
+                slice,
+                &Kind::ApiKey.uid(&key),
+                Action::AccessSession,
+                &Kind::Session.uid(sid),
+                &ctx,
+                scope,
+                time,
+            )
+        }
+        1 => {
+            let ctx = bundle.prepare_session_context(sid, time);
+            audit::decide(
+                bundle,
+                slice,
+                agent,
+                Action::ViewTool,
+                &Kind::Tool.uid("af_memory_recall"),
+                &ctx,
+                scope,
+                time,
+            )
+        }
+        2 => {
+            let args = json!({"content": format!("note {i}: deploys on tuesday"), "type": "decision", "confidence": 0.8});
+            let ctx = bundle.prepare_tool_context(
+                Action::CallTool,
+                "af_memory_remember",
+                sid,
+                time,
+                &args,
+            );
+            audit::decide(
+                bundle,
+                slice,
+                agent,
+                Action::CallTool,
+                &Kind::Tool.uid("af_memory_remember"),
+                &ctx,
+                scope,
+                time,
+            )
+        }
+        _ => {
+            let args = json!({"query": format!("deploy {i}"), "workType": "feature"});
+            let ctx =
+                bundle.prepare_tool_context(Action::CallTool, "af_memory_recall", sid, time, &args);
+            audit::decide(
+                bundle,
+                slice,
+                agent,
+                Action::CallTool,
+                &Kind::Tool.uid("af_memory_recall"),
+                &ctx,
+                scope,
+                time,
+            )
+        }
+    }
 }
 
 /// The key id inside a session slice (the `ApiKey` entity).
@@ -274,38 +284,51 @@ fn main() {
     let large_dir = policy_dir(root.path(), "large", 1000);
     let small_dir = policy_dir(root.path(), "small", 2);
     println!("cores: {}", support::cores());
+    let (large, small) = reload_time(&shipped_dir, &large_dir, &small_dir);
+    decision_latency(root.path(), &small, &large);
+    replay_throughput(root.path(), &shipped_dir, large, records);
+}
 
-    // 2. Reload time.
+/// Figure 2, reload time: the large set and the shipped one, five times
+/// each; returns the large and small sets.
+fn reload_time(
+    shipped_dir: &Path,
+    large_dir: &Path,
+    small_dir: &Path,
+) -> (PolicyBundle, PolicyBundle) {
     let mut times = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let b = load(&large_dir);
+        let b = load(large_dir);
         times.push(t.elapsed());
         assert!(b.policy_ids.len() >= 1000);
     }
     let mut shipped_times = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        load(&shipped_dir);
+        load(shipped_dir);
         shipped_times.push(t.elapsed());
     }
-    let large = load(&large_dir);
-    let small = load(&small_dir);
+    let large = load(large_dir);
+    let small = load(small_dir);
     println!(
         "\nreload (effective schema + parse + strict validation + policy tests), median of 5:\n  {} policies: {:.1} ms\n  {} policies: {:.1} ms",
         large.policy_ids.len(),
         Stats::of(times, Rank::Rounded).p50 / 1e3,
-        load(&shipped_dir).policy_ids.len(),
+        load(shipped_dir).policy_ids.len(),
         Stats::of(shipped_times, Rank::Rounded).p50 / 1e3
     );
+    (large, small)
+}
 
-    // 3. Decision latency, 1,000 policies vs 10.
-    let store_dir = root.path().join("lat");
+/// Figure 3, decision latency: 1,000 policies against 10.
+fn decision_latency(root: &Path, small: &PolicyBundle, large: &PolicyBundle) {
+    let store_dir = root.join("lat");
     let store = Store::open(&store_dir.join("db"), 16_384, 1024).unwrap_or_else(|e| panic!("{e}"));
-    let s_small = sessions(&store, &small, 1);
-    let s_large = sessions_for(&store, &large, &s_small[0].1);
-    let lat_small = latency(&small, &s_small[0].2, &s_small[0].1, 20_000);
-    let lat_large = latency(&large, &s_large, &s_small[0].1, 20_000);
+    let s_small = sessions(&store, small, 1);
+    let s_large = sessions_for(&store, large, &s_small[0].1);
+    let lat_small = latency(small, &s_small[0].2, &s_small[0].1, 20_000);
+    let lat_large = latency(large, &s_large, &s_small[0].1, 20_000);
     println!(
         "\ndecision latency (typed call_tool via audit::decide, 20,000 each):\n  {:>5} policies: p50 {:.1} µs  p99 {:.1} µs  mean {:.1} µs\n  {:>5} policies: p50 {:.1} µs  p99 {:.1} µs  mean {:.1} µs",
         small.policy_ids.len(),
@@ -317,11 +340,12 @@ fn main() {
         lat_large.p99,
         lat_large.mean
     );
+}
 
-    // 1. Replay throughput.
-    let shipped = load(&shipped_dir);
-    let trail =
-        Store::open(&root.path().join("trail/db"), 16_384, 1024).unwrap_or_else(|e| panic!("{e}"));
+/// Figure 1, replay throughput: records a trail, then replays it.
+fn replay_throughput(root: &Path, shipped_dir: &Path, large: PolicyBundle, records: usize) {
+    let shipped = load(shipped_dir);
+    let trail = Store::open(&root.join("trail/db"), 16_384, 1024).unwrap_or_else(|e| panic!("{e}"));
     let t = Instant::now();
     record_trail(&trail, &shipped, records);
     println!(
@@ -333,7 +357,7 @@ fn main() {
     let mut runs = vec![
         (
             "candidate set (shipped)",
-            Against::Candidate(Arc::new(load(&shipped_dir))),
+            Against::Candidate(Arc::new(load(shipped_dir))),
         ),
         ("recorded sets (--recorded)", Against::Recorded),
     ];
