@@ -187,7 +187,7 @@ pub const NODE_BATCH_FORMAT: u32 = 1;
 
 /// Cedar `read_node` decisions for the nodes one tool call touches, made
 /// one per node and recorded together as one compact, replayable record
-/// (format in `ARCHITECTURE.md`, "Batched read_node records").
+/// (format in `src/policy/README.md`, "Batched read_node records").
 ///
 /// Each node's entity (`Gateway::GraphNode::"<id>"` with `type`, `name`
 /// and parent `Gateway::Project::"<project>"`) is added to the session's
@@ -621,7 +621,7 @@ pub fn replay_node_batch(
 }
 
 /// `(id, type, name, recorded decision)` of each node of a batch record's
-/// notes (format in `ARCHITECTURE.md`, "Batched read_node records").
+/// notes (format in `src/policy/README.md`, "Batched read_node records").
 fn batch_nodes(notes: &Value) -> Result<Vec<(&str, &str, &str, &str)>, NodeBatchError> {
     let batch = notes
         .get("readNodeBatch")

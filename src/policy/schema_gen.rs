@@ -6,7 +6,7 @@
 //! `action == Gateway::Action::"af_memory_remember"` can read
 //! `context.args.content` and still pass strict validation.
 //!
-//! The mapping (also in `ARCHITECTURE.md`):
+//! The mapping (also in `src/policy/README.md`):
 //!
 //! | JSON Schema                          | Cedar                        |
 //! |--------------------------------------|------------------------------|
