@@ -38,7 +38,7 @@ pub struct Config {
     pub demo_tenant: bool,
     /// Request limits.
     pub limits: Limits,
-    /// DNS-rebinding protection.
+    /// DNS-rebinding protection, connection timeouts and caps, shutdown.
     pub http: HttpSecurity,
     /// The HTTP+SSE transport of protocol 2024-11-05.
     pub sse: SseConfig,
@@ -194,7 +194,12 @@ pub struct Limits {
     pub group_commit_max: usize,
 }
 
-/// Which `Origin` and `Host` headers the MCP endpoint accepts.
+/// The HTTP server (`[http]`): which `Origin` and `Host` headers the MCP
+/// endpoint accepts, and how long and how many connections it keeps.
+///
+/// Every bound has a default safe on a public port: a client that is slow
+/// on purpose (slowloris) or silent holds a connection, a task and a file
+/// descriptor, so none may hold them for long or in great number.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpSecurity {
@@ -203,6 +208,49 @@ pub struct HttpSecurity {
     pub allowed_origins: Vec<String>,
     /// Allowed `Host` header names (any port). `*` allows any.
     pub allowed_hosts: Vec<String>,
+    /// Milliseconds a connection waiting for a request (just accepted, or
+    /// after its previous response) has to deliver that request's complete
+    /// headers; then it is closed without an answer (HTTP/1). Default
+    /// 10 000: a real client sends its headers in one packet, so this only
+    /// ever cuts off slow-header (slowloris) clients.
+    pub header_read_timeout_ms: u64,
+    /// Milliseconds a request body may take from the moment it is read;
+    /// then the request is answered 408 and the connection closed. Default
+    /// 30 000: a body is at most `limits.max_body_bytes` (1 MiB), which a
+    /// slow link still sends well within it.
+    pub body_read_timeout_ms: u64,
+    /// Milliseconds a body may stall (no byte arriving) before it is
+    /// complete; then it is answered 400 as incomplete, which is how a body
+    /// shorter than its `Content-Length` is answered when its client then
+    /// waits. Default 5 000: a live client never pauses that long inside
+    /// one small JSON body.
+    pub body_stall_timeout_ms: u64,
+    /// Milliseconds a connection may stay silent in both directions before
+    /// it is closed: at once between requests, after its response when one
+    /// is being answered. Default 5 000, as in common servers' keep-alive:
+    /// clients reconnect cheaply, and an idle connection holds a file
+    /// descriptor. (On HTTP/1 the header timer also runs while a connection
+    /// waits between requests, so the shorter of the two applies there.)
+    pub idle_timeout_ms: u64,
+    /// Set `TCP_NODELAY` on accepted connections (default true): answers
+    /// are written whole, so Nagle's algorithm would only delay them.
+    pub tcp_nodelay: bool,
+    /// Most connections open at once. One over it is closed as soon as it
+    /// is accepted, without an answer (refused rather than queued: a queue
+    /// would hold the same file descriptors the cap protects). Default
+    /// 1024: keep it under the process's open-file limit (`ulimit -n`)
+    /// minus what the store needs.
+    pub max_connections: usize,
+    /// Most connections one client IP address may hold open at once; more
+    /// are refused the same way. Default 256, so one client cannot take the
+    /// whole of `max_connections`.
+    pub max_connections_per_ip: usize,
+    /// Seconds shutdown (SIGTERM, SIGINT) waits for in-flight requests
+    /// after it stops accepting; then the remaining connections are closed,
+    /// the trail is flushed and the process exits 0. Default 10: longer
+    /// than a normal call, shorter than the usual 30 s before an
+    /// orchestrator kills the process.
+    pub shutdown_grace_secs: u64,
 }
 
 /// Streams of the HTTP+SSE transport (protocol 2024-11-05). An open stream
@@ -275,6 +323,14 @@ impl Default for HttpSecurity {
                 "https://localhost".into(),
             ],
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            body_stall_timeout_ms: 5_000,
+            idle_timeout_ms: 5_000,
+            tcp_nodelay: true,
+            max_connections: 1024,
+            max_connections_per_ip: 256,
+            shutdown_grace_secs: 10,
         }
     }
 }

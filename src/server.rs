@@ -1,12 +1,21 @@
 //! Assembly and lifecycle: load and validate policies (refusing to start on
 //! an invalid set), open the store, build the router, serve until shutdown,
-//! then drain in-flight requests and flush the decision trail.
+//! then drain in-flight requests for at most `http.shutdown_grace_secs`,
+//! close what is left and flush the decision trail.
 //!
 //! [`run`] takes a bound listener and a shutdown future, so tests bind
-//! `127.0.0.1:0` and drive the real server.
+//! `127.0.0.1:0` and drive the real server. Its accept loop caps open
+//! connections ([`capacity`]) and serves each with the timeouts of
+//! `[http]` ([`connection`]); request bodies are bounded in time by
+//! admission on the MCP routes and by `tower-http` layers on the others.
+
+mod capacity;
+mod connection;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -14,8 +23,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer};
 use tower_http::trace::TraceLayer;
+
+use capacity::Capacity;
+use connection::{Hygiene, Phase};
 
 use crate::config::Config;
 use crate::gateway::Gateway;
@@ -92,7 +106,6 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/api/sessions", post(crate::daemon::open_session))
-        .merge(crate::mcp::router::routes())
         .route(crate::discovery::PATH, get(crate::discovery::well_known));
     if gw.config.lifecycle.metrics {
         router = router.route("/metrics", get(metrics));
@@ -105,7 +118,20 @@ pub fn app(gw: Arc<Gateway>) -> Router {
     {
         router = router.nest("/admin", crate::admin::routes(Arc::clone(&gw)));
     }
-    router.layer(TraceLayer::new_for_http()).with_state(gw)
+    // The MCP routes time their bodies in admission, which answers 400 or
+    // 408 with a JSON-RPC error; these routes get the same bounds from
+    // layers (a body over them fails to buffer: 400).
+    let http = &gw.config.http;
+    router
+        .layer(RequestBodyTimeoutLayer::new(Duration::from_millis(
+            http.body_stall_timeout_ms,
+        )))
+        .layer(RequestBodyDeadlineLayer::new(Duration::from_millis(
+            http.body_read_timeout_ms,
+        )))
+        .merge(crate::mcp::router::routes())
+        .layer(TraceLayer::new_for_http())
+        .with_state(gw)
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
@@ -152,17 +178,15 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     }
 }
 
-/// Serves on `listener` until `shutdown` resolves, then drains in-flight
-/// requests and the hook subscribers, and flushes every queued write.
+/// Serves on `listener` until `shutdown` resolves, then stops accepting,
+/// lets in-flight requests finish for at most `http.shutdown_grace_secs`,
+/// closes the connections still open (slow clients included), drains the
+/// hook subscribers and flushes every queued write.
 pub async fn run(
     listener: TcpListener,
     gw: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
     if gw.config.admin_token.is_none() {
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
@@ -172,22 +196,36 @@ pub async fn run(
         &gw,
     )));
     let changes = crate::cluster::coherence::start_listener(&gw);
-    // Open SSE streams never end on their own: end them when shutdown
-    // begins, or the drain would wait for them forever.
-    let streams = gw.streams.clone();
-    let shutdown = async move {
-        shutdown.await;
-        streams.close_all();
+    let http = &gw.config.http;
+    let capacity = Capacity::new(http.max_connections, http.max_connections_per_ip);
+    let (phase, phase_rx) = watch::channel(Phase::Serving);
+    let accepting = Accepting {
+        app: app(Arc::clone(&gw)),
+        hygiene: Hygiene {
+            header_read_timeout: Duration::from_millis(http.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(http.idle_timeout_ms),
+        },
+        nodelay: http.tcp_nodelay,
+        capacity: Arc::clone(&capacity),
+        phase: phase_rx,
     };
-    let served = axum::serve(listener, app(Arc::clone(&gw)))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    accept_until(listener, &accepting, shutdown).await;
+    drop(accepting);
+    // Open SSE streams never end on their own: end them now, or the drain
+    // would wait for them until the deadline.
+    gw.streams.close_all();
+    drain(
+        &capacity,
+        &phase,
+        Duration::from_secs(http.shutdown_grace_secs),
+    )
+    .await;
     refresher.abort();
     heartbeat.abort();
     drop(changes);
     drop(triggers);
     // Hook subscribers hold events for a moment to batch their rows.
-    if tokio::time::timeout(std::time::Duration::from_secs(5), gw.a2a.bus.drain())
+    if tokio::time::timeout(Duration::from_secs(5), gw.a2a.bus.drain())
         .await
         .is_err()
     {
@@ -197,7 +235,100 @@ pub async fn run(
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }
     crate::cluster::membership::leave(&gw).await;
-    served.map_err(|source| StartError::Io { addr, source })
+    Ok(())
+}
+
+/// What the accept loop hands each connection.
+struct Accepting {
+    app: Router,
+    hygiene: Hygiene,
+    nodelay: bool,
+    capacity: Arc<Capacity>,
+    phase: watch::Receiver<Phase>,
+}
+
+/// Accepts connections until `shutdown` resolves, then drops the listener
+/// (new connections are refused by the kernel from then on).
+async fn accept_until(
+    listener: TcpListener,
+    accepting: &Accepting,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => admit(stream, peer, accepting),
+            Err(e) => accept_failed(e).await,
+        }
+    }
+}
+
+/// Serves one accepted connection, or closes it at once when it is over a
+/// connection cap.
+fn admit(stream: TcpStream, peer: SocketAddr, accepting: &Accepting) {
+    let slot = match accepting.capacity.admit(peer.ip()) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            tracing::debug!(peer = %peer, reason = %refused, "connection refused");
+            return;
+        }
+    };
+    if accepting.nodelay
+        && let Err(e) = stream.set_nodelay(true)
+    {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+    }
+    tokio::spawn(connection::serve(
+        stream,
+        accepting.app.clone(),
+        accepting.hygiene,
+        accepting.phase.clone(),
+        slot,
+    ));
+}
+
+/// An accept error. A connection that failed before it was accepted is
+/// nothing to wait for; anything else (out of file descriptors, above all)
+/// is retried after a pause rather than in a busy loop.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed; retrying in 100 ms");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Asks every connection to finish its request and close, waits for them
+/// for at most `grace`, then closes those still open.
+async fn drain(capacity: &Capacity, phase: &watch::Sender<Phase>, grace: Duration) {
+    phase.send_replace(Phase::Draining);
+    if tokio::time::timeout(grace, capacity.all_closed())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        open = capacity.open(),
+        grace_secs = grace.as_secs(),
+        "closing the connections still open after the shutdown grace period"
+    );
+    phase.send_replace(Phase::Closing);
+    // Each connection drops as soon as its task runs again.
+    if tokio::time::timeout(Duration::from_secs(1), capacity.all_closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!(open = capacity.open(), "connections did not close");
+    }
 }
 
 /// SIGINT and SIGTERM handlers, installed before the gateway announces

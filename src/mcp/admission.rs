@@ -1,22 +1,29 @@
 //! HTTP admission, shared by every MCP route before any credential is
 //! looked at: `Origin` and `Host` against the allow-lists (DNS rebinding,
 //! 403), then `MCP-Protocol-Version` (400); for POSTs, the body within its
-//! size and nesting limits, parsed and classified into JSON-RPC messages.
+//! size, time and nesting limits, parsed and classified into JSON-RPC
+//! messages.
 //!
 //! [`Admitted`] is an axum extractor, so a route cannot forget the header
 //! checks: they run before its handler body does.
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+use bytes::BytesMut;
 use serde_json::Value;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
 
 use super::error::McpError;
 use super::jsonrpc::{self, Message};
 use super::protocol;
+use crate::config::HttpSecurity;
 use crate::gateway::Gateway;
 
 /// Header carrying the negotiated protocol version after `initialize`.
@@ -119,9 +126,7 @@ pub struct Messages {
 /// is not one valid request or a non-empty, bounded batch is refused here.
 pub async fn read_messages(gw: &Gateway, body: Body) -> Result<Messages, McpError> {
     let limits = &gw.config.limits;
-    let bytes: Bytes = axum::body::to_bytes(body, limits.max_body_bytes)
-        .await
-        .map_err(|_| McpError::BodyTooLarge(limits.max_body_bytes))?;
+    let bytes = read_body(body, limits.max_body_bytes, &gw.config.http).await?;
     if jsonrpc::depth_exceeds(&bytes, limits.max_json_depth) {
         return Err(McpError::TooDeep(limits.max_json_depth));
     }
@@ -152,6 +157,43 @@ pub async fn read_messages(gw: &Gateway, body: Body) -> Result<Messages, McpErro
         });
     }
     Ok(Messages { batch, messages })
+}
+
+/// Reads a whole body within its bounds of size and time:
+/// - a `Content-Length` or a body over `max` bytes: 413;
+/// - a body that is not done `http.body_read_timeout_ms` after reading
+///   began: 408;
+/// - a body that stalls for `http.body_stall_timeout_ms` before its end (a
+///   body shorter than its `Content-Length` whose client then waits): 400;
+/// - a body the connection cannot deliver (malformed chunked encoding, or
+///   the client closed before its end): 400.
+async fn read_body(body: Body, max: usize, http: &HttpSecurity) -> Result<Bytes, McpError> {
+    let declared = usize::try_from(HttpBody::size_hint(&body).lower()).unwrap_or(usize::MAX);
+    if declared > max {
+        return Err(McpError::BodyTooLarge(max));
+    }
+    let deadline = Instant::now() + Duration::from_millis(http.body_read_timeout_ms);
+    let stall = Duration::from_millis(http.body_stall_timeout_ms);
+    let mut frames = body.into_data_stream();
+    // A declared length reserves at most 64 KiB before bytes arrive.
+    let mut buf = BytesMut::with_capacity(declared.min(64 * 1024));
+    loop {
+        let wait = (Instant::now() + stall).min(deadline);
+        match tokio::time::timeout_at(wait, frames.next()).await {
+            Err(_) if Instant::now() >= deadline => {
+                return Err(McpError::BodyTimeout(http.body_read_timeout_ms));
+            }
+            Err(_) => return Err(McpError::BodyIncomplete(http.body_stall_timeout_ms)),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(_))) => return Err(McpError::BodyMalformed),
+            Ok(Some(Ok(chunk))) => {
+                if buf.len().saturating_add(chunk.len()) > max {
+                    return Err(McpError::BodyTooLarge(max));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

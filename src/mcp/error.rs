@@ -40,6 +40,17 @@ pub enum McpError {
     /// Body over `limits.max_body_bytes`: 413.
     #[error("request body exceeds {0} bytes")]
     BodyTooLarge(usize),
+    /// Body not done within `http.body_read_timeout_ms`: 408.
+    #[error("request body not received within {0} ms")]
+    BodyTimeout(u64),
+    /// Body stalled before its end for `http.body_stall_timeout_ms` (as a
+    /// body shorter than its `Content-Length` does): 400.
+    #[error("request body incomplete: nothing arrived for {0} ms before its end")]
+    BodyIncomplete(u64),
+    /// Body the connection could not deliver whole (malformed chunked
+    /// encoding, or the client closed before its end): 400.
+    #[error("request body malformed or cut short")]
+    BodyMalformed,
     /// JSON nested deeper than `limits.max_json_depth`: 400.
     #[error("JSON nesting deeper than {0} levels")]
     TooDeep(usize),
@@ -198,8 +209,11 @@ impl McpError {
             | InvalidRequest { .. }
             | BatchTooLong { .. }
             | SessionIdMismatch(_)
-            | MissingStreamId => StatusCode::BAD_REQUEST,
+            | MissingStreamId
+            | BodyIncomplete(_)
+            | BodyMalformed => StatusCode::BAD_REQUEST,
             BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             SessionNotFound(_) | SessionTerminated(_) | StreamNotOpen { .. } => {
                 StatusCode::NOT_FOUND
@@ -228,6 +242,9 @@ impl McpError {
             | HostNotAllowed(_)
             | UnsupportedVersion(_)
             | BodyTooLarge(_)
+            | BodyTimeout(_)
+            | BodyIncomplete(_)
+            | BodyMalformed
             | TooDeep(_)
             | InvalidRequest { .. }
             | BatchTooLong { .. }
@@ -320,6 +337,14 @@ impl IntoResponse for McpError {
             }
             McpError::TooManyStreams(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            // The rest of the body is not read: the connection cannot carry
+            // another request.
+            McpError::BodyTooLarge(_)
+            | McpError::BodyTimeout(_)
+            | McpError::BodyIncomplete(_)
+            | McpError::BodyMalformed => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }
