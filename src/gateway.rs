@@ -19,6 +19,7 @@ use crate::policy::entities::{self, EntitySlice};
 use crate::policy::{Pep, PolicyBundle};
 use crate::store::tenants::{self, ApiKey, SessionTenant};
 use crate::store::{Store, StoreError};
+use crate::tools::spec::echo;
 use crate::tools::{Catalog, ToolAdapter};
 
 /// Most cached keys and session views.
@@ -58,10 +59,10 @@ pub enum ResolveError {
     #[error("unknown or revoked key")]
     UnknownKey,
     /// No such session (404).
-    #[error("session `{0}` not found")]
+    #[error("session `{}` not found", echo(.0))]
     NoSession(String),
     /// The key's org is not the session's org (403).
-    #[error("this key's organization does not own session `{0}`")]
+    #[error("this key's organization does not own session `{}`", echo(.0))]
     CrossOrg(String),
     /// The store failed (503/500).
     #[error("{0}")]

@@ -16,12 +16,11 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use bytes::BytesMut;
-use serde_json::Value;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
 use super::error::McpError;
-use super::jsonrpc::{self, Message};
+use super::jsonrpc::{self, Id, Message, Parsed};
 use super::protocol;
 use crate::config::HttpSecurity;
 use crate::gateway::Gateway;
@@ -130,13 +129,12 @@ pub async fn read_messages(gw: &Gateway, body: Body) -> Result<Messages, McpErro
     if jsonrpc::depth_exceeds(&bytes, limits.max_json_depth) {
         return Err(McpError::TooDeep(limits.max_json_depth));
     }
-    let parsed: Value =
-        serde_json::from_slice(&bytes).map_err(|e| McpError::Parse(e.to_string()))?;
+    let parsed = jsonrpc::parse(&bytes).map_err(|e| McpError::Parse(e.to_string()))?;
     let (batch, messages) = match parsed {
-        Value::Array(items) => {
+        Parsed::Batch(items) => {
             if items.is_empty() {
                 return Err(McpError::InvalidRequest {
-                    id: Value::Null,
+                    id: Id::null(),
                     reason: "empty batch".into(),
                 });
             }
@@ -148,7 +146,7 @@ pub async fn read_messages(gw: &Gateway, body: Body) -> Result<Messages, McpErro
             }
             (true, items.into_iter().map(jsonrpc::classify).collect())
         }
-        other => (false, vec![jsonrpc::classify(other)]),
+        Parsed::Single(one) => (false, vec![jsonrpc::classify(one)]),
     };
     if !batch && let Some(Message::Invalid { id, reason }) = messages.first() {
         return Err(McpError::InvalidRequest {

@@ -21,8 +21,10 @@ use super::error::McpError;
 use super::protocol;
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
+use crate::policy::entities::{self, KeyFacts};
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext, Uid};
 use crate::store::WriteOp;
+use crate::store::tenants::ApiKey;
 use crate::tools::Invocation;
 
 /// What one HTTP request resolved to.
@@ -138,10 +140,13 @@ pub async fn resolve(
         crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
     let key = gw.authenticate(&presented).await.map_err(resolve_error)?;
     let bundle = gw.pep.current();
-    let view = gw
-        .session_view(session_id, &key, &bundle)
-        .await
-        .map_err(resolve_error)?;
+    let view = match gw.session_view(session_id, &key, &bundle).await {
+        Ok(view) => view,
+        Err(ResolveError::CrossOrg(_)) => {
+            return Err(refuse_cross_org(gw, &bundle, &key, session_id).await);
+        }
+        Err(e) => return Err(resolve_error(e)),
+    };
     let time = crate::ids::now_rfc3339();
     let context = bundle.prepare_session_context(session_id, &time);
     let version = header_version
@@ -184,6 +189,58 @@ async fn access_session(call: &Call, session_id: &str) -> Result<(), McpError> {
         decision_id,
         advice,
     })
+}
+
+/// Records the refusal of a key on another org's session as a denied
+/// `access_session`, durably, then answers 403. The record belongs to the
+/// key's org (the caller's trail, not the session owner's) and is decided
+/// on a slice holding only the key: nothing of the other org enters it, and
+/// any policy reading the session fails closed on the absent entity.
+async fn refuse_cross_org(
+    gw: &Gateway,
+    bundle: &PolicyBundle,
+    key: &ApiKey,
+    session_id: &str,
+) -> McpError {
+    let facts = KeyFacts {
+        org_id: &key.org_id,
+        id: &key.id,
+        label: &key.label,
+    };
+    let slice = match entities::key_slice(bundle, &facts) {
+        Ok(slice) => slice,
+        Err(e) => return resolve_error(ResolveError::Entities(e)),
+    };
+    let time = crate::ids::now_rfc3339();
+    let mut decided = audit::decide(
+        bundle,
+        &slice,
+        &Kind::ApiKey.uid(&key.id),
+        Action::AccessSession,
+        &Kind::Session.uid(session_id),
+        &bundle.prepare_session_context(session_id, &time),
+        Scope {
+            org_id: Some(&key.org_id),
+            session_id: None,
+        },
+        &time,
+    );
+    decided.record.notes = serde_json::json!({
+        "refusedBy": "tenant_isolation",
+        "reason": "the key's organization does not own this session",
+    })
+    .to_string();
+    let decision_id = decided.id().to_string();
+    let outcome = serde_json::json!({ "status": "denied", "deniedBy": "tenant_isolation" });
+    let op = WriteOp::Decision(Box::new(decided.finish(outcome)));
+    if let Err(e) = gw.store.writer().submit(vec![op]).await {
+        tracing::error!(error = %e, "cannot record a cross-org refusal");
+        return McpError::TrailUnavailable;
+    }
+    McpError::NotOwnSession {
+        session_id: session_id.to_string(),
+        decision_id,
+    }
 }
 
 fn resolve_error(e: ResolveError) -> McpError {

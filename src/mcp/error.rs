@@ -8,13 +8,19 @@
 //! HTTP 200 for the body as a whole ([`McpError::status`] says 200).
 //! Codes are a public contract (see `jsonrpc`); messages never carry
 //! internals: store failures are logged and answered generically.
+//!
+//! Messages and `error.data` repeat caller input (a tool or method name, a
+//! header, a field, a bad value) only as a short prefix
+//! ([`crate::tools::spec::echo`]: 128 characters, then `…`), so an error
+//! body stays small whatever the request carried.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::jsonrpc::{self, RpcError};
+use super::jsonrpc::{self, Id, RpcError};
 use super::protocol;
+use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
 
 /// One rejected argument, as `error.data.errors` lists it.
 #[derive(Debug, Clone)]
@@ -29,13 +35,13 @@ pub struct BadArgument {
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     /// `Origin` not on the allow-list (DNS rebinding): 403.
-    #[error("origin `{0}` is not allowed")]
+    #[error("origin `{}` is not allowed", echo(.0))]
     OriginNotAllowed(String),
     /// `Host` not on the allow-list (DNS rebinding): 403.
-    #[error("host `{0}` is not allowed")]
+    #[error("host `{}` is not allowed", echo(.0))]
     HostNotAllowed(String),
     /// An `MCP-Protocol-Version` this gateway does not speak: 400.
-    #[error("unsupported MCP-Protocol-Version `{0}`; supported: {supported}", supported = protocol::SUPPORTED.join(", "))]
+    #[error("unsupported MCP-Protocol-Version `{}`; supported: {supported}", echo(.0), supported = protocol::SUPPORTED.join(", "))]
     UnsupportedVersion(String),
     /// Body over `limits.max_body_bytes`: 413.
     #[error("request body exceeds {0} bytes")]
@@ -58,10 +64,10 @@ pub enum McpError {
     #[error("parse error: body is not valid JSON")]
     Parse(String),
     /// Not a JSON-RPC request (or an empty batch): -32600.
-    #[error("invalid request: {reason}")]
+    #[error("invalid request: {}", echo(.reason))]
     InvalidRequest {
-        /// The request's id, when one could be read.
-        id: Value,
+        /// The request's id as written, when one could be read.
+        id: Id,
         /// What is wrong.
         reason: String,
     },
@@ -74,15 +80,24 @@ pub enum McpError {
         max: usize,
     },
     /// No, malformed or unknown credential: 401.
-    #[error("{0}")]
+    #[error("{}", prefix(.0, MESSAGE_MAX_CHARS))]
     Unauthenticated(String),
     /// No such session: 404.
-    #[error("{0}")]
+    #[error("{}", prefix(.0, MESSAGE_MAX_CHARS))]
     SessionNotFound(String),
     /// The key's org does not own the session, or its entities could not
     /// be built (fail closed): 403.
-    #[error("{0}")]
+    #[error("{}", prefix(.0, MESSAGE_MAX_CHARS))]
     Forbidden(String),
+    /// The key's org does not own the session (tenant isolation): 403,
+    /// with the id of the recorded refusal.
+    #[error("this key's organization does not own session `{}`", echo(.session_id))]
+    NotOwnSession {
+        /// The session asked for.
+        session_id: String,
+        /// The recorded refusal (in the key's org's trail).
+        decision_id: String,
+    },
     /// Cedar denied `access_session`: 403, with the decision id.
     #[error("access to this session is not authorized")]
     AccessDenied {
@@ -98,11 +113,12 @@ pub enum McpError {
     #[error("decision trail unavailable")]
     TrailUnavailable,
     /// `Mcp-Session-Id` names another session: 400.
-    #[error("`Mcp-Session-Id` `{0}` does not name the session in the path")]
+    #[error("`Mcp-Session-Id` `{}` does not name the session in the path", echo(.0))]
     SessionIdMismatch(String),
     /// The MCP session was terminated with `DELETE`: 404.
     #[error(
-        "MCP session `{0}` was terminated; send `initialize` without `Mcp-Session-Id` to start a new one"
+        "MCP session `{}` was terminated; send `initialize` without `Mcp-Session-Id` to start a new one",
+        echo(.0)
     )]
     SessionTerminated(String),
     /// `GET` on the Streamable HTTP endpoint: 405.
@@ -115,7 +131,9 @@ pub enum McpError {
     MissingStreamId,
     /// A legacy POST to a stream that is not open for this session and key: 404.
     #[error(
-        "stream `{stream_id}` is not open for this session and key; open a new one with GET /api/mcp/{session_id}/sse"
+        "stream `{}` is not open for this session and key; open a new one with GET /api/mcp/{}/sse",
+        echo(.stream_id),
+        echo(.session_id)
     )]
     StreamNotOpen {
         /// The stream asked for.
@@ -130,7 +148,7 @@ pub enum McpError {
     #[error("{0}")]
     Closing(&'static str),
     /// No such method: -32601.
-    #[error("method `{0}` not found")]
+    #[error("method `{}` not found", echo(.0))]
     MethodNotFound(String),
     /// Malformed `params`: -32602 naming the field.
     #[error("{message}")]
@@ -142,10 +160,10 @@ pub enum McpError {
     },
     /// An unknown tool, or one the agent may not view: -32601 (the same
     /// answer for both, so visibility leaks nothing).
-    #[error("unknown tool `{0}`")]
+    #[error("unknown tool `{}`", echo(.0))]
     UnknownTool(String),
     /// Arguments that do not match the tool's `inputSchema`: -32602.
-    #[error("invalid arguments for `{tool}`: `{field}`: {message}", field = errors.first().map(|e| e.field.as_str()).unwrap_or_default(), message = errors.first().map(|e| e.message.as_str()).unwrap_or_default())]
+    #[error("invalid arguments for `{}`: `{}`: {}", echo(.tool), echo(first_field(.errors)), first_message(.errors))]
     InvalidArguments {
         /// The tool as called.
         tool: String,
@@ -159,7 +177,7 @@ pub enum McpError {
     #[error("`{}` may not write the knowledge graph of this project", .0.tool)]
     WriteDenied(Box<Denial>),
     /// The tool failed while running: -32603.
-    #[error("tool `{tool}` failed: {message}")]
+    #[error("tool `{}` failed: {}", echo(.tool), prefix(.message, MESSAGE_MAX_CHARS))]
     ToolFailed {
         /// The tool as called.
         tool: String,
@@ -194,15 +212,31 @@ pub struct Denial {
     pub advice: Vec<String>,
 }
 
+fn first_field(errors: &[BadArgument]) -> &str {
+    errors.first().map(|e| e.field.as_str()).unwrap_or_default()
+}
+
+fn first_message(errors: &[BadArgument]) -> std::borrow::Cow<'_, str> {
+    prefix(
+        errors
+            .first()
+            .map(|e| e.message.as_str())
+            .unwrap_or_default(),
+        MESSAGE_MAX_CHARS,
+    )
+}
+
 impl McpError {
     /// The HTTP status of a failed HTTP request (200 for errors of one
     /// JSON-RPC request, answered inside the body).
     pub fn status(&self) -> StatusCode {
         use McpError::*;
         match self {
-            OriginNotAllowed(_) | HostNotAllowed(_) | Forbidden(_) | AccessDenied { .. } => {
-                StatusCode::FORBIDDEN
-            }
+            OriginNotAllowed(_)
+            | HostNotAllowed(_)
+            | Forbidden(_)
+            | NotOwnSession { .. }
+            | AccessDenied { .. } => StatusCode::FORBIDDEN,
             UnsupportedVersion(_)
             | TooDeep(_)
             | Parse(_)
@@ -256,9 +290,11 @@ impl McpError {
             SessionNotFound(_) | SessionTerminated(_) | StreamNotOpen { .. } => {
                 jsonrpc::SESSION_NOT_FOUND
             }
-            Forbidden(_) | AccessDenied { .. } | CallDenied(_) | WriteDenied(_) => {
-                jsonrpc::AUTH_DENIED
-            }
+            Forbidden(_)
+            | NotOwnSession { .. }
+            | AccessDenied { .. }
+            | CallDenied(_)
+            | WriteDenied(_) => jsonrpc::AUTH_DENIED,
             StorageUnavailable | TrailUnavailable | Closing(_) | ToolFailed { .. } | Internal => {
                 jsonrpc::INTERNAL_ERROR
             }
@@ -272,21 +308,22 @@ impl McpError {
     fn data(&self) -> Option<Value> {
         use McpError::*;
         let data = match self {
-            Parse(detail) => json!({ "detail": detail }),
-            InvalidRequest { reason, .. } => json!({ "reason": reason }),
+            Parse(detail) => json!({ "detail": echo(detail) }),
+            InvalidRequest { reason, .. } => json!({ "reason": echo(reason) }),
             BatchTooLong { max, .. } => json!({ "maxBatchLength": max }),
             AccessDenied {
                 decision_id,
                 advice,
             } => json!({ "decisionId": decision_id, "advice": advice }),
+            NotOwnSession { decision_id, .. } => json!({ "decisionId": decision_id }),
             TooManyStreams(max) => json!({ "maxStreamsPerKey": max }),
-            MethodNotFound(method) => json!({ "method": method }),
+            MethodNotFound(method) => json!({ "method": echo(method) }),
             InvalidParams { field, .. } => json!({ "field": field }),
-            UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": tool }),
+            UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": echo(tool) }),
             InvalidArguments { tool, errors } => json!({
-                "tool": tool,
-                "field": errors.first().map(|e| e.field.as_str()).unwrap_or_default(),
-                "errors": errors.iter().map(|e| json!({ "field": e.field, "message": e.message })).collect::<Vec<_>>(),
+                "tool": echo(tool),
+                "field": echo(first_field(errors)),
+                "errors": errors.iter().map(|e| json!({ "field": echo(&e.field), "message": prefix(&e.message, MESSAGE_MAX_CHARS) })).collect::<Vec<_>>(),
             }),
             CallDenied(d) | WriteDenied(d) => json!({
                 "decisionId": d.decision_id,
@@ -311,17 +348,17 @@ impl McpError {
 
     /// The id a whole-request error answers (a single invalid request's
     /// own id when it had one, else `null`).
-    fn id(&self) -> Value {
+    fn id(&self) -> Id {
         match self {
             McpError::InvalidRequest { id, .. } => id.clone(),
-            _ => Value::Null,
+            _ => Id::null(),
         }
     }
 }
 
 impl IntoResponse for McpError {
     fn into_response(self) -> Response {
-        let body = jsonrpc::error_response(self.id(), &self.rpc()).to_string();
+        let body = jsonrpc::error_body(&self.id(), &self.rpc());
         let mut resp = (self.status(), body).into_response();
         let headers = resp.headers_mut();
         headers.insert(

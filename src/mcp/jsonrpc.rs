@@ -1,8 +1,15 @@
 //! JSON-RPC 2.0 framing: message classification, error codes (a public
 //! contract, see the endpoint seed), and a nesting-depth pre-scan that runs
 //! before any parser so deep input cannot exhaust the stack.
+//!
+//! A body is parsed in one pass into its elements, each request keeping its
+//! `id` as the raw JSON text the client wrote ([`Id`]); every answer, single,
+//! batched or sent on an SSE stream, is written with that text, so an id
+//! round-trips exactly whatever a JSON number type could hold.
 
-use serde_json::{Map, Value, json};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// Request body is not valid JSON.
 pub const PARSE_ERROR: i64 = -32700;
@@ -46,14 +53,54 @@ impl RpcError {
     }
 }
 
-/// A full error response.
-pub fn error_response(id: Value, err: &RpcError) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "error": err.to_value() })
+/// A request id exactly as the client wrote it (a string, a number, or
+/// `null`), echoed back byte for byte: `123456789012345678901234567890`,
+/// `-0`, `1.50` and `"\u0041"` come back as sent, never re-formatted.
+#[derive(Debug, Clone)]
+pub struct Id(Box<RawValue>);
+
+impl Id {
+    /// The `null` id (a whole-request error, or a request whose id could not
+    /// be read).
+    pub fn null() -> Id {
+        Id(RawValue::NULL.to_owned())
+    }
+
+    /// The id's JSON text, as written.
+    pub fn as_raw(&self) -> &str {
+        self.0.get()
+    }
+
+    /// An id as read from a message: a string, a number or `null`;
+    /// anything else is not an id (`None`). Raw values carry no surrounding
+    /// whitespace, so the first byte tells the JSON type.
+    fn read(raw: Box<RawValue>) -> Option<Id> {
+        match raw.get().as_bytes().first() {
+            Some(b'"' | b'-' | b'0'..=b'9' | b'n') => Some(Id(raw)),
+            _ => None,
+        }
+    }
 }
 
-/// A full success response.
-pub fn result_response(id: Value, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+impl From<Value> for Id {
+    fn from(v: Value) -> Id {
+        RawValue::from_string(v.to_string())
+            .map(Id)
+            .unwrap_or_else(|_| Id::null())
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.as_raw() == other.as_raw()
+    }
+}
+
+/// A whole-request error body: `{"jsonrpc":"2.0","id":…,"error":…}`.
+pub fn error_body(id: &Id, err: &RpcError) -> String {
+    let mut out = String::new();
+    Answer::of(id.clone(), Err(err.clone())).write(&mut out);
+    out
 }
 
 /// The result of one request: a JSON value, or JSON text serialized ahead
@@ -67,50 +114,55 @@ pub enum Reply {
     Text(String),
 }
 
-/// One response of a request body.
+/// One response of a request body: the request's id as written, and what
+/// its method produced.
 #[derive(Debug)]
-pub enum Answer {
-    /// A whole response object.
-    Json(Value),
-    /// A success whose result is JSON text.
-    Text {
-        /// The request's id.
-        id: Value,
-        /// The result, serialized.
-        result: String,
-    },
+pub struct Answer {
+    id: Id,
+    outcome: Result<Reply, RpcError>,
 }
 
 impl Answer {
     /// The answer to request `id` from what its method produced.
-    pub fn of(id: Value, outcome: Result<Reply, RpcError>) -> Answer {
-        match outcome {
-            Ok(Reply::Json(result)) => Answer::Json(result_response(id, result)),
-            Ok(Reply::Text(result)) => Answer::Text { id, result },
-            Err(err) => Answer::Json(error_response(id, &err)),
+    pub fn of(id: impl Into<Id>, outcome: Result<Reply, RpcError>) -> Answer {
+        Answer {
+            id: id.into(),
+            outcome,
         }
     }
 
-    /// The response as a value, when it is one (a `Text` answer is never an
-    /// `initialize` answer).
-    pub fn json(&self) -> Option<&Value> {
-        match self {
-            Answer::Json(v) => Some(v),
-            Answer::Text { .. } => None,
+    /// The id this answers.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// The result, when it is a success held as a value (a `Text` result is
+    /// never an `initialize` result).
+    pub fn result(&self) -> Option<&Value> {
+        match &self.outcome {
+            Ok(Reply::Json(v)) => Some(v),
+            _ => None,
         }
     }
 
     fn write(&self, out: &mut String) {
-        match self {
-            Answer::Json(v) => out.push_str(&v.to_string()),
-            Answer::Text { id, result } => {
-                out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-                out.push_str(&id.to_string());
+        out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+        out.push_str(self.id.as_raw());
+        match &self.outcome {
+            Ok(Reply::Json(result)) => {
+                out.push_str(",\"result\":");
+                out.push_str(&result.to_string());
+            }
+            Ok(Reply::Text(result)) => {
                 out.push_str(",\"result\":");
                 out.push_str(result);
-                out.push('}');
+            }
+            Err(err) => {
+                out.push_str(",\"error\":");
+                out.push_str(&err.to_value().to_string());
             }
         }
+        out.push('}');
     }
 }
 
@@ -135,13 +187,134 @@ pub fn body(answers: &[Answer], batch: bool) -> String {
     out
 }
 
+/// A request body as parsed: a batch, or one element.
+#[derive(Debug)]
+pub enum Parsed {
+    /// A JSON array: its elements in order.
+    Batch(Vec<Element>),
+    /// Anything else.
+    Single(Element),
+}
+
+/// One element of a body, parsed in one pass: an object keeps its `id` as
+/// written and every other member as a value.
+#[derive(Debug)]
+pub enum Element {
+    /// A JSON object.
+    Object {
+        /// `id` as written, when present (the last one, as for any member).
+        id: Option<Box<RawValue>>,
+        /// The other members.
+        members: Map<String, Value>,
+    },
+    /// Not an object (answered with -32600).
+    Other,
+}
+
+/// Parses a request body (after the depth pre-scan).
+pub fn parse(bytes: &[u8]) -> Result<Parsed, serde_json::Error> {
+    serde_json::from_slice(bytes)
+}
+
+/// Reads an object's members, keeping `id` as written.
+fn object<'de, A: MapAccess<'de>>(mut map: A) -> Result<Element, A::Error> {
+    let mut id = None;
+    let mut members = Map::new();
+    while let Some(key) = map.next_key::<String>()? {
+        if key == "id" {
+            id = Some(map.next_value::<Box<RawValue>>()?);
+        } else {
+            let value: Value = map.next_value()?;
+            members.insert(key, value);
+        }
+    }
+    Ok(Element::Object { id, members })
+}
+
+/// Visits a body (`batch: true`) or one element of a batch.
+struct Visit {
+    batch: bool,
+}
+
+/// What [`Visit`] produced.
+enum Visited {
+    Batch(Vec<Element>),
+    Element(Element),
+}
+
+impl<'de> Visitor<'de> for Visit {
+    type Value = Visited;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Visited, A::Error> {
+        object(map).map(Visited::Element)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Visited, A::Error> {
+        if !self.batch {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(Visited::Element(Element::Other));
+        }
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Element>()? {
+            items.push(item);
+        }
+        Ok(Visited::Batch(items))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Visited, E> {
+        Ok(Visited::Element(Element::Other))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Visited, E> {
+        Ok(Visited::Element(Element::Other))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Visited, E> {
+        Ok(Visited::Element(Element::Other))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Visited, E> {
+        Ok(Visited::Element(Element::Other))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Visited, E> {
+        Ok(Visited::Element(Element::Other))
+    }
+
+    fn visit_unit<E>(self) -> Result<Visited, E> {
+        Ok(Visited::Element(Element::Other))
+    }
+}
+
+impl<'de> Deserialize<'de> for Parsed {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Parsed, D::Error> {
+        Ok(match d.deserialize_any(Visit { batch: true })? {
+            Visited::Batch(items) => Parsed::Batch(items),
+            Visited::Element(one) => Parsed::Single(one),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Element {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Element, D::Error> {
+        Ok(match d.deserialize_any(Visit { batch: false })? {
+            Visited::Batch(_) => Element::Other,
+            Visited::Element(one) => one,
+        })
+    }
+}
+
 /// One element of a request body.
 #[derive(Debug, Clone)]
 pub enum Message {
     /// A call expecting a response.
     Request {
-        /// Its id (string or number).
-        id: Value,
+        /// Its id (string or number), as written.
+        id: Id,
         /// Method name.
         method: String,
         /// Params (`null` when absent).
@@ -157,62 +330,46 @@ pub enum Message {
     /// Not a valid request: answered with -32600.
     Invalid {
         /// The id, when one could be read.
-        id: Value,
+        id: Id,
         /// What is wrong.
         reason: String,
     },
 }
 
-/// Classifies one JSON value of a body.
-pub fn classify(v: Value) -> Message {
-    let Value::Object(mut obj) = v else {
-        return Message::Invalid {
-            id: Value::Null,
-            reason: "a request must be a JSON object".into(),
-        };
-    };
-    let id = match obj.remove("id") {
-        None => None,
-        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
-        Some(Value::Null) => Some(Value::Null),
-        Some(_) => {
-            return Message::Invalid {
-                id: Value::Null,
-                reason: "`id` must be a string or a number".into(),
-            };
-        }
-    };
-    let reply_id = id.clone().unwrap_or(Value::Null);
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Message::Invalid {
-            id: reply_id,
-            reason: "missing `jsonrpc: \"2.0\"`".into(),
-        };
+fn invalid(id: Id, reason: &str) -> Message {
+    Message::Invalid {
+        id,
+        reason: reason.into(),
     }
-    let method = match obj.remove("method") {
+}
+
+/// Classifies one element of a body.
+pub fn classify(element: Element) -> Message {
+    let Element::Object { id, mut members } = element else {
+        return invalid(Id::null(), "a request must be a JSON object");
+    };
+    let id = match id.map(Id::read) {
+        None => None,
+        Some(Some(id)) => Some(id),
+        Some(None) => return invalid(Id::null(), "`id` must be a string or a number"),
+    };
+    let reply_id = id.clone().unwrap_or_else(Id::null);
+    if members.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid(reply_id, "missing `jsonrpc: \"2.0\"`");
+    }
+    let method = match members.remove("method") {
         Some(Value::String(m)) => m,
-        Some(_) => {
-            return Message::Invalid {
-                id: reply_id,
-                reason: "`method` must be a string".into(),
-            };
-        }
+        Some(_) => return invalid(reply_id, "`method` must be a string"),
         None => {
-            if obj.contains_key("result") || obj.contains_key("error") {
+            if members.contains_key("result") || members.contains_key("error") {
                 return Message::ClientResponse;
             }
-            return Message::Invalid {
-                id: reply_id,
-                reason: "missing `method`".into(),
-            };
+            return invalid(reply_id, "missing `method`");
         }
     };
-    let params = obj.remove("params").unwrap_or(Value::Null);
+    let params = members.remove("params").unwrap_or(Value::Null);
     if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
-        return Message::Invalid {
-            id: reply_id,
-            reason: "`params` must be an object or an array".into(),
-        };
+        return invalid(reply_id, "`params` must be an object or an array");
     }
     match id {
         None => Message::Notification { method },
@@ -256,33 +413,84 @@ pub fn depth_exceeds(body: &[u8], max: usize) -> bool {
 mod tests {
     use super::*;
 
+    fn one(text: &str) -> Message {
+        match parse(text.as_bytes()).unwrap() {
+            Parsed::Single(e) => classify(e),
+            Parsed::Batch(_) => panic!("not a single message: {text}"),
+        }
+    }
+
     #[test]
     fn classification_table() {
         let cases = [
-            (json!({"jsonrpc":"2.0","id":1,"method":"ping"}), "request"),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, "request"),
             (
-                json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
                 "notification",
             ),
-            (json!({"jsonrpc":"2.0","id":1}), "invalid"),
-            (json!({"id":1,"method":"ping"}), "invalid"),
-            (json!({"jsonrpc":"2.0","id":{},"method":"ping"}), "invalid"),
+            (r#"{"jsonrpc":"2.0","id":1}"#, "invalid"),
+            (r#"{"id":1,"method":"ping"}"#, "invalid"),
+            (r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#, "invalid"),
+            (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, "invalid"),
+            (r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#, "invalid"),
+            (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, "request"),
             (
-                json!({"jsonrpc":"2.0","id":1,"method":"ping","params":3}),
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":3}"#,
                 "invalid",
             ),
-            (json!({"jsonrpc":"2.0","id":1,"result":{}}), "response"),
-            (json!(5), "invalid"),
+            (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, "response"),
+            ("5", "invalid"),
+            ("[[1]]", "batch"),
         ];
-        for (v, want) in cases {
-            let got = match classify(v.clone()) {
-                Message::Request { .. } => "request",
-                Message::Notification { .. } => "notification",
-                Message::Invalid { .. } => "invalid",
-                Message::ClientResponse => "response",
+        for (text, want) in cases {
+            let got = match parse(text.as_bytes()).unwrap() {
+                Parsed::Batch(_) => "batch",
+                Parsed::Single(e) => match classify(e) {
+                    Message::Request { .. } => "request",
+                    Message::Notification { .. } => "notification",
+                    Message::Invalid { .. } => "invalid",
+                    Message::ClientResponse => "response",
+                },
             };
-            assert_eq!(got, want, "{v}");
+            assert_eq!(got, want, "{text}");
         }
+    }
+
+    #[test]
+    fn ids_are_kept_as_written() {
+        for id in [
+            "123456789012345678901234567890",
+            "-0",
+            "1.50",
+            "1e400",
+            r#""a\u0041""#,
+            "null",
+        ] {
+            let text = format!(r#"{{"jsonrpc":"2.0","id": {id} ,"method":"ping"}}"#);
+            let Message::Request { id: got, .. } = one(&text) else {
+                panic!("{text}");
+            };
+            assert_eq!(got.as_raw(), id);
+            let answer = Answer::of(got, Ok(Reply::Json(Value::Null)));
+            assert_eq!(
+                body(&[answer], false),
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":null}}"#)
+            );
+        }
+    }
+
+    #[test]
+    fn batches_keep_each_id_and_element() {
+        let Parsed::Batch(items) = parse(
+            br#"[{"jsonrpc":"2.0","id":1.0,"method":"a"}, 7, {"jsonrpc":"2.0","method":"b"}]"#,
+        )
+        .unwrap() else {
+            panic!("a batch");
+        };
+        let kinds: Vec<Message> = items.into_iter().map(classify).collect();
+        assert!(matches!(&kinds[0], Message::Request { id, .. } if id.as_raw() == "1.0"));
+        assert!(matches!(&kinds[1], Message::Invalid { .. }));
+        assert!(matches!(&kinds[2], Message::Notification { .. }));
     }
 
     #[test]

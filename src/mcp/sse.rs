@@ -26,7 +26,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::Value;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
@@ -35,7 +34,7 @@ use super::admission::{Admitted, read_messages};
 use super::call::{Call, resolve};
 use super::dispatch::answer;
 use super::error::McpError;
-use super::jsonrpc::{self, Answer, Message};
+use super::jsonrpc::{self, Answer, Id, Message};
 use super::streams::{Entry, OpenError, Registration};
 use crate::gateway::Gateway;
 
@@ -144,7 +143,7 @@ pub async fn post_message(
 /// Answers the messages with the shared dispatch, remembers a version
 /// negotiated by `initialize`, and sends the answer on the stream.
 async fn answer_on_stream(call: Call, batch: bool, messages: Vec<Message>, entry: Entry) {
-    let initialize_ids: Vec<Value> = messages
+    let initialize_ids: Vec<Id> = messages
         .iter()
         .filter_map(|m| match m {
             Message::Request { id, method, .. } if method == "initialize" => Some(id.clone()),
@@ -154,9 +153,9 @@ async fn answer_on_stream(call: Call, batch: bool, messages: Vec<Message>, entry
     let responses = answer(&call, messages).await;
     if let Some(version) = responses
         .iter()
-        .filter_map(Answer::json)
-        .filter(|r| initialize_ids.contains(&r["id"]))
-        .find_map(|r| r["result"]["protocolVersion"].as_str())
+        .filter(|a| initialize_ids.contains(a.id()))
+        .filter_map(Answer::result)
+        .find_map(|r| r["protocolVersion"].as_str())
         && let Ok(mut v) = entry.version.lock()
     {
         *v = Some(version.to_string());

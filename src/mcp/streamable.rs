@@ -165,9 +165,10 @@ fn respond(
 
 /// Whether the answers hold a successful `initialize`.
 fn initialized(answers: &[Answer]) -> bool {
-    answers.iter().filter_map(Answer::json).any(|r| {
-        r["result"]["protocolVersion"].is_string() && r["result"]["serverInfo"].is_object()
-    })
+    answers
+        .iter()
+        .filter_map(Answer::result)
+        .any(|r| r["protocolVersion"].is_string() && r["serverInfo"].is_object())
 }
 
 /// `DELETE /api/mcp/{sessionId}`: terminates the MCP session (and ends its

@@ -1,7 +1,8 @@
 //! `tools/call`: one pipeline for every tool adapter, read top to bottom:
 //!
-//! parse → resolve (name or legacy alias) → `view_tool` (a hidden tool
-//! answers exactly like an unknown one) → validate the arguments against
+//! parse → resolve (name or legacy alias) → `view_tool` (decided for an
+//! unknown name too, so a hidden tool answers exactly like an unknown one,
+//! after the same durable write) → validate the arguments against
 //! the `inputSchema` → inject the tenant context → decide (`call_tool` or
 //! `a2a_invoke`, typed with `context.args` when the schema types the tool;
 //! `write_node` for graph writes) → execute through the adapter (graph
@@ -23,6 +24,7 @@ use super::protocol;
 use crate::audit::Decided;
 use crate::policy::{Action, Kind, PreparedContext};
 use crate::store::WriteOp;
+use crate::tools::spec::echo;
 use crate::tools::{
     Executed, Failed, Failure, Invocation, ToolAdapter, ToolCall, ToolSpec, text_result,
 };
@@ -44,12 +46,17 @@ struct Allowed {
 /// Runs one `tools/call`.
 pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
     let request = parse(params)?;
-    let tool = match resolve(call, &request.name)? {
+    let tool = match resolve(call, &request.name) {
         Resolved::Tool(tool) => tool,
         Resolved::Answer(result) => return Ok(result),
+        Resolved::Unknown => {
+            // Always refused, after its record is durable.
+            check_view(call, &echo(&request.name), &request.name, false).await?;
+            return Err(McpError::UnknownTool(request.name));
+        }
     };
     let spec = Arc::clone(tool.spec());
-    check_view(call, &spec, &request.name).await?;
+    check_view(call, &spec.name, &request.name, true).await?;
     let (args, notes) = validated_arguments(call, &spec, request.name.as_str(), request.arguments)?;
     let inv = call.invocation();
     if !still_offered(tool.as_ref(), &inv, &request.name).await? {
@@ -99,38 +106,62 @@ enum Resolved {
     /// Answered without a decision (a graph tool of a project whose graph
     /// is off answers `{"disabled": true}`, not an error).
     Answer(Value),
+    /// No tool of this session has the name.
+    Unknown,
 }
 
 /// The tool by canonical name or legacy alias.
-fn resolve(call: &Call, name: &str) -> Result<Resolved, McpError> {
+fn resolve(call: &Call, name: &str) -> Resolved {
     if let Some(tool) = call.view.tool(name) {
-        return Ok(Resolved::Tool(Arc::clone(tool)));
+        return Resolved::Tool(Arc::clone(tool));
     }
     match call.gw.catalog.disabled_answer(name, &call.view.tenant) {
         Some(output) => {
             let structured = protocol::has_structured_content(&call.version);
-            Ok(Resolved::Answer(text_result(output, structured)))
+            Resolved::Answer(text_result(output, structured))
         }
-        None => Err(McpError::UnknownTool(name.to_string())),
+        None => Resolved::Unknown,
     }
 }
 
-/// Decides `view_tool`: a tool the agent may not view answers exactly like
-/// an unknown one (after its denial is durable).
-async fn check_view(call: &Call, spec: &ToolSpec, called_as: &str) -> Result<(), McpError> {
-    let view = call.decide(
+/// Decides `view_tool` on `Tool::"<tool_id>"`, for a tool of the session
+/// (`exists`) and for an unknown name alike, so neither the answer nor its
+/// timing tells a hidden tool from an unknown one: a refusal (a denial, or
+/// any verdict on a name no tool has) is committed durably, then answered
+/// -32601. An unknown name is no entity of the slice, so a policy reading
+/// the tool fails closed; its record notes `unknownTool`. A name longer
+/// than any tool's is decided on its prefix ([`echo`]), keeping the record
+/// small.
+async fn check_view(
+    call: &Call,
+    tool_id: &str,
+    called_as: &str,
+    exists: bool,
+) -> Result<(), McpError> {
+    let mut view = call.decide(
         &call.agent_uid(),
         Action::ViewTool,
-        &Kind::Tool.uid(&spec.name),
+        &Kind::Tool.uid(tool_id),
         &call.context,
     );
-    if !view.allowed() {
-        call.commit(vec![WriteOp::Decision(Box::new(view.finish_default()))])
-            .await?;
-        return Err(McpError::UnknownTool(called_as.to_string()));
+    if view.allowed() && exists {
+        call.defer([WriteOp::Decision(Box::new(view.finish_default()))]);
+        return Ok(());
     }
-    call.defer([WriteOp::Decision(Box::new(view.finish_default()))]);
-    Ok(())
+    let record = if exists {
+        view.finish_default()
+    } else {
+        view.record.notes = json!({ "unknownTool": true }).to_string();
+        let status = if view.allowed() {
+            "not_found"
+        } else {
+            "denied"
+        };
+        view.finish(json!({ "status": status }))
+    };
+    call.commit(vec![WriteOp::Decision(Box::new(record))])
+        .await?;
+    Err(McpError::UnknownTool(called_as.to_string()))
 }
 
 /// Validates the arguments against the tool's `inputSchema`, then replaces

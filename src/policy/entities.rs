@@ -289,6 +289,15 @@ pub fn create_session_slice(
     finish(bundle, values)
 }
 
+/// Only the calling key (a child of its org): what a refusal decided
+/// before any session is known to belong to the key's org may show.
+pub fn key_slice(
+    bundle: &PolicyBundle,
+    key: &KeyFacts<'_>,
+) -> Result<EntitySlice, EntitySliceError> {
+    finish(bundle, vec![key_entity(key)])
+}
+
 /// A knowledge-graph node as `read_node` sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeRef<'a> {

@@ -6,6 +6,8 @@
 //! **Architecture Invariant:** a spec knows nothing about how its tool
 //! runs; that is the [`super::adapter::ToolAdapter`]'s job.
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
 use crate::policy::Action;
@@ -108,31 +110,16 @@ impl ToolSpec {
     }
 
     /// Checks `args` against the input schema; every error names its field.
+    /// At most [`MAX_ARGUMENT_ERRORS`] errors are reported, each repeating
+    /// at most a short prefix of the caller's input (see [`echo`]).
     pub fn validate(&self, args: &Value) -> Result<(), Vec<ArgumentError>> {
         let errors: Vec<ArgumentError> = self
             .validator
             .iter_errors(args)
-            .map(|e| {
-                let path = e.instance_path().as_str().to_string();
-                let field = match e.kind() {
-                    jsonschema::error::ValidationErrorKind::Required { property } => {
-                        let prop = property
-                            .as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| property.to_string());
-                        if path.is_empty() {
-                            prop
-                        } else {
-                            format!("{path}/{prop}")
-                        }
-                    }
-                    _ if path.is_empty() => "arguments".to_string(),
-                    _ => path.trim_start_matches('/').replace('/', "."),
-                };
-                ArgumentError {
-                    field,
-                    message: e.to_string(),
-                }
+            .take(MAX_ARGUMENT_ERRORS)
+            .map(|e| ArgumentError {
+                field: echo(&field_of(&e)).into_owned(),
+                message: message_of(&e),
             })
             .collect();
         if errors.is_empty() {
@@ -160,7 +147,135 @@ impl ToolSpec {
     }
 }
 
+/// The field a validation error is about: the missing property for
+/// `required`, `arguments` for the arguments as a whole, else the instance
+/// path with dots.
+fn field_of(e: &jsonschema::ValidationError<'_>) -> String {
+    let path = e.instance_path().as_str().to_string();
+    match e.kind() {
+        jsonschema::error::ValidationErrorKind::Required { property } => {
+            let prop = property
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| property.to_string());
+            if path.is_empty() {
+                prop
+            } else {
+                format!("{path}/{prop}")
+            }
+        }
+        _ if path.is_empty() => "arguments".to_string(),
+        _ => path.trim_start_matches('/').replace('/', "."),
+    }
+}
+
+/// The validator's message, with the offending value shown by a prefix of
+/// its JSON text when it is long, and the whole message bounded.
+fn message_of(e: &jsonschema::ValidationError<'_>) -> String {
+    let mut shown = Capped(Vec::new());
+    // Stops with an error once the cap is reached: the prefix is all we show.
+    let complete = serde_json::to_writer(&mut shown, &**e.instance()).is_ok();
+    let message = if complete {
+        e.to_string()
+    } else {
+        let text = String::from_utf8_lossy(&shown.0);
+        e.masked_with(echo(&text)).to_string()
+    };
+    prefix(&message, MESSAGE_MAX_CHARS).into_owned()
+}
+
+/// A writer keeping the first [`CAPPED_BYTES`] bytes, then failing.
+struct Capped(Vec<u8>);
+
+/// Enough bytes for [`ECHO_MAX_CHARS`] characters and one more.
+const CAPPED_BYTES: usize = 4 * (ECHO_MAX_CHARS + 1);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = CAPPED_BYTES.saturating_sub(self.0.len());
+        if room == 0 && !buf.is_empty() {
+            return Err(std::io::Error::other("echo prefix complete"));
+        }
+        let head = buf.get(..buf.len().min(room)).unwrap_or_default();
+        self.0.extend_from_slice(head);
+        Ok(head.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Most characters of caller input (a value, a field, a tool or method
+/// name) an error message or its `data` repeats; longer input is cut to
+/// this prefix followed by `…`.
+pub const ECHO_MAX_CHARS: usize = 128;
+
+/// Most characters of one argument error's message (a message may repeat
+/// several bounded echoes, e.g. the unexpected property names).
+pub const MESSAGE_MAX_CHARS: usize = 512;
+
+/// Most argument errors one call reports.
+pub const MAX_ARGUMENT_ERRORS: usize = 8;
+
+/// Caller input as an error may repeat it: at most [`ECHO_MAX_CHARS`]
+/// characters, then `…`. Cutting an already cut text changes nothing.
+pub fn echo(text: &str) -> Cow<'_, str> {
+    prefix(text, ECHO_MAX_CHARS)
+}
+
+/// `text` cut to its first `max` characters followed by `…`, when longer.
+pub fn prefix(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) if text.get(end..) == Some("…") => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!("{}…", text.get(..end).unwrap_or(text))),
+    }
+}
+
 /// The `tools/list` result holding `entries` ([`ToolSpec::listing_json`]).
 pub fn list_result(entries: &[&str]) -> String {
     format!("{{\"tools\":[{}]}}", entries.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_cuts_long_input_once() {
+        assert_eq!(echo("short"), "short");
+        let long = "é".repeat(1000);
+        let cut = echo(&long);
+        assert_eq!(cut.chars().count(), ECHO_MAX_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(echo(&cut), cut);
+        let exact = "x".repeat(ECHO_MAX_CHARS);
+        assert_eq!(echo(&exact), exact);
+    }
+
+    #[test]
+    fn a_huge_bad_value_is_shown_by_a_prefix() {
+        let spec = ToolSpec::new(
+            "t",
+            "",
+            json!({"type":"object","properties":{"content":{"type":"string","maxLength":4}}}),
+            "memory",
+            false,
+        )
+        .unwrap();
+        let errors = spec
+            .validate(&json!({"content": "a".repeat(900_000)}))
+            .unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "content");
+        assert!(errors[0].message.len() < 300, "{}", errors[0].message);
+        assert!(
+            errors[0].message.ends_with("… is longer than 4 characters"),
+            "{}",
+            errors[0].message
+        );
+        let short = spec.validate(&json!({"content": "abcdef"})).unwrap_err();
+        assert_eq!(short[0].message, "\"abcdef\" is longer than 4 characters");
+    }
 }
