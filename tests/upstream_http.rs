@@ -46,6 +46,8 @@ struct Recorder {
     broken: AtomicBool,
     /// Whether `hang` answers (it waits until then).
     released: AtomicBool,
+    /// Whether a tool `added` is listed too.
+    extra: AtomicBool,
 }
 
 /// A running recording upstream.
@@ -80,7 +82,7 @@ fn tools(rec: &Recorder) -> Value {
     } else {
         "Deletes everything"
     };
-    json!([
+    let mut listed = json!([
         {"name": "echo", "description": "Echoes", "title": "Echo",
          "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
          "annotations": {"readOnlyHint": true, "openWorldHint": false}},
@@ -92,7 +94,14 @@ fn tools(rec: &Recorder) -> Value {
         {"name": "garbage", "inputSchema": {"type": "object"}},
         {"name": "huge", "inputSchema": {"type": "object"}},
         {"name": "tool_error", "inputSchema": {"type": "object"}}
-    ])
+    ]);
+    if rec.extra.load(Ordering::SeqCst) {
+        listed
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "added", "inputSchema": {"type": "object"}}));
+    }
+    listed
 }
 
 fn json_response(id: &Value, result: Value) -> Response {
@@ -157,7 +166,7 @@ async fn tool_call(rec: &Recorder, headers: &HeaderMap, id: &Value, params: &Val
     let now = rec.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     rec.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let resp = match params["name"].as_str().unwrap() {
-        "echo" | "wipe" => {
+        "echo" | "wipe" | "added" => {
             let msg = params["arguments"]["message"].clone();
             sse_response(
                 id,
@@ -629,4 +638,144 @@ async fn registrations_are_checked() {
     )
     .await;
     assert_eq!(status, 404);
+}
+
+async fn admin_post(g: &TestGateway, path: &str, body: Value) -> (u16, Value) {
+    g.admin(Method::POST, path, Some(body)).await
+}
+
+#[tokio::test]
+async fn a_changed_definition_is_held_until_approved() {
+    let (g, t, up, server) = setup(None).await;
+    let id = server["id"].as_str().unwrap();
+    let base = format!("/admin/orgs/acme/mcp-servers/{id}");
+    let wipe = |s: &Value| {
+        s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "wipe")
+            .unwrap()
+            .clone()
+    };
+    let pinned = wipe(&server)["hash"].as_str().unwrap().to_string();
+    call(&g, &t, "files_server.wipe", json!({"path": "/tmp"})).await;
+    assert_eq!(up.calls().len(), 1);
+
+    // Nothing changed: a refresh holds nothing.
+    let (status, same) = admin_post(&g, &format!("{base}/refresh"), json!({})).await;
+    assert_eq!(status, 200, "{same}");
+    assert_eq!(same["heldChanges"], json!([]));
+
+    up.rec.changed.store(true, Ordering::SeqCst);
+    let (_, refreshed) = admin_post(&g, &format!("{base}/refresh"), json!({})).await;
+    let held = wipe(&refreshed);
+    assert_eq!(held["status"], "held", "{refreshed}");
+    assert_eq!(held["hash"], pinned.as_str());
+    let new_hash = held["held"]["hash"].as_str().unwrap().to_string();
+    assert_ne!(new_hash, pinned);
+    assert_eq!(
+        held["held"]["definition"]["description"],
+        "Deletes everything, and more"
+    );
+    assert_eq!(
+        refreshed["heldChanges"],
+        json!([{"tool": "wipe", "oldHash": pinned, "newHash": new_hash}])
+    );
+    assert_eq!(refreshed["heldCount"], 1);
+    // Hidden, and answered like an unknown tool; nothing reaches the upstream.
+    let names = g.tool_names(&t).await;
+    assert!(
+        !names.contains(&"files_server.wipe".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"files_server.echo".to_string()),
+        "{names:?}"
+    );
+    let body = call(&g, &t, "files_server.wipe", json!({"path": "/tmp"})).await;
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    assert_eq!(up.calls().len(), 1);
+    // Listing it again keeps it held, and reports no new change.
+    let (_, again) = admin_post(&g, &format!("{base}/refresh"), json!({})).await;
+    assert_eq!(again["heldChanges"], json!([]));
+    assert_eq!(wipe(&again)["held"]["seenAt"], held["held"]["seenAt"]);
+
+    let (status, bad) =
+        admin_post(&g, &format!("{base}/approve"), json!({"tools": ["echo"]})).await;
+    assert_eq!(status, 400, "{bad}");
+    let (status, approved) = admin_post(
+        &g,
+        &format!("{base}/approve"),
+        json!({"tools": ["files_server.wipe"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{approved}");
+    assert_eq!(approved["approved"], 1);
+    assert_eq!(wipe(&approved)["hash"], new_hash.as_str());
+    assert_eq!(wipe(&approved)["status"], "approved");
+    let (_, list) = g
+        .mcp(
+            &t,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    let listed = list["result"]["tools"].as_array().unwrap();
+    let entry = listed
+        .iter()
+        .find(|t| t["name"] == "files_server.wipe")
+        .unwrap();
+    assert_eq!(entry["description"], "Deletes everything, and more");
+    let body = call(&g, &t, "files_server.wipe", json!({"path": "/tmp"})).await;
+    assert!(body["result"].is_object(), "{body}");
+    assert_eq!(up.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn a_server_that_approves_new_tools_by_hand_offers_nothing_unapproved() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start().await;
+    let (status, server) = register(
+        &g,
+        "acme",
+        json!({"name": "strict", "transport": "streamable-http", "url": up.url, "approveNewTools": false}),
+    )
+    .await;
+    assert_eq!(status, 201, "{server}");
+    assert_eq!(server["approveNewTools"], false);
+    assert_eq!(server["heldCount"], 7);
+    assert!(
+        g.tool_names(&t)
+            .await
+            .iter()
+            .all(|n| !n.starts_with("strict."))
+    );
+    let base = format!(
+        "/admin/orgs/acme/mcp-servers/{}",
+        server["id"].as_str().unwrap()
+    );
+    let (status, _) = admin_post(&g, &format!("{base}/approve"), json!({"tools": ["echo"]})).await;
+    assert_eq!(status, 200);
+    let names: Vec<String> = g
+        .tool_names(&t)
+        .await
+        .into_iter()
+        .filter(|n| n.starts_with("strict."))
+        .collect();
+    assert_eq!(names, ["strict.echo"]);
+    let (_, all) = admin_post(&g, &format!("{base}/approve"), json!({})).await;
+    assert_eq!(all["approved"], 6, "{all}");
+    assert_eq!(all["heldCount"], 0);
+    // A tool the upstream adds later is held too.
+    up.rec.extra.store(true, Ordering::SeqCst);
+    let (_, refreshed) = admin_post(&g, &format!("{base}/refresh"), json!({})).await;
+    assert_eq!(refreshed["heldChanges"][0]["tool"], "added", "{refreshed}");
+    assert_eq!(refreshed["heldChanges"][0]["oldHash"], "");
+    let names = g.tool_names(&t).await;
+    assert!(names.contains(&"strict.echo".to_string()));
+    assert!(!names.contains(&"strict.added".to_string()), "{names:?}");
+    let body = call(&g, &t, "strict.added", json!({})).await;
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    assert!(up.calls().is_empty());
 }

@@ -161,6 +161,18 @@ pub fn delete(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError>
     Ok(())
 }
 
+/// Replaces the tool definitions (after an approval).
+pub fn set_tools(conn: &mut Conn, id: &str, tools: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "UPDATE mcp_servers SET tools = ?2 WHERE id = ?1",
+        params![id, tools],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("no MCP server `{id}`")));
+    }
+    Ok(())
+}
+
 /// Stores a listing. A failed listing keeps the last definitions (for the
 /// API) but the health hides the upstream's tools.
 pub fn record_listing(

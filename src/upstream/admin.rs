@@ -10,7 +10,11 @@
 //! - `GET /orgs/{org}/mcp-servers` (health and tool counts),
 //!   `GET /orgs/{org}/mcp-servers/{id}` (with the pinned definitions),
 //!   `DELETE /orgs/{org}/mcp-servers/{id}`;
-//! - `POST /orgs/{org}/mcp-servers/{id}/refresh` lists the tools again.
+//! - `POST /orgs/{org}/mcp-servers/{id}/refresh` lists the tools again: a
+//!   definition that changed since it was approved is held (not offered)
+//!   until `POST /orgs/{org}/mcp-servers/{id}/approve {"tools": [...]}`
+//!   (the upstream's or the gateway's names; no `tools`: every held one)
+//!   approves it.
 //!
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.
@@ -42,6 +46,15 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/orgs/{org}/mcp-servers", get(list).post(register))
         .route("/orgs/{org}/mcp-servers/{id}", get(get_one).delete(remove))
         .route("/orgs/{org}/mcp-servers/{id}/refresh", post(refresh))
+        .route("/orgs/{org}/mcp-servers/{id}/approve", post(approve))
+}
+
+/// `POST /admin/orgs/{org}/mcp-servers/{id}/approve`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Approve {
+    /// Tools whose held definitions to approve (default: every held one).
+    pub tools: Option<Vec<String>>,
 }
 
 /// `POST /admin/orgs/{org}/mcp-servers`.
@@ -151,9 +164,26 @@ fn target(row: &ServerRow) -> Result<ServerTarget, AppError> {
     })
 }
 
-/// Applies a listing to a row in memory (what is stored next).
-fn apply(row: &mut ServerRow, listing: &Listing) {
-    match listing {
+/// Applies a listing to a row in memory, merging the listed definitions
+/// with the row's pins; returns the listing to store (with the merged
+/// pins) and the definitions that became held.
+fn apply(row: &mut ServerRow, listing: Listing) -> (Listing, Vec<registry::HeldChange>) {
+    let mut changes = Vec::new();
+    let listing = match listing {
+        Listing::Listed {
+            tools,
+            protocol_version,
+        } => {
+            let (merged, held) = registry::merge(&row.tools, tools, row.approve_new_tools);
+            changes = held;
+            Listing::Listed {
+                tools: merged,
+                protocol_version,
+            }
+        }
+        other => other,
+    };
+    match &listing {
         Listing::Listed {
             tools,
             protocol_version,
@@ -173,6 +203,22 @@ fn apply(row: &mut ServerRow, listing: &Listing) {
         }
     }
     row.checked_at = crate::ids::now_rfc3339();
+    for c in &changes {
+        tracing::warn!(
+            upstream = %row.slug, org = %row.org_id, tool = %c.tool,
+            old_hash = %c.old_hash, new_hash = %c.new_hash,
+            "upstream tool definition held until approved"
+        );
+    }
+    (listing, changes)
+}
+
+/// The API view of held changes.
+fn changes_json(changes: &[registry::HeldChange]) -> Value {
+    changes
+        .iter()
+        .map(|c| json!({ "tool": c.tool, "oldHash": c.old_hash, "newHash": c.new_hash }))
+        .collect()
 }
 
 async fn register(
@@ -208,11 +254,13 @@ async fn register(
             "the upstream is not a usable MCP server: {e}"
         )));
     }
-    apply(&mut row, &listing);
+    let (_, changes) = apply(&mut row, listing);
     let stored = row.clone();
     gw.store.read(move |c| registry::insert(c, &stored)).await?;
     coherence::changed(&gw, &org).await;
-    Ok((StatusCode::CREATED, Json(row.to_api(true))))
+    let mut api = row.to_api(true);
+    api["heldChanges"] = changes_json(&changes);
+    Ok((StatusCode::CREATED, Json(api)))
 }
 
 async fn list(
@@ -257,12 +305,41 @@ async fn refresh(
 ) -> Result<impl IntoResponse, AppError> {
     let mut row = find(&gw, &org, &id).await?;
     let listing = gw.upstreams.list_tools(&target(&row)?).await;
+    let (recorded, changes) = apply(&mut row, listing);
     let i = id.clone();
-    let recorded = listing.clone();
     gw.store
         .read(move |c| registry::record_listing(c, &i, &recorded))
         .await?;
-    apply(&mut row, &listing);
     coherence::changed(&gw, &org).await;
-    Ok(Json(row.to_api(true)))
+    let mut api = row.to_api(true);
+    api["heldChanges"] = changes_json(&changes);
+    Ok(Json(api))
+}
+
+async fn approve(
+    State(gw): State<Arc<Gateway>>,
+    Path((org, id)): Path<(String, String)>,
+    payload: Result<Json<Approve>, JsonRejection>,
+) -> Result<impl IntoResponse, AppError> {
+    let req = body(payload)?;
+    let mut row = find(&gw, &org, &id).await?;
+    let approved = registry::approve(&mut row, req.tools.as_deref()).map_err(|unknown| {
+        AppError::BadRequest(format!(
+            "no held definition for {}",
+            unknown
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })?;
+    let (i, tools) = (id.clone(), row.tools.clone());
+    gw.store
+        .read(move |c| registry::set_tools(c, &i, &tools))
+        .await?;
+    tracing::info!(upstream = %row.slug, org = %org, approved, "upstream tool definitions approved");
+    coherence::changed(&gw, &org).await;
+    let mut api = row.to_api(true);
+    api["approved"] = approved.into();
+    Ok(Json(api))
 }

@@ -33,15 +33,43 @@ pub mod health {
     pub const INVALID: &str = "invalid";
 }
 
-/// One upstream tool definition as listed, with its pinned hash.
+/// One upstream tool: the definition an operator (or the first listing)
+/// approved, and a changed or new definition held until approved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PinnedTool {
     /// The upstream's name for it.
     pub name: String,
-    /// The definition as the upstream listed it.
+    /// The approved definition as the upstream listed it (null: none yet).
     pub definition: Value,
-    /// SHA-256 of its name, description, input schema and annotations.
+    /// SHA-256 of its name, description, input schema and annotations
+    /// (empty: none approved yet).
     pub hash: String,
+    /// A listed definition that differs from the approved one (or a new
+    /// tool of a server that approves new tools by hand): the tool is not
+    /// offered until it is approved.
+    pub held: Option<Held>,
+}
+
+/// A definition waiting for an operator's approval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    /// The definition as listed.
+    pub definition: Value,
+    /// Its hash.
+    pub hash: String,
+    /// When it was first listed.
+    pub seen_at: String,
+}
+
+/// A definition that became held at a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldChange {
+    /// The upstream's name for the tool.
+    pub tool: String,
+    /// The approved hash (empty for a new tool).
+    pub old_hash: String,
+    /// The listed hash.
+    pub new_hash: String,
 }
 
 impl PinnedTool {
@@ -53,20 +81,134 @@ impl PinnedTool {
             name,
             definition,
             hash,
+            held: None,
         })
     }
 
+    /// Whether the tool is offered: approved, and nothing held.
+    pub fn offered(&self) -> bool {
+        self.held.is_none() && !self.hash.is_empty()
+    }
+
     fn to_json(&self) -> Value {
-        json!({ "name": self.name, "hash": self.hash, "definition": self.definition })
+        let mut v = json!({ "name": self.name, "hash": self.hash, "definition": self.definition });
+        if let (Some(h), Value::Object(map)) = (&self.held, &mut v) {
+            map.insert(
+                "held".into(),
+                json!({ "hash": h.hash, "definition": h.definition, "seenAt": h.seen_at }),
+            );
+        }
+        v
     }
 
     fn from_json(v: &Value) -> Option<PinnedTool> {
+        let held = match v.get("held") {
+            Some(h) => Some(Held {
+                hash: h.get("hash")?.as_str()?.to_string(),
+                definition: h.get("definition")?.clone(),
+                seen_at: h.get("seenAt")?.as_str()?.to_string(),
+            }),
+            None => None,
+        };
         Some(PinnedTool {
             name: v.get("name")?.as_str()?.to_string(),
             hash: v.get("hash")?.as_str()?.to_string(),
             definition: v.get("definition")?.clone(),
+            held,
         })
     }
+}
+
+/// The pins after a listing: a definition equal to the approved one is
+/// kept; a changed one is held (the approved one stays on record); a new
+/// tool is approved at once, or held when `approve_new` is off; a tool no
+/// longer listed is dropped. Returns the pins and the definitions that
+/// became held at this listing.
+pub fn merge(
+    previous: &[PinnedTool],
+    listed: Vec<PinnedTool>,
+    approve_new: bool,
+) -> (Vec<PinnedTool>, Vec<HeldChange>) {
+    let now = crate::ids::now_rfc3339();
+    let mut changes = Vec::new();
+    let mut out = Vec::with_capacity(listed.len());
+    for new in listed {
+        let before = previous.iter().find(|p| p.name == new.name);
+        let mut pin = match before {
+            Some(p) if p.hash == new.hash => {
+                out.push(PinnedTool {
+                    held: None,
+                    ..p.clone()
+                });
+                continue;
+            }
+            None if approve_new => {
+                out.push(new);
+                continue;
+            }
+            Some(p) => p.clone(),
+            None => PinnedTool {
+                name: new.name.clone(),
+                definition: Value::Null,
+                hash: String::new(),
+                held: None,
+            },
+        };
+        let already = before
+            .and_then(|p| p.held.as_ref())
+            .filter(|h| h.hash == new.hash);
+        if already.is_none() {
+            changes.push(HeldChange {
+                tool: new.name.clone(),
+                old_hash: pin.hash.clone(),
+                new_hash: new.hash.clone(),
+            });
+        }
+        pin.held = Some(Held {
+            seen_at: already.map_or_else(|| now.clone(), |h| h.seen_at.clone()),
+            definition: new.definition,
+            hash: new.hash,
+        });
+        out.push(pin);
+    }
+    (out, changes)
+}
+
+/// Approves the held definitions of `names` (the upstream's or the
+/// gateway's names; all held ones when None). Returns how many were
+/// approved, or the names that have nothing held.
+pub fn approve(row: &mut ServerRow, names: Option<&[String]>) -> Result<usize, Vec<String>> {
+    if let Some(names) = names {
+        let unknown: Vec<String> = names
+            .iter()
+            .filter(|n| {
+                !row.tools
+                    .iter()
+                    .any(|t| t.held.is_some() && (&t.name == *n || row.tool_name(&t.name) == **n))
+            })
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+    }
+    let prefix = row.prefix.clone();
+    let mut approved = 0;
+    for tool in &mut row.tools {
+        let gateway_name = if prefix.is_empty() {
+            tool.name.clone()
+        } else {
+            format!("{prefix}.{}", tool.name)
+        };
+        let selected =
+            names.is_none_or(|n| n.iter().any(|n| *n == tool.name || *n == gateway_name));
+        if selected && let Some(held) = tool.held.take() {
+            tool.definition = held.definition;
+            tool.hash = held.hash;
+            approved += 1;
+        }
+    }
+    Ok(approved)
 }
 
 /// The hash a definition is pinned by: SHA-256 of the canonical JSON
@@ -171,6 +313,7 @@ impl ServerRow {
             "checkedAt": self.checked_at,
             "createdAt": self.created_at,
             "toolCount": self.tools.len(),
+            "heldCount": self.tools.iter().filter(|t| t.held.is_some()).count(),
         });
         if detail && let Value::Object(map) = &mut v {
             let tools: Vec<Value> = self
@@ -180,8 +323,12 @@ impl ServerRow {
                     json!({
                         "name": t.name,
                         "tool": self.tool_name(&t.name),
+                        "status": if t.offered() { "approved" } else { "held" },
                         "hash": t.hash,
                         "definition": t.definition,
+                        "held": t.held.as_ref().map(|h| json!({
+                            "hash": h.hash, "definition": h.definition, "seenAt": h.seen_at,
+                        })),
                     })
                 })
                 .collect();
@@ -271,6 +418,11 @@ pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<ServerRow>, StoreError>
 /// One upstream of an org.
 pub fn get(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<ServerRow>, StoreError> {
     Ok(upstreams::get(conn, org_id, id)?.map(ServerRow::from))
+}
+
+/// Stores the pins (after an approval).
+pub fn set_tools(conn: &mut Conn, id: &str, tools: &[PinnedTool]) -> Result<(), StoreError> {
+    upstreams::set_tools(conn, id, &tools_text(tools))
 }
 
 /// Deletes a registration.
@@ -379,7 +531,7 @@ impl OrgUpstreams {
                 timeout: Duration::from_millis(row.timeout_ms.max(1)),
             });
             let mut any = false;
-            for pinned in &row.tools {
+            for pinned in row.tools.iter().filter(|t| t.offered()) {
                 let name = row.tool_name(&pinned.name);
                 if out.by_name.contains_key(&name) {
                     tracing::warn!(tool = %name, "upstream tool name already taken; skipped");
