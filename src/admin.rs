@@ -40,6 +40,7 @@ pub fn routes(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/decisions/{id}", get(get_decision))
         .merge(crate::lifecycle::admin::routes())
         .merge(crate::a2a::admin::routes())
+        .merge(crate::upstream::admin::routes())
         .route_layer(middleware::from_fn_with_state(gw, require_admin))
 }
 

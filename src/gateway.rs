@@ -21,6 +21,7 @@ use crate::store::tenants::{self, ApiKey, SessionTenant};
 use crate::store::{Store, StoreError};
 use crate::tools::spec::echo;
 use crate::tools::{Catalog, ToolAdapter};
+use crate::upstream::Upstreams;
 
 /// Most cached keys and session views.
 const CACHE_CAPACITY: u64 = 100_000;
@@ -33,7 +34,8 @@ pub struct SessionView {
     /// The key this view was built for (the `access_session` principal).
     pub key: ApiKey,
     /// Tools the org and project enable (before Cedar `view_tool`):
-    /// built-in ones, then the org's A2A tools.
+    /// built-in ones, then the org's A2A tools, then its upstream MCP
+    /// servers' tools (one whose name is already taken is left out).
     pub tools: Vec<Arc<dyn ToolAdapter>>,
     /// Legacy aliases (A2A `a2a_<slug>_<skill>`) → canonical names.
     pub aliases: std::collections::HashMap<String, String>,
@@ -78,6 +80,9 @@ pub enum GatewayError {
     /// The A2A HTTP client could not be built.
     #[error(transparent)]
     A2a(#[from] crate::a2a::A2aError),
+    /// The upstream MCP HTTP client could not be built.
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamError),
     /// The embeddings provider is misconfigured.
     #[error("graph embeddings: {0}")]
     Graph(#[from] crate::graph::GraphConfigError),
@@ -101,6 +106,9 @@ pub struct Gateway {
     /// Remote A2A peers: registry cache, bridge client, hook bus (shared
     /// with the A2A tool adapters of every session view).
     pub a2a: Arc<A2a>,
+    /// Upstream MCP servers: registry cache, MCP client sessions (shared
+    /// with the upstream tool adapters of every session view).
+    pub upstreams: Arc<Upstreams>,
     /// Open streams of the HTTP+SSE transport.
     pub streams: crate::mcp::streams::Streams,
     /// MCP sessions a client terminated with `DELETE`.
@@ -126,6 +134,7 @@ impl Gateway {
     ) -> Result<Self, GatewayError> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
         let a2a = Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl)?);
+        let upstreams = Arc::new(Upstreams::new(store.clone(), ttl)?);
         let graphs = Arc::new(crate::graph::from_config(&config.graph)?);
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
@@ -153,6 +162,7 @@ impl Gateway {
             catalog,
             graphs,
             a2a,
+            upstreams,
         })
     }
 
@@ -228,6 +238,15 @@ impl Gateway {
         let mut tools = self.catalog.for_session(&tenant);
         let peers = self.a2a.org(&tenant.org.id).await?;
         tools.extend(crate::a2a::tool::adapters(&peers, &self.a2a));
+        let servers = self.upstreams.org(&tenant.org.id).await?;
+        for adapter in crate::upstream::adapter::adapters(&servers, &self.upstreams) {
+            let name = &adapter.spec().name;
+            if tools.iter().any(|t| &t.spec().name == name) || peers.aliases.contains_key(name) {
+                tracing::warn!(tool = %name, "upstream tool name already taken in this session; left out");
+                continue;
+            }
+            tools.push(adapter);
+        }
         let tool_entities: Vec<_> = tools.iter().map(|t| t.spec().entity()).collect();
         let peer_entities: Vec<_> = peers
             .peers
@@ -237,6 +256,16 @@ impl Gateway {
                 url: p.base_url.clone(),
                 name: p.name.clone(),
                 org_id: p.org_id.clone(),
+            })
+            .collect();
+        let server_entities: Vec<_> = servers
+            .servers
+            .iter()
+            .map(|s| entities::McpServerEntity {
+                slug: s.slug.clone(),
+                url: s.url.clone(),
+                transport: s.transport.clone(),
+                org_id: s.org_id.clone(),
             })
             .collect();
         let t = &tenant;
@@ -265,9 +294,14 @@ impl Gateway {
                 label: &key.label,
             },
         };
-        let slice =
-            entities::session_slice_with_peers(bundle, &facts, &tool_entities, &peer_entities)
-                .map_err(ResolveError::Entities)?;
+        let slice = entities::session_slice_with_remotes(
+            bundle,
+            &facts,
+            &tool_entities,
+            &peer_entities,
+            &server_entities,
+        )
+        .map_err(ResolveError::Entities)?;
         let view = Arc::new(SessionView {
             tenant,
             key: key.clone(),

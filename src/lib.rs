@@ -28,6 +28,7 @@ pub mod replay;
 pub mod server;
 pub mod store;
 pub mod tools;
+pub mod upstream;
 
 /// mimalloc instead of the system allocator: decision replay and the
 /// request path allocate and free many small objects (Cedar expressions,

@@ -126,6 +126,8 @@ pub enum Kind {
     ToolGroup,
     /// `Gateway::PeerAgent`
     PeerAgent,
+    /// `Gateway::McpServer`
+    McpServer,
     /// `Gateway::Tool`
     Tool,
     /// `Gateway::GraphNode`
@@ -144,6 +146,7 @@ impl Kind {
             Kind::Session => "Session",
             Kind::ToolGroup => "ToolGroup",
             Kind::PeerAgent => "PeerAgent",
+            Kind::McpServer => "McpServer",
             Kind::Tool => "Tool",
             Kind::GraphNode => "GraphNode",
         }
@@ -166,6 +169,7 @@ impl Kind {
             Kind::Session => &names.session,
             Kind::ToolGroup => &names.tool_group,
             Kind::PeerAgent => &names.peer_agent,
+            Kind::McpServer => &names.mcp_server,
             Kind::Tool => &names.tool,
             Kind::GraphNode => &names.graph_node,
         };
@@ -186,6 +190,7 @@ struct TypeNames {
     session: EntityTypeName,
     tool_group: EntityTypeName,
     peer_agent: EntityTypeName,
+    mcp_server: EntityTypeName,
     tool: EntityTypeName,
     graph_node: EntityTypeName,
     action: EntityTypeName,
@@ -210,6 +215,7 @@ fn type_names() -> &'static TypeNames {
             session: t("Session"),
             tool_group: t("ToolGroup"),
             peer_agent: t("PeerAgent"),
+            mcp_server: t("McpServer"),
             tool: t("Tool"),
             graph_node: t("GraphNode"),
             action: t("Action"),

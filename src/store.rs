@@ -21,6 +21,7 @@ pub mod observations;
 pub mod shadow;
 pub mod tenants;
 pub mod terminations;
+pub mod upstreams;
 pub mod writer;
 
 use std::path::PathBuf;
@@ -112,6 +113,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("store/migrations/0006_mcp_terminations.sql"),
     ),
+    (7, include_str!("store/migrations/0007_upstreams.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -130,6 +132,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         6,
         include_str!("store/migrations/postgres/0006_mcp_terminations.sql"),
+    ),
+    (
+        7,
+        include_str!("store/migrations/postgres/0007_upstreams.sql"),
     ),
 ];
 

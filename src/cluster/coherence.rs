@@ -43,12 +43,14 @@ fn apply(gw: &Gateway, change: &Change) {
     match change {
         Change::Org(org) => {
             gw.a2a.invalidate(org);
+            gw.upstreams.invalidate(org);
             gw.invalidate_caches();
         }
         Change::McpTerminated(sid) => gw.terminated.remember(sid),
         Change::McpResumed(sid) => gw.terminated.forget(sid),
         Change::Everything => {
             gw.a2a.invalidate_all();
+            gw.upstreams.invalidate_all();
             gw.invalidate_caches();
         }
     }

@@ -112,6 +112,36 @@ pub struct ToolEntity {
     pub read_only: bool,
     /// Slug of the peer agent for A2A tools.
     pub peer: Option<String>,
+    /// What an upstream MCP server says of its tool (None for others).
+    pub upstream: Option<UpstreamToolFacts>,
+}
+
+/// An upstream MCP server's tool as policies see it: the server it is a
+/// child of, and the attributes its annotations give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamToolFacts {
+    /// Slug of its `McpServer` parent.
+    pub server: String,
+    /// `destructive` (`annotations.destructiveHint`, MCP default true).
+    pub destructive: bool,
+    /// `openWorld` (`annotations.openWorldHint`, MCP default true).
+    pub open_world: bool,
+    /// `title` (`annotations.title`, else the tool's `title`), if any.
+    pub title: Option<String>,
+}
+
+/// A registered upstream MCP server as the PEP sees it
+/// (`Gateway::McpServer`, child of its org and of `ToolGroup::"upstream"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerEntity {
+    /// Slug (the entity id).
+    pub slug: String,
+    /// Registered endpoint URL.
+    pub url: String,
+    /// `streamable-http`.
+    pub transport: String,
+    /// Owning org.
+    pub org_id: String,
 }
 
 /// A registered A2A peer as the PEP sees it (`Gateway::PeerAgent`, child
@@ -196,16 +226,20 @@ fn tool_entities(tools: &[ToolEntity], out: &mut Vec<Value>) {
         out.push(entity(Kind::ToolGroup, g, json!({}), vec![]));
     }
     for t in tools {
-        let parents = match &t.peer {
-            Some(peer) => vec![parent(Kind::PeerAgent, peer)],
-            None => vec![parent(Kind::ToolGroup, &t.group)],
+        let parents = match (&t.peer, &t.upstream) {
+            (Some(peer), _) => vec![parent(Kind::PeerAgent, peer)],
+            (None, Some(u)) => vec![parent(Kind::McpServer, &u.server)],
+            (None, None) => vec![parent(Kind::ToolGroup, &t.group)],
         };
-        out.push(entity(
-            Kind::Tool,
-            &t.name,
-            json!({ "kind": t.kind, "readOnly": t.read_only }),
-            parents,
-        ));
+        let mut attrs = json!({ "kind": t.kind, "readOnly": t.read_only });
+        if let (Some(u), Value::Object(map)) = (&t.upstream, &mut attrs) {
+            map.insert("destructive".into(), u.destructive.into());
+            map.insert("openWorld".into(), u.open_world.into());
+            if let Some(title) = &u.title {
+                map.insert("title".into(), title.as_str().into());
+            }
+        }
+        out.push(entity(Kind::Tool, &t.name, attrs, parents));
     }
 }
 
@@ -246,6 +280,18 @@ pub fn session_slice_with_peers(
     tools: &[ToolEntity],
     peers: &[PeerEntity],
 ) -> Result<EntitySlice, EntitySliceError> {
+    session_slice_with_remotes(bundle, facts, tools, peers, &[])
+}
+
+/// [`session_slice`] plus the org's A2A peers and upstream MCP servers
+/// (the parents of their tools).
+pub fn session_slice_with_remotes(
+    bundle: &PolicyBundle,
+    facts: &SessionFacts<'_>,
+    tools: &[ToolEntity],
+    peers: &[PeerEntity],
+    servers: &[McpServerEntity],
+) -> Result<EntitySlice, EntitySliceError> {
     let mut values = vec![org_entity(&facts.org), project_entity(&facts.project)];
     agent_entities(&facts.agent, &mut values);
     values.push(key_entity(&facts.key));
@@ -269,6 +315,20 @@ pub fn session_slice_with_peers(
             &p.slug,
             json!({ "slug": p.slug, "url": p.url, "name": p.name }),
             vec![parent(Kind::Org, &p.org_id), parent(Kind::ToolGroup, "a2a")],
+        ));
+    }
+    if !servers.is_empty() && !tools.iter().any(|t| t.group == "upstream") {
+        values.push(entity(Kind::ToolGroup, "upstream", json!({}), vec![]));
+    }
+    for s in servers {
+        values.push(entity(
+            Kind::McpServer,
+            &s.slug,
+            json!({ "slug": s.slug, "url": s.url, "transport": s.transport }),
+            vec![
+                parent(Kind::Org, &s.org_id),
+                parent(Kind::ToolGroup, "upstream"),
+            ],
         ));
     }
     finish(bundle, values)
@@ -430,6 +490,7 @@ mod tests {
             kind: "memory".into(),
             read_only: true,
             peer: None,
+            upstream: None,
         }];
         let peers = [PeerEntity {
             slug: "ops".into(),

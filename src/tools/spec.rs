@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde_json::{Value, json};
 
 use crate::policy::Action;
-use crate::policy::entities::ToolEntity;
+use crate::policy::entities::{ToolEntity, UpstreamToolFacts};
 
 /// One tool as listed and called.
 #[derive(Debug)]
@@ -40,6 +40,9 @@ pub struct ToolSpec {
     /// the gateway's authoritative `context` member. Remote peers never
     /// get it: the session's identity is not forwarded to third parties.
     pub keeps_tenant_context: bool,
+    /// The upstream MCP server serving it and what its annotations say
+    /// (its Cedar `McpServer` parent and attributes).
+    pub upstream: Option<UpstreamToolFacts>,
     validator: jsonschema::Validator,
     /// The `tools/list` entry, serialized once.
     listing_json: String,
@@ -90,6 +93,7 @@ impl ToolSpec {
             action: Action::CallTool,
             writes_graph: false,
             keeps_tenant_context: true,
+            upstream: None,
             validator,
         })
     }
@@ -100,6 +104,18 @@ impl ToolSpec {
         self.peer = Some(slug.to_string());
         self.action = Action::A2aInvoke;
         self.keeps_tenant_context = false;
+        self
+    }
+
+    /// The same tool, served by an upstream MCP server: decided under
+    /// `call_tool` as a child of its `McpServer`, its arguments sent
+    /// without the gateway's context, listed as `listing` (the upstream's
+    /// own entry under the gateway's name).
+    pub fn with_upstream(mut self, facts: UpstreamToolFacts, listing: &Value) -> ToolSpec {
+        self.group = "upstream".into();
+        self.upstream = Some(facts);
+        self.keeps_tenant_context = false;
+        self.listing_json = listing.to_string();
         self
     }
 
@@ -143,6 +159,7 @@ impl ToolSpec {
             kind: self.group.clone(),
             read_only: self.read_only,
             peer: self.peer.clone(),
+            upstream: self.upstream.clone(),
         }
     }
 }

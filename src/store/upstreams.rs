@@ -1,0 +1,202 @@
+//! Registered upstream MCP servers (`mcp_servers`).
+//!
+//! Rows here are plain columns: the tool definitions are their JSON text
+//! and the credential source is the two names it may be kept under.
+//! `upstream::registry` turns them into its typed rows and back, so this
+//! file needs nothing from the upstream module.
+//!
+//! **Architecture Invariant:** only the *name* of an upstream credential
+//! (an environment variable or a file path) is ever stored, never its value.
+
+use super::StoreError;
+use super::db::{Conn, Row};
+use crate::params;
+
+/// One registered upstream, column for column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredUpstream {
+    /// Row id.
+    pub id: String,
+    /// Owning org.
+    pub org_id: String,
+    /// Cedar `McpServer` id; fixed at registration.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// `streamable-http`.
+    pub transport: String,
+    /// Endpoint URL.
+    pub url: String,
+    /// Tool name prefix.
+    pub prefix: String,
+    /// Environment variable holding the upstream's bearer token.
+    pub secret_env: Option<String>,
+    /// Absolute path of a file holding the upstream's bearer token.
+    pub secret_file: Option<String>,
+    /// Budget of one call, in milliseconds.
+    pub timeout_ms: i64,
+    /// Whether tools first seen after registration are exposed at once.
+    pub approve_new_tools: bool,
+    /// Tool definitions with their pins (JSON array text).
+    pub tools: String,
+    /// Protocol version negotiated at the last listing.
+    pub protocol_version: Option<String>,
+    /// `healthy`, `unreachable` or `invalid`.
+    pub health: String,
+    /// Why the last listing failed.
+    pub last_error: Option<String>,
+    /// When the tools were last listed.
+    pub checked_at: String,
+    /// Registration time.
+    pub created_at: String,
+}
+
+/// What a listing found, as it is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListingRecord<'a> {
+    /// The upstream answered: its tools (JSON text) and the version spoken.
+    Listed {
+        /// Definitions with their pins.
+        tools: &'a str,
+        /// Negotiated protocol version.
+        protocol_version: &'a str,
+    },
+    /// The upstream could not be reached; the last definitions are kept.
+    Unreachable(&'a str),
+    /// The upstream answered something unusable; the definitions are kept.
+    Invalid(&'a str),
+}
+
+const COLUMNS: &str = "id, org_id, slug, name, transport, url, prefix, secret_env, secret_file, timeout_ms, approve_new_tools, tools, protocol_version, health, last_error, checked_at, created_at";
+
+fn row(r: &Row) -> Result<StoredUpstream, StoreError> {
+    Ok(StoredUpstream {
+        id: r.get(0)?,
+        org_id: r.get(1)?,
+        slug: r.get(2)?,
+        name: r.get(3)?,
+        transport: r.get(4)?,
+        url: r.get(5)?,
+        prefix: r.get(6)?,
+        secret_env: r.get(7)?,
+        secret_file: r.get(8)?,
+        timeout_ms: r.get(9)?,
+        approve_new_tools: r.get(10)?,
+        tools: r.get(11)?,
+        protocol_version: r.get(12)?,
+        health: r.get(13)?,
+        last_error: r.get(14)?,
+        checked_at: r.get(15)?,
+        created_at: r.get(16)?,
+    })
+}
+
+/// Inserts a registration; a taken slug is a conflict.
+pub fn insert(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreError> {
+    let taken: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM mcp_servers WHERE org_id = ?1 AND slug = ?2)",
+        params![u.org_id, u.slug],
+        |r| r.get(0),
+    )?;
+    if taken {
+        return Err(StoreError::Conflict(format!(
+            "org `{}` already has an MCP server named `{}` (slug `{}`); refresh or delete it, or register under another `name`",
+            u.org_id, u.name, u.slug
+        )));
+    }
+    conn.execute(
+        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
+        params![
+            u.id,
+            u.org_id,
+            u.slug,
+            u.name,
+            u.transport,
+            u.url,
+            u.prefix,
+            u.secret_env,
+            u.secret_file,
+            u.timeout_ms,
+            u.approve_new_tools,
+            u.tools,
+            u.protocol_version,
+            u.health,
+            u.last_error,
+            u.checked_at,
+            u.created_at,
+        ],
+    )?;
+    Ok(())
+}
+
+/// The upstreams of an org, oldest registration first.
+pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<StoredUpstream>, StoreError> {
+    conn.query_map(
+        &format!("SELECT {COLUMNS} FROM mcp_servers WHERE org_id = ?1 ORDER BY created_at, id"),
+        params![org_id],
+        row,
+    )
+}
+
+/// One upstream of an org.
+pub fn get(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<StoredUpstream>, StoreError> {
+    conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM mcp_servers WHERE org_id = ?1 AND id = ?2"),
+        params![org_id, id],
+        row,
+    )
+}
+
+/// Deletes a registration.
+pub fn delete(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "DELETE FROM mcp_servers WHERE org_id = ?1 AND id = ?2",
+        params![org_id, id],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!(
+            "org `{org_id}` has no MCP server `{id}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Replaces the tool definitions (after an approval).
+pub fn set_tools(conn: &mut Conn, id: &str, tools: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "UPDATE mcp_servers SET tools = ?2 WHERE id = ?1",
+        params![id, tools],
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("no MCP server `{id}`")));
+    }
+    Ok(())
+}
+
+/// Stores a listing. A failed listing keeps the last definitions (for the
+/// API) but the health hides the upstream's tools.
+pub fn record_listing(
+    conn: &mut Conn,
+    id: &str,
+    listing: ListingRecord<'_>,
+) -> Result<(), StoreError> {
+    let now = crate::ids::now_rfc3339();
+    match listing {
+        ListingRecord::Listed {
+            tools,
+            protocol_version,
+        } => conn.execute(
+            "UPDATE mcp_servers SET tools = ?2, protocol_version = ?3, health = 'healthy', last_error = NULL, checked_at = ?4 WHERE id = ?1",
+            params![id, tools, protocol_version, now],
+        )?,
+        ListingRecord::Unreachable(e) => conn.execute(
+            "UPDATE mcp_servers SET health = 'unreachable', last_error = ?2, checked_at = ?3 WHERE id = ?1",
+            params![id, e, now],
+        )?,
+        ListingRecord::Invalid(e) => conn.execute(
+            "UPDATE mcp_servers SET health = 'invalid', last_error = ?2, checked_at = ?3 WHERE id = ?1",
+            params![id, e, now],
+        )?,
+    };
+    Ok(())
+}

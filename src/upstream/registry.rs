@@ -1,0 +1,618 @@
+//! Registered upstream MCP servers: one [`ServerRow`] each (kept by
+//! `store::upstreams`), the tool definitions each listing found with their
+//! pinned hashes, and the per-org tool set built from the healthy rows.
+//!
+//! **Architecture Invariant:** an upstream credential is stored only as the
+//! *name* of an environment variable or file ([`PeerAuth`], shared with
+//! A2A peers); its value is read when a request needs it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::a2a::registry::PeerAuth;
+use crate::policy::entities::UpstreamToolFacts;
+use crate::store::StoreError;
+use crate::store::db::Conn;
+use crate::store::upstreams::{self, ListingRecord, StoredUpstream};
+use crate::tools::ToolSpec;
+
+/// The one transport registrable through the API so far.
+pub const STREAMABLE_HTTP: &str = "streamable-http";
+
+/// Health of a registered upstream.
+pub mod health {
+    /// The last listing succeeded: its tools are offered.
+    pub const HEALTHY: &str = "healthy";
+    /// The upstream could not be reached: no tools until a refresh succeeds.
+    pub const UNREACHABLE: &str = "unreachable";
+    /// The upstream answered something unusable: no tools.
+    pub const INVALID: &str = "invalid";
+}
+
+/// One upstream tool: the definition an operator (or the first listing)
+/// approved, and a changed or new definition held until approved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PinnedTool {
+    /// The upstream's name for it.
+    pub name: String,
+    /// The approved definition as the upstream listed it (null: none yet).
+    pub definition: Value,
+    /// SHA-256 of its name, description, input schema and annotations
+    /// (empty: none approved yet).
+    pub hash: String,
+    /// A listed definition that differs from the approved one (or a new
+    /// tool of a server that approves new tools by hand): the tool is not
+    /// offered until it is approved.
+    pub held: Option<Held>,
+}
+
+/// A definition waiting for an operator's approval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    /// The definition as listed.
+    pub definition: Value,
+    /// Its hash.
+    pub hash: String,
+    /// When it was first listed.
+    pub seen_at: String,
+}
+
+/// A definition that became held at a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldChange {
+    /// The upstream's name for the tool.
+    pub tool: String,
+    /// The approved hash (empty for a new tool).
+    pub old_hash: String,
+    /// The listed hash.
+    pub new_hash: String,
+}
+
+impl PinnedTool {
+    /// Pins a listed definition (None when it has no string `name`).
+    pub fn pin(definition: Value) -> Option<PinnedTool> {
+        let name = definition.get("name")?.as_str()?.to_string();
+        let hash = definition_hash(&definition);
+        Some(PinnedTool {
+            name,
+            definition,
+            hash,
+            held: None,
+        })
+    }
+
+    /// Whether the tool is offered: approved, and nothing held.
+    pub fn offered(&self) -> bool {
+        self.held.is_none() && !self.hash.is_empty()
+    }
+
+    fn to_json(&self) -> Value {
+        let mut v = json!({ "name": self.name, "hash": self.hash, "definition": self.definition });
+        if let (Some(h), Value::Object(map)) = (&self.held, &mut v) {
+            map.insert(
+                "held".into(),
+                json!({ "hash": h.hash, "definition": h.definition, "seenAt": h.seen_at }),
+            );
+        }
+        v
+    }
+
+    fn from_json(v: &Value) -> Option<PinnedTool> {
+        let held = match v.get("held") {
+            Some(h) => Some(Held {
+                hash: h.get("hash")?.as_str()?.to_string(),
+                definition: h.get("definition")?.clone(),
+                seen_at: h.get("seenAt")?.as_str()?.to_string(),
+            }),
+            None => None,
+        };
+        Some(PinnedTool {
+            name: v.get("name")?.as_str()?.to_string(),
+            hash: v.get("hash")?.as_str()?.to_string(),
+            definition: v.get("definition")?.clone(),
+            held,
+        })
+    }
+}
+
+/// The pins after a listing: a definition equal to the approved one is
+/// kept; a changed one is held (the approved one stays on record); a new
+/// tool is approved at once, or held when `approve_new` is off; a tool no
+/// longer listed is dropped. Returns the pins and the definitions that
+/// became held at this listing.
+pub fn merge(
+    previous: &[PinnedTool],
+    listed: Vec<PinnedTool>,
+    approve_new: bool,
+) -> (Vec<PinnedTool>, Vec<HeldChange>) {
+    let now = crate::ids::now_rfc3339();
+    let mut changes = Vec::new();
+    let mut out = Vec::with_capacity(listed.len());
+    for new in listed {
+        let before = previous.iter().find(|p| p.name == new.name);
+        let mut pin = match before {
+            Some(p) if p.hash == new.hash => {
+                out.push(PinnedTool {
+                    held: None,
+                    ..p.clone()
+                });
+                continue;
+            }
+            None if approve_new => {
+                out.push(new);
+                continue;
+            }
+            Some(p) => p.clone(),
+            None => PinnedTool {
+                name: new.name.clone(),
+                definition: Value::Null,
+                hash: String::new(),
+                held: None,
+            },
+        };
+        let already = before
+            .and_then(|p| p.held.as_ref())
+            .filter(|h| h.hash == new.hash);
+        if already.is_none() {
+            changes.push(HeldChange {
+                tool: new.name.clone(),
+                old_hash: pin.hash.clone(),
+                new_hash: new.hash.clone(),
+            });
+        }
+        pin.held = Some(Held {
+            seen_at: already.map_or_else(|| now.clone(), |h| h.seen_at.clone()),
+            definition: new.definition,
+            hash: new.hash,
+        });
+        out.push(pin);
+    }
+    (out, changes)
+}
+
+/// Approves the held definitions of `names` (the upstream's or the
+/// gateway's names; all held ones when None). Returns how many were
+/// approved, or the names that have nothing held.
+pub fn approve(row: &mut ServerRow, names: Option<&[String]>) -> Result<usize, Vec<String>> {
+    if let Some(names) = names {
+        let unknown: Vec<String> = names
+            .iter()
+            .filter(|n| {
+                !row.tools
+                    .iter()
+                    .any(|t| t.held.is_some() && (&t.name == *n || row.tool_name(&t.name) == **n))
+            })
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+    }
+    let prefix = row.prefix.clone();
+    let mut approved = 0;
+    for tool in &mut row.tools {
+        let gateway_name = if prefix.is_empty() {
+            tool.name.clone()
+        } else {
+            format!("{prefix}.{}", tool.name)
+        };
+        let selected =
+            names.is_none_or(|n| n.iter().any(|n| *n == tool.name || *n == gateway_name));
+        if selected && let Some(held) = tool.held.take() {
+            tool.definition = held.definition;
+            tool.hash = held.hash;
+            approved += 1;
+        }
+    }
+    Ok(approved)
+}
+
+/// The hash a definition is pinned by: SHA-256 of the canonical JSON
+/// (object keys sorted) of its `name`, `description`, `inputSchema` and
+/// `annotations` (absent members as null).
+pub fn definition_hash(definition: &Value) -> String {
+    let member = |k: &str| canonical(definition.get(k).unwrap_or(&Value::Null));
+    let text = format!(
+        "[{},{},{},{}]",
+        member("name"),
+        member("description"),
+        member("inputSchema"),
+        member("annotations")
+    );
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// JSON text with object keys sorted at every level.
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", parts.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// One registered upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerRow {
+    /// Row id.
+    pub id: String,
+    /// Owning org.
+    pub org_id: String,
+    /// Cedar `McpServer` id; fixed at registration.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// `streamable-http`.
+    pub transport: String,
+    /// The MCP endpoint.
+    pub url: String,
+    /// Tool name prefix (`<prefix>.<tool>`).
+    pub prefix: String,
+    /// Where the credential is found.
+    pub auth: Option<PeerAuth>,
+    /// Budget of one call.
+    pub timeout_ms: u64,
+    /// Whether tools first seen after registration are offered at once.
+    pub approve_new_tools: bool,
+    /// The definitions of the last successful listing.
+    pub tools: Vec<PinnedTool>,
+    /// Version negotiated at that listing.
+    pub protocol_version: Option<String>,
+    /// `healthy`, `unreachable` or `invalid`.
+    pub health: String,
+    /// Why the last listing failed.
+    pub last_error: Option<String>,
+    /// When the tools were last listed.
+    pub checked_at: String,
+    /// Registration time.
+    pub created_at: String,
+}
+
+impl ServerRow {
+    /// The gateway's name for the upstream tool `tool`.
+    pub fn tool_name(&self, tool: &str) -> String {
+        if self.prefix.is_empty() {
+            tool.to_string()
+        } else {
+            format!("{}.{tool}", self.prefix)
+        }
+    }
+
+    /// The API view: where secrets live, never their values. `detail`
+    /// adds the pinned definitions.
+    pub fn to_api(&self, detail: bool) -> Value {
+        let mut v = json!({
+            "id": self.id,
+            "orgId": self.org_id,
+            "slug": self.slug,
+            "name": self.name,
+            "transport": self.transport,
+            "url": self.url,
+            "prefix": self.prefix,
+            "auth": self.auth,
+            "timeoutMs": self.timeout_ms,
+            "approveNewTools": self.approve_new_tools,
+            "protocolVersion": self.protocol_version,
+            "health": self.health,
+            "lastError": self.last_error,
+            "checkedAt": self.checked_at,
+            "createdAt": self.created_at,
+            "toolCount": self.tools.len(),
+            "heldCount": self.tools.iter().filter(|t| t.held.is_some()).count(),
+        });
+        if detail && let Value::Object(map) = &mut v {
+            let tools: Vec<Value> = self
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "tool": self.tool_name(&t.name),
+                        "status": if t.offered() { "approved" } else { "held" },
+                        "hash": t.hash,
+                        "definition": t.definition,
+                        "held": t.held.as_ref().map(|h| json!({
+                            "hash": h.hash, "definition": h.definition, "seenAt": h.seen_at,
+                        })),
+                    })
+                })
+                .collect();
+            map.insert("tools".into(), Value::Array(tools));
+        }
+        v
+    }
+
+    fn to_stored(&self) -> StoredUpstream {
+        StoredUpstream {
+            id: self.id.clone(),
+            org_id: self.org_id.clone(),
+            slug: self.slug.clone(),
+            name: self.name.clone(),
+            transport: self.transport.clone(),
+            url: self.url.clone(),
+            prefix: self.prefix.clone(),
+            secret_env: self.auth.as_ref().and_then(|a| a.secret_env.clone()),
+            secret_file: self.auth.as_ref().and_then(|a| a.secret_file.clone()),
+            timeout_ms: i64::try_from(self.timeout_ms).unwrap_or(i64::MAX),
+            approve_new_tools: self.approve_new_tools,
+            tools: tools_text(&self.tools),
+            protocol_version: self.protocol_version.clone(),
+            health: self.health.clone(),
+            last_error: self.last_error.clone(),
+            checked_at: self.checked_at.clone(),
+            created_at: self.created_at.clone(),
+        }
+    }
+}
+
+fn tools_text(tools: &[PinnedTool]) -> String {
+    Value::Array(tools.iter().map(PinnedTool::to_json).collect()).to_string()
+}
+
+impl From<StoredUpstream> for ServerRow {
+    /// A stored row; definitions that no longer parse read as none.
+    fn from(r: StoredUpstream) -> ServerRow {
+        let auth = (r.secret_env.is_some() || r.secret_file.is_some()).then(|| PeerAuth {
+            kind: "bearer".into(),
+            secret_env: r.secret_env,
+            secret_file: r.secret_file,
+        });
+        let tools = serde_json::from_str::<Value>(&r.tools)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(PinnedTool::from_json)
+            .collect();
+        ServerRow {
+            id: r.id,
+            org_id: r.org_id,
+            slug: r.slug,
+            name: r.name,
+            transport: r.transport,
+            url: r.url,
+            prefix: r.prefix,
+            auth,
+            timeout_ms: u64::try_from(r.timeout_ms).unwrap_or(0),
+            approve_new_tools: r.approve_new_tools,
+            tools,
+            protocol_version: r.protocol_version,
+            health: r.health,
+            last_error: r.last_error,
+            checked_at: r.checked_at,
+            created_at: r.created_at,
+        }
+    }
+}
+
+// The registry's storage, in its own types (statements in `store::upstreams`).
+
+/// Inserts a registration; a taken slug is a conflict.
+pub fn insert(conn: &mut Conn, row: &ServerRow) -> Result<(), StoreError> {
+    upstreams::insert(conn, &row.to_stored())
+}
+
+/// The upstreams of an org, oldest registration first.
+pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<ServerRow>, StoreError> {
+    Ok(upstreams::list(conn, org_id)?
+        .into_iter()
+        .map(ServerRow::from)
+        .collect())
+}
+
+/// One upstream of an org.
+pub fn get(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<ServerRow>, StoreError> {
+    Ok(upstreams::get(conn, org_id, id)?.map(ServerRow::from))
+}
+
+/// Stores the pins (after an approval).
+pub fn set_tools(conn: &mut Conn, id: &str, tools: &[PinnedTool]) -> Result<(), StoreError> {
+    upstreams::set_tools(conn, id, &tools_text(tools))
+}
+
+/// Deletes a registration.
+pub fn delete(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError> {
+    upstreams::delete(conn, org_id, id)
+}
+
+/// What listing an upstream's tools found.
+#[derive(Debug, Clone)]
+pub enum Listing {
+    /// The tools, pinned, and the version spoken.
+    Listed {
+        /// Definitions.
+        tools: Vec<PinnedTool>,
+        /// Negotiated version.
+        protocol_version: String,
+    },
+    /// The upstream could not be reached.
+    Unreachable(String),
+    /// The upstream answered something unusable.
+    Invalid(String),
+}
+
+/// Stores a listing (a failed one keeps the last definitions).
+pub fn record_listing(conn: &mut Conn, id: &str, listing: &Listing) -> Result<(), StoreError> {
+    let text;
+    let record = match listing {
+        Listing::Listed {
+            tools,
+            protocol_version,
+        } => {
+            text = tools_text(tools);
+            ListingRecord::Listed {
+                tools: &text,
+                protocol_version,
+            }
+        }
+        Listing::Unreachable(e) => ListingRecord::Unreachable(e),
+        Listing::Invalid(e) => ListingRecord::Invalid(e),
+    };
+    upstreams::record_listing(conn, id, record)
+}
+
+/// Everything a call needs to reach one upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTarget {
+    /// Registry row id.
+    pub id: String,
+    /// Org.
+    pub org_id: String,
+    /// Slug (Cedar `McpServer` id).
+    pub slug: String,
+    /// The endpoint as registered.
+    pub url: String,
+    /// The same, parsed once.
+    pub endpoint: reqwest::Url,
+    /// `streamable-http`.
+    pub transport: String,
+    /// Credential source.
+    pub auth: Option<PeerAuth>,
+    /// Budget of one call.
+    pub timeout: Duration,
+}
+
+/// One upstream tool of an org.
+#[derive(Debug)]
+pub struct UpstreamTool {
+    /// The catalog entry (the gateway's name).
+    pub spec: Arc<ToolSpec>,
+    /// The server.
+    pub target: Arc<ServerTarget>,
+    /// The upstream's name for it.
+    pub upstream_name: String,
+    /// Its pinned hash.
+    pub hash: String,
+}
+
+/// The upstream tool set of one org, built from its healthy rows.
+#[derive(Debug, Default)]
+pub struct OrgUpstreams {
+    /// Tools in registration order, then listing order.
+    pub tools: Vec<Arc<UpstreamTool>>,
+    /// Gateway name → tool.
+    pub by_name: HashMap<String, Arc<UpstreamTool>>,
+    /// Servers that offer tools.
+    pub servers: Vec<Arc<ServerTarget>>,
+}
+
+impl OrgUpstreams {
+    /// Builds the set; a name already taken (by an earlier server) is
+    /// skipped, and so is a definition whose schema does not compile.
+    pub fn build(rows: &[ServerRow]) -> OrgUpstreams {
+        let mut out = OrgUpstreams::default();
+        for row in rows.iter().filter(|r| r.health == health::HEALTHY) {
+            let Ok(endpoint) = reqwest::Url::parse(&row.url) else {
+                continue;
+            };
+            let target = Arc::new(ServerTarget {
+                id: row.id.clone(),
+                org_id: row.org_id.clone(),
+                slug: row.slug.clone(),
+                url: row.url.clone(),
+                endpoint,
+                transport: row.transport.clone(),
+                auth: row.auth.clone(),
+                timeout: Duration::from_millis(row.timeout_ms.max(1)),
+            });
+            let mut any = false;
+            for pinned in row.tools.iter().filter(|t| t.offered()) {
+                let name = row.tool_name(&pinned.name);
+                if out.by_name.contains_key(&name) {
+                    tracing::warn!(tool = %name, "upstream tool name already taken; skipped");
+                    continue;
+                }
+                let Some(spec) = spec_for(&name, &row.slug, pinned) else {
+                    continue;
+                };
+                let tool = Arc::new(UpstreamTool {
+                    spec: Arc::new(spec),
+                    target: Arc::clone(&target),
+                    upstream_name: pinned.name.clone(),
+                    hash: pinned.hash.clone(),
+                });
+                out.by_name.insert(name, Arc::clone(&tool));
+                out.tools.push(tool);
+                any = true;
+            }
+            if any {
+                out.servers.push(target);
+            }
+        }
+        out
+    }
+}
+
+/// The spec of one upstream tool under the gateway's `name`: its schema,
+/// its annotations as Cedar attributes, and the upstream's own listing
+/// entry renamed.
+fn spec_for(name: &str, slug: &str, pinned: &PinnedTool) -> Option<ToolSpec> {
+    let def = &pinned.definition;
+    let description = def
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let schema = match def.get("inputSchema") {
+        Some(s @ Value::Object(_)) => s.clone(),
+        _ => json!({ "type": "object" }),
+    };
+    let hint = |k: &str| {
+        def.get("annotations")
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_bool)
+    };
+    let title = def
+        .get("annotations")
+        .and_then(|a| a.get("title"))
+        .or_else(|| def.get("title"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let read_only = hint("readOnlyHint").unwrap_or(false);
+    let facts = UpstreamToolFacts {
+        server: slug.to_string(),
+        destructive: hint("destructiveHint").unwrap_or(!read_only),
+        open_world: hint("openWorldHint").unwrap_or(true),
+        title,
+    };
+    let mut listing: Map<String, Value> = def.as_object().cloned().unwrap_or_default();
+    listing.insert("name".into(), name.into());
+    listing.insert("inputSchema".into(), schema.clone());
+    match ToolSpec::new(name, description, schema, "upstream", read_only) {
+        Ok(spec) => Some(spec.with_upstream(facts, &Value::Object(listing))),
+        Err(e) => {
+            tracing::warn!(tool = %name, error = %e, "upstream tool skipped");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pin_ignores_key_order_and_sees_every_pinned_member() {
+        let a = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"a": {}}}});
+        let b = json!({"inputSchema": {"properties": {"a": {}}, "type": "object"}, "description": "d", "name": "t"});
+        assert_eq!(definition_hash(&a), definition_hash(&b));
+        let c = json!({"name": "t", "description": "e", "inputSchema": {"type": "object", "properties": {"a": {}}}});
+        assert_ne!(definition_hash(&a), definition_hash(&c));
+        let d = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"a": {}}}, "annotations": {"destructiveHint": true}});
+        assert_ne!(definition_hash(&a), definition_hash(&d));
+    }
+}
