@@ -335,6 +335,24 @@ impl Default for HttpSecurity {
     }
 }
 
+/// `CEDARGATE_*` variables that are not config keys: read by the command
+/// line (`--config`) and the log filter, never by the config loader.
+pub const NON_CONFIG_VARS: &[&str] = &["CEDARGATE_CONFIG", "CEDARGATE_LOG"];
+
+/// The config keys set in the environment: `CEDARGATE_` then the key, nested
+/// keys joined by `__`. The prefix is shared with [`NON_CONFIG_VARS`],
+/// which are skipped; any other `CEDARGATE_*` variable must name a config
+/// key, so a misspelt override is an error rather than silently ignored.
+fn config_env() -> Env {
+    Env::prefixed("CEDARGATE_")
+        .filter(|key| {
+            !NON_CONFIG_VARS
+                .iter()
+                .any(|var| var.strip_prefix("CEDARGATE_").is_some_and(|k| key == k))
+        })
+        .split("__")
+}
+
 impl Config {
     /// Loads defaults, then `file` (if given, it must exist; if not given,
     /// `cedargate.toml` is read when present), then `CEDARGATE_*` variables.
@@ -352,7 +370,7 @@ impl Config {
             }
             None => fig = fig.merge(Toml::file("cedargate.toml")),
         }
-        fig = fig.merge(Env::prefixed("CEDARGATE_").split("__"));
+        fig = fig.merge(config_env());
         fig.extract().map_err(Box::new)
     }
 
@@ -434,6 +452,34 @@ mod tests {
             );
             Ok(())
         });
+    }
+
+    #[test]
+    fn variables_that_are_not_config_keys_are_not_read_as_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CEDARGATE_LOG", "warn");
+            jail.set_env("CEDARGATE_CONFIG", "elsewhere.toml");
+            jail.set_env("CEDARGATE_LOG_FORMAT", "json");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.log_format, LogFormat::Json);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_in_the_environment_are_rejected() {
+        for (var, key) in [
+            ("CEDARGATE_LISEN", "lisen"),
+            ("CEDARGATE_LIMITS__MAX_BODYBYTES", "max_bodybytes"),
+            ("CEDARGATE_LOG__LEVEL", "log"),
+        ] {
+            figment::Jail::expect_with(|jail| {
+                jail.set_env(var, "1");
+                let err = Config::load(None).map(|_| ()).unwrap_err().to_string();
+                assert!(err.contains(key), "{var}: {err}");
+                Ok(())
+            });
+        }
     }
 
     #[test]

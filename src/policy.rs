@@ -8,6 +8,7 @@
 
 pub mod action_slices;
 pub mod entities;
+mod extension_values;
 pub mod fmt;
 mod literals;
 pub mod load;
@@ -694,7 +695,7 @@ fn session_pairs(session_id: &str, time: &str) -> [(String, RestrictedExpression
             "session".to_string(),
             RestrictedExpression::new_entity_uid(Kind::Session.uid(session_id).0),
         ),
-        ("time".to_string(), RestrictedExpression::new_datetime(time)),
+        ("time".to_string(), extension_values::datetime(time)),
     ]
 }
 

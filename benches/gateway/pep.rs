@@ -199,6 +199,32 @@ pub async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> R
             ));
         }),
     ));
+    let remember_args =
+        json!({ "content": "the retry backoff doubles up to 30 s", "confidence": 0.9 });
+    parts.push((
+        "PolicyBundle::prepare_tool_context (remember: a `decimal` in args)".to_string(),
+        time_sync(PART_ITERS, || {
+            std::hint::black_box(bundle.prepare_tool_context(
+                Action::CallTool,
+                "af_memory_remember",
+                session_id,
+                &time,
+                &remember_args,
+            ));
+        }),
+    ));
+    parts.push((
+        "  RestrictedExpression::new_datetime (parses the name `datetime` per call)".to_string(),
+        time_sync(PART_ITERS, || {
+            std::hint::black_box(RestrictedExpression::new_datetime(&time));
+        }),
+    ));
+    parts.push((
+        "  RestrictedExpression::new_decimal (parses the name `decimal` per call)".to_string(),
+        time_sync(PART_ITERS, || {
+            std::hint::black_box(RestrictedExpression::new_decimal("0.9000"));
+        }),
+    ));
     parts.push((
         "PolicyBundle::prepare_context (JSON path, as create_session uses it)".to_string(),
         time_sync(PART_ITERS, || {

@@ -424,7 +424,7 @@ pub fn restricted(ty: &ArgType, v: &Value) -> Option<RestrictedExpression> {
         ArgType::Decimal => v
             .pointer("/__extn/arg")
             .and_then(Value::as_str)
-            .map(RestrictedExpression::new_decimal),
+            .map(super::extension_values::decimal),
         ArgType::Set(elem) => v
             .as_array()?
             .iter()

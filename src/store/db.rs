@@ -387,6 +387,17 @@ impl SqliteConn {
     }
 }
 
+#[cfg(test)]
+impl SqliteConn {
+    /// How many times the cached statement of `sql` was re-prepared (SQLite
+    /// recompiles a statement when a schema change or a new binding of a
+    /// parameter its plan depends on invalidates it).
+    pub(crate) fn reprepares(&self, sql: &str) -> Result<i32, StoreError> {
+        let stmt = self.conn.prepare_cached(sql)?;
+        Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+    }
+}
+
 impl rusqlite::ToSql for Param<'_> {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
         use rusqlite::types::{ToSqlOutput, ValueRef};

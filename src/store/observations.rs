@@ -128,6 +128,27 @@ fn query_terms(text: &str) -> Option<Vec<String>> {
     Some(terms)
 }
 
+/// The SQLite search. bm25() is lower-is-better: it is negated into the
+/// score.
+///
+/// Written so its cached statement is never re-prepared: SQLite marks a
+/// parameter whose value the planner looked at, and re-prepares the
+/// statement at the next step after that parameter is bound again. Two
+/// spots of this query did that on every search: the bare `LIMIT ?4` (the
+/// planner reads the bound limit) and `o.org_id = ?2 AND o.project_id = ?3`
+/// (weighed against the `(org_id, project_id, seq)` indexes of
+/// `observations`). The unary `+` keeps those terms out of index planning
+/// and the `CAST` makes the limit an expression read at run time. The plan
+/// is the one of the plain form (the FTS5 match drives, each hit is fetched
+/// by rowid and filtered, the scores are sorted), which a test checks.
+const SQLITE_SEARCH: &str =
+    "SELECT o.id, o.content, o.type, o.confidence, o.created_at, -bm25(observations_fts) AS score
+     FROM observations_fts
+     JOIN observations o ON o.seq = observations_fts.rowid
+     WHERE observations_fts MATCH ?1 AND +o.org_id = ?2 AND +o.project_id = ?3
+     ORDER BY score DESC, o.seq DESC
+     LIMIT CAST(?4 AS INTEGER)";
+
 /// The best `limit` observations of a project for `query`, best first.
 pub fn search(
     conn: &mut Conn,
@@ -137,16 +158,7 @@ pub fn search(
     limit: usize,
 ) -> Result<Vec<ObservationHit>, StoreError> {
     let (sql, q) = match conn.backend() {
-        Backend::Sqlite => (
-            // bm25() is lower-is-better: negate it into the score.
-            "SELECT o.id, o.content, o.type, o.confidence, o.created_at, -bm25(observations_fts) AS score
-             FROM observations_fts
-             JOIN observations o ON o.seq = observations_fts.rowid
-             WHERE observations_fts MATCH ?1 AND o.org_id = ?2 AND o.project_id = ?3
-             ORDER BY score DESC, o.seq DESC
-             LIMIT ?4",
-            fts_query(query),
-        ),
+        Backend::Sqlite => (SQLITE_SEARCH, fts_query(query)),
         Backend::Postgres => (
             "SELECT o.id, o.content, o.type, o.confidence, o.created_at,
                     CAST(ts_rank_cd(o.search, q) AS DOUBLE PRECISION) AS score
@@ -184,6 +196,61 @@ pub fn count(conn: &mut Conn, org_id: &str, project_id: &str) -> Result<i64, Sto
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::db::{Db, SqliteConn};
+
+    #[test]
+    fn a_cached_search_is_not_re_prepared() {
+        let mut conn = SqliteConn::open(std::path::Path::new(":memory:")).unwrap();
+        crate::store::migrate(&mut conn).unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = OFF;").unwrap();
+        for (i, text) in ["auth token refresh fails", "token cache", "auth retries"]
+            .iter()
+            .enumerate()
+        {
+            let o = NewObservation {
+                id: format!("o-{i}"),
+                org_id: "acme".into(),
+                project_id: "web".into(),
+                session_id: "s".into(),
+                agent_id: "a".into(),
+                content: text.to_string(),
+                obs_type: None,
+                confidence: None,
+                created_at: "2026-11-22T08:00:00.000Z".into(),
+            };
+            insert(&mut conn, &o).unwrap();
+        }
+        let hits = |conn: &mut SqliteConn, q: &str, limit: usize| {
+            search(conn, "acme", "web", q, limit).unwrap().len()
+        };
+        assert_eq!(hits(&mut conn, "auth token", 10), 3);
+        let before = conn.reprepares(SQLITE_SEARCH).unwrap();
+        // Other queries, other limits, other tenants: all from the cache.
+        assert_eq!(hits(&mut conn, "auth token", 1), 1);
+        assert_eq!(hits(&mut conn, "token", 2), 2);
+        assert_eq!(hits(&mut conn, "retries", 50), 1);
+        assert_eq!(
+            search(&mut conn, "acme", "api", "auth", 5).unwrap().len(),
+            0
+        );
+        assert_eq!(hits(&mut conn, "auth token", 10), 3);
+        assert_eq!(conn.reprepares(SQLITE_SEARCH).unwrap(), before);
+
+        let plain = SQLITE_SEARCH
+            .replace("+o.", "o.")
+            .replace("CAST(?4 AS INTEGER)", "?4");
+        let plan = |conn: &mut crate::store::db::Conn, sql: &str| {
+            conn.query_map(
+                &format!("EXPLAIN QUERY PLAN {sql}"),
+                crate::params!["\"auth\"", "acme", "web", 10i64],
+                |r| r.get::<String>(3),
+            )
+            .unwrap()
+        };
+        let ours = plan(&mut conn, SQLITE_SEARCH);
+        assert_eq!(ours, plan(&mut conn, &plain));
+        assert!(ours[0].contains("observations_fts"), "{ours:?}");
+    }
 
     #[test]
     fn fts_query_neutralizes_syntax() {

@@ -1,0 +1,378 @@
+//! Every environment variable the README documents, each given to the real
+//! binary on its own: the command still starts and the variable takes
+//! effect. `CEDARGATE_*` is shared by config keys and by variables that are
+//! not (`CEDARGATE_LOG`, `CEDARGATE_CONFIG`); neither kind may stop the
+//! other from working.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::cli::{bin, stderr, stdout, write_config};
+use common::repo;
+use serde_json::{Value, json};
+
+/// The variables this file tests, one test each; the README may document
+/// no other (see [`the_readme_documents_only_tested_variables`]).
+const TESTED: &[&str] = &[
+    "CEDARGATE_CONFIG",
+    "CEDARGATE_LISTEN",
+    "CEDARGATE_DATA_DIR",
+    "CEDARGATE_LOG_FORMAT",
+    "CEDARGATE_LIMITS__MAX_BODY_BYTES",
+    "CEDARGATE_ADMIN_TOKEN",
+    "CEDARGATE_DATABASE__URL",
+    "CEDARGATE_LOG",
+];
+
+/// The binary in `dir` with none of the documented variables inherited.
+fn command(dir: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.current_dir(dir);
+    for var in TESTED {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// A running `serve`, with the demo tenant its banner printed.
+struct Served {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    base: String,
+    /// The demo session's MCP URL.
+    url: String,
+    /// The demo key.
+    key: String,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+/// Starts `serve` in `dir` with `--config config` (if given) and `envs`,
+/// and waits until it answers `/healthz`.
+async fn serve(dir: &Path, config: Option<&Path>, envs: &[(&str, &str)]) -> Served {
+    let mut cmd = command(dir);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let mut child = cmd
+        .arg("serve")
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        text
+    });
+    let (url, key) = banner(&mut child);
+    let base = url.split("/api/mcp/").next().unwrap().to_string();
+    let status = reqwest::get(format!("{base}/healthz"))
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200, "{envs:?}");
+    Served {
+        child,
+        base,
+        url,
+        key,
+        stderr,
+    }
+}
+
+/// The MCP URL and key of the demo banner on `child`'s stdout.
+fn banner(child: &mut Child) -> (String, String) {
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let (mut url, mut key) = (None, None);
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("MCP URL:") {
+            url = Some(u.trim().to_string());
+        }
+        if let Some(k) = line.strip_prefix("Bearer key:") {
+            key = Some(k.trim().to_string());
+        }
+        if line.contains("mcpServers") {
+            break;
+        }
+    }
+    // Keep draining so the server never writes into a closed pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (
+        url.expect("serve prints the demo MCP URL (it did not start?)"),
+        key.expect("serve prints the demo key"),
+    )
+}
+
+impl Served {
+    /// Stops the server with SIGTERM and returns what it logged.
+    fn stop(mut self) -> String {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for _ in 0..200 {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert!(s.success(), "serve exited with {s}");
+                return self.stderr.join().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child.kill().unwrap();
+        panic!("serve did not stop within 10 s of SIGTERM");
+    }
+
+    /// POSTs `body` to the demo session's MCP URL with the demo key.
+    async fn post_mcp(&self, body: String) -> u16 {
+        reqwest::Client::new()
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+}
+
+/// A temporary directory with a config file serving the shipped policies
+/// on an ephemeral port, on the suite's backend.
+fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &repo().join("policies"));
+    (dir, config)
+}
+
+#[test]
+fn the_readme_documents_only_tested_variables() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut documented: Vec<String> = readme
+        .split("CEDARGATE_")
+        .skip(1)
+        .map(|rest| {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            format!("CEDARGATE_{name}")
+        })
+        .filter(|v| v != "CEDARGATE_")
+        .collect();
+    documented.sort();
+    documented.dedup();
+    let mut tested: Vec<String> = TESTED.iter().map(|v| v.to_string()).collect();
+    tested.sort();
+    assert_eq!(documented, tested);
+}
+
+#[tokio::test]
+async fn cedargate_log_sets_the_level_and_breaks_no_command() {
+    let (dir, config) = setup();
+    let out = command(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .args(["policy", "validate"])
+        .env("CEDARGATE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("policy set valid"),
+        "{}",
+        stdout(&out)
+    );
+
+    let log = serve(dir.path(), Some(&config), &[("CEDARGATE_LOG", "info")])
+        .await
+        .stop();
+    assert!(log.contains("cedargate listening"), "{log}");
+
+    let (dir, config) = setup();
+    let log = serve(dir.path(), Some(&config), &[("CEDARGATE_LOG", "warn")])
+        .await
+        .stop();
+    assert!(!log.contains("cedargate listening"), "{log}");
+    assert!(!log.contains("INFO"), "{log}");
+}
+
+#[tokio::test]
+async fn cedargate_log_format_json_logs_json_lines() {
+    let (dir, config) = setup();
+    let log = serve(
+        dir.path(),
+        Some(&config),
+        &[("CEDARGATE_LOG_FORMAT", "json")],
+    )
+    .await
+    .stop();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "cedargate listening"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn cedargate_listen_sets_the_address() {
+    let (dir, config) = setup();
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let served = serve(dir.path(), Some(&config), &[("CEDARGATE_LISTEN", &listen)]).await;
+    assert_eq!(served.base, format!("http://{listen}"));
+    served.stop();
+}
+
+#[tokio::test]
+async fn cedargate_data_dir_sets_the_data_directory() {
+    let (dir, config) = setup();
+    let elsewhere = dir.path().join("elsewhere");
+    let served = serve(
+        dir.path(),
+        Some(&config),
+        &[("CEDARGATE_DATA_DIR", elsewhere.to_str().unwrap())],
+    )
+    .await;
+    served.stop();
+    assert!(elsewhere.join("demo-tenant.json").exists());
+    assert!(!dir.path().join("data/demo-tenant.json").exists());
+}
+
+#[tokio::test]
+async fn cedargate_admin_token_serves_the_admin_api() {
+    let (dir, config) = setup();
+    let served = serve(
+        dir.path(),
+        Some(&config),
+        &[("CEDARGATE_ADMIN_TOKEN", "env-admin-token")],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let orgs = format!("{}/admin/orgs", served.base);
+    let ok = http
+        .get(&orgs)
+        .bearer_auth("env-admin-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let body: Value = ok.json().await.unwrap();
+    assert!(body.to_string().contains("demo"), "{body}");
+    let wrong = http.get(&orgs).bearer_auth("other").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    served.stop();
+}
+
+#[tokio::test]
+async fn cedargate_limits_max_body_bytes_bounds_a_request() {
+    let (dir, config) = setup();
+    let served = serve(
+        dir.path(),
+        Some(&config),
+        &[("CEDARGATE_LIMITS__MAX_BODY_BYTES", "2048")],
+    )
+    .await;
+    let small = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    assert_eq!(served.post_mcp(small.to_string()).await, 200);
+    let big = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "af_memory_remember", "arguments": {"content": "x".repeat(3000)}}});
+    assert_eq!(served.post_mcp(big.to_string()).await, 413);
+    served.stop();
+}
+
+#[tokio::test]
+async fn cedargate_database_url_sets_the_store() {
+    let (dir, config) = setup();
+    let db = dir.path().join("from-env.db");
+    let url = format!("sqlite://{}", db.display());
+    let served = serve(
+        dir.path(),
+        Some(&config),
+        &[("CEDARGATE_DATABASE__URL", &url)],
+    )
+    .await;
+    served.stop();
+    assert!(db.exists(), "{url} was not created");
+}
+
+#[tokio::test]
+async fn cedargate_config_names_the_config_file() {
+    let (dir, _) = setup();
+    let policies = dir.path().join("one-policy");
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::write(
+        policies.join("all.cedar"),
+        "@id(\"all\")\npermit (principal, action, resource);\n",
+    )
+    .unwrap();
+    let config = write_config(dir.path(), &policies);
+    let out = command(dir.path())
+        .args(["policy", "validate"])
+        .env("CEDARGATE_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("policy set valid: 1 policies"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = command(dir.path())
+        .args(["policy", "validate"])
+        .env("CEDARGATE_CONFIG", dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+
+    let served = serve(
+        dir.path(),
+        None,
+        &[("CEDARGATE_CONFIG", config.to_str().unwrap())],
+    )
+    .await;
+    served.stop();
+    assert!(dir.path().join("data/demo-tenant.json").exists());
+}
+
+#[test]
+fn a_misspelt_config_variable_is_an_error() {
+    let (dir, config) = setup();
+    let out = command(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .args(["policy", "validate"])
+        .env("CEDARGATE_LIMITS__MAX_BODY_BYTE", "10")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("max_body_byte"), "{}", stderr(&out));
+}
