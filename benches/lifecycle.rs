@@ -121,8 +121,12 @@ fn sessions(store: &Store, bundle: &PolicyBundle, n: usize) -> Vec<(String, Stri
             .iter()
             .map(|t| t.spec().entity())
             .collect();
-        let slice = entities::session_slice(bundle, &session_facts(&tenant, &key), &tools)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let slice = entities::session_slice(
+            bundle,
+            &cedargate::gateway::session_facts(&tenant, &key),
+            &tools,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         out.push((org, sid, slice));
     }
     out
@@ -411,38 +415,10 @@ fn sessions_for(store: &Store, bundle: &PolicyBundle, sid: &str) -> EntitySlice 
         .iter()
         .map(|t| t.spec().entity())
         .collect();
-    entities::session_slice(bundle, &session_facts(&tenant, &key), &tools)
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The policy view of a loaded session and its key.
-fn session_facts<'a>(
-    t: &'a tenants::SessionTenant,
-    key: &'a tenants::ApiKey,
-) -> entities::SessionFacts<'a> {
-    entities::SessionFacts {
-        session_id: &t.session.id,
-        org: entities::OrgFacts {
-            id: &t.org.id,
-            plan: &t.org.plan,
-            entitlements: &t.org.entitlements,
-        },
-        project: entities::ProjectFacts {
-            org_id: &t.project.org_id,
-            id: &t.project.id,
-            memory_enabled: t.project.memory_enabled,
-            graph_enabled: t.project.graph_enabled,
-        },
-        agent: entities::AgentFacts {
-            org_id: &t.agent.org_id,
-            id: &t.agent.id,
-            name: &t.agent.name,
-            roles: &t.agent.roles,
-        },
-        key: entities::KeyFacts {
-            org_id: &key.org_id,
-            id: &key.id,
-            label: &key.label,
-        },
-    }
+    entities::session_slice(
+        bundle,
+        &cedargate::gateway::session_facts(&tenant, &key),
+        &tools,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }

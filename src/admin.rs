@@ -58,18 +58,11 @@ async fn require_admin(State(gw): State<Arc<Gateway>>, req: Request, next: Next)
     }
 }
 
-/// Turns a JSON body rejection into a 400 with the parser's reason.
-fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, AppError> {
-    payload
-        .map(|Json(v)| v)
-        .map_err(|e| AppError::BadRequest(e.body_text()))
-}
-
 async fn create_org(
     State(gw): State<Arc<Gateway>>,
     payload: Result<Json<CreateOrg>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let org = gw.store.read(move |c| operator::create_org(c, req)).await?;
     crate::cluster::coherence::changed(&gw, &org.id).await;
     Ok((StatusCode::CREATED, Json(org)))
@@ -108,7 +101,7 @@ async fn create_project(
     payload: Result<Json<CreateProject>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let changed_org = org.clone();
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let p = gw
         .store
         .read(move |c| operator::create_project(c, &org, req))
@@ -144,7 +137,7 @@ async fn create_agent(
     payload: Result<Json<CreateAgent>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let changed_org = org.clone();
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let a = gw
         .store
         .read(move |c| operator::create_agent(c, &org, req))
@@ -180,7 +173,7 @@ async fn create_key(
     payload: Result<Json<CreateKey>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let changed_org = org.clone();
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let (key, secret) = gw
         .store
         .read(move |c| operator::create_key(c, &org, req))

@@ -31,9 +31,7 @@ pub async fn open_session(
         ResolveError::Store(s) => AppError::from(s),
         other => AppError::Unauthorized(other.to_string()),
     })?;
-    let req = payload
-        .map(|Json(v)| v)
-        .map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Json(req) = payload?;
 
     let (org_id, project_id, agent_id) = (
         key.org_id.clone(),

@@ -4,6 +4,7 @@
 //! failures are logged and answered with a generic message.
 
 use axum::Json;
+use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -61,6 +62,13 @@ impl From<StoreError> for AppError {
                 AppError::Unavailable
             }
         }
+    }
+}
+
+/// A JSON body that does not parse is a 400 with the parser's reason.
+impl From<JsonRejection> for AppError {
+    fn from(e: JsonRejection) -> Self {
+        AppError::BadRequest(e.body_text())
     }
 }
 

@@ -268,32 +268,7 @@ impl Gateway {
                 org_id: s.org_id.clone(),
             })
             .collect();
-        let t = &tenant;
-        let facts = entities::SessionFacts {
-            session_id: &t.session.id,
-            org: entities::OrgFacts {
-                id: &t.org.id,
-                plan: &t.org.plan,
-                entitlements: &t.org.entitlements,
-            },
-            project: entities::ProjectFacts {
-                org_id: &t.project.org_id,
-                id: &t.project.id,
-                memory_enabled: t.project.memory_enabled,
-                graph_enabled: t.project.graph_enabled,
-            },
-            agent: entities::AgentFacts {
-                org_id: &t.agent.org_id,
-                id: &t.agent.id,
-                name: &t.agent.name,
-                roles: &t.agent.roles,
-            },
-            key: entities::KeyFacts {
-                org_id: &key.org_id,
-                id: &key.id,
-                label: &key.label,
-            },
-        };
+        let facts = session_facts(&tenant, key);
         let slice = entities::session_slice_with_remotes(
             bundle,
             &facts,
@@ -311,5 +286,35 @@ impl Gateway {
         });
         self.views.insert(cache_key, Arc::clone(&view));
         Ok(view)
+    }
+}
+
+/// What the policy module needs of a loaded session and its key (it never
+/// sees store rows).
+pub fn session_facts<'a>(t: &'a SessionTenant, key: &'a ApiKey) -> entities::SessionFacts<'a> {
+    entities::SessionFacts {
+        session_id: &t.session.id,
+        org: entities::OrgFacts {
+            id: &t.org.id,
+            plan: &t.org.plan,
+            entitlements: &t.org.entitlements,
+        },
+        project: entities::ProjectFacts {
+            org_id: &t.project.org_id,
+            id: &t.project.id,
+            memory_enabled: t.project.memory_enabled,
+            graph_enabled: t.project.graph_enabled,
+        },
+        agent: entities::AgentFacts {
+            org_id: &t.agent.org_id,
+            id: &t.agent.id,
+            name: &t.agent.name,
+            roles: &t.agent.roles,
+        },
+        key: entities::KeyFacts {
+            org_id: &key.org_id,
+            id: &key.id,
+            label: &key.label,
+        },
     }
 }

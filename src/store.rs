@@ -410,6 +410,13 @@ impl Store {
         &self.writer
     }
 
+    /// `NotFound` ("org `…` not found") unless the org exists: the check
+    /// every org-scoped operator route makes first.
+    pub async fn require_org(&self, org_id: &str) -> Result<(), StoreError> {
+        let id = org_id.to_string();
+        self.read(move |c| tenants::require_org(c, &id)).await
+    }
+
     /// Runs `f` with a pooled connection on the blocking pool.
     pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where

@@ -30,7 +30,6 @@ use super::registry::{self, CardRow, Fetched, PeerAuth};
 use crate::cluster::coherence;
 use crate::error::AppError;
 use crate::gateway::Gateway;
-use crate::store::tenants;
 
 /// The routes (merged into `/admin`, which adds the token check).
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -78,20 +77,6 @@ impl From<RefreshError> for AppError {
             RefreshError::Deregistered(_) => AppError::NotFound(e.to_string()),
             RefreshError::Store(e) => AppError::from(e),
         }
-    }
-}
-
-fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, AppError> {
-    payload
-        .map(|Json(v)| v)
-        .map_err(|e| AppError::BadRequest(e.body_text()))
-}
-
-async fn require_org(gw: &Gateway, org: &str) -> Result<(), AppError> {
-    let id = org.to_string();
-    match gw.store.read(move |c| tenants::get_org(c, &id)).await? {
-        Some(_) => Ok(()),
-        None => Err(AppError::NotFound(format!("org `{org}` not found"))),
     }
 }
 
@@ -155,9 +140,9 @@ async fn register(
     Path(org): Path<String>,
     payload: Result<Json<RegisterAgent>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let (url, pinned) = check_input(&req)?;
-    require_org(&gw, &org).await?;
+    gw.store.require_org(&org).await?;
     let bearer = match &req.auth {
         Some(a) => Some(
             a.resolve()
@@ -233,7 +218,7 @@ async fn list(
     State(gw): State<Arc<Gateway>>,
     Path(org): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
-    require_org(&gw, &org).await?;
+    gw.store.require_org(&org).await?;
     let rows = gw.store.read(move |c| registry::list(c, &org)).await?;
     Ok(Json(
         json!({ "agents": rows.iter().map(CardRow::to_api).collect::<Vec<Value>>() }),
@@ -280,7 +265,7 @@ async fn get_settings(
     State(gw): State<Arc<Gateway>>,
     Path(org): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
-    require_org(&gw, &org).await?;
+    gw.store.require_org(&org).await?;
     let o = org.clone();
     let set = gw.store.read(move |c| registry::timeout_ms(c, &o)).await?;
     Ok(Json(json!({
@@ -295,14 +280,14 @@ async fn put_settings(
     Path(org): Path<String>,
     payload: Result<Json<A2aSettings>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let req = body(payload)?;
+    let Json(req) = payload?;
     if req.timeout_ms == 0 || req.timeout_ms > registry::MAX_TIMEOUT_MS {
         return Err(AppError::BadRequest(format!(
             "`timeoutMs` must be 1 to {}",
             registry::MAX_TIMEOUT_MS
         )));
     }
-    require_org(&gw, &org).await?;
+    gw.store.require_org(&org).await?;
     let (o, ms) = (org.clone(), req.timeout_ms);
     gw.store
         .read(move |c| registry::set_timeout_ms(c, &o, ms))

@@ -178,7 +178,8 @@ pub fn delete_org(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn require_org(conn: &mut Conn, org_id: &str) -> Result<(), StoreError> {
+/// `NotFound` unless the org exists.
+pub fn require_org(conn: &mut Conn, org_id: &str) -> Result<(), StoreError> {
     if get_org(conn, org_id)?.is_none() {
         return Err(StoreError::NotFound(format!("org `{org_id}` not found")));
     }

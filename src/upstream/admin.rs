@@ -38,7 +38,6 @@ use crate::a2a::registry::PeerAuth;
 use crate::cluster::coherence;
 use crate::error::AppError;
 use crate::gateway::Gateway;
-use crate::store::tenants;
 
 /// The routes (merged into `/admin`, which adds the token check).
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -76,20 +75,6 @@ pub struct RegisterServer {
     /// Whether tools first seen after registration are offered at once
     /// (default true).
     pub approve_new_tools: Option<bool>,
-}
-
-fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, AppError> {
-    payload
-        .map(|Json(v)| v)
-        .map_err(|e| AppError::BadRequest(e.body_text()))
-}
-
-async fn require_org(gw: &Gateway, org: &str) -> Result<(), AppError> {
-    let id = org.to_string();
-    match gw.store.read(move |c| tenants::get_org(c, &id)).await? {
-        Some(_) => Ok(()),
-        None => Err(AppError::NotFound(format!("org `{org}` not found"))),
-    }
 }
 
 /// Checks the registration; returns the endpoint, slug and prefix.
@@ -226,9 +211,9 @@ async fn register(
     Path(org): Path<String>,
     payload: Result<Json<RegisterServer>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let (url, slug, prefix) = check_input(&req)?;
-    require_org(&gw, &org).await?;
+    gw.store.require_org(&org).await?;
     let now = crate::ids::now_rfc3339();
     let mut row = ServerRow {
         id: uuid::Uuid::now_v7().to_string(),
@@ -267,7 +252,7 @@ async fn list(
     State(gw): State<Arc<Gateway>>,
     Path(org): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
-    require_org(&gw, &org).await?;
+    gw.store.require_org(&org).await?;
     let rows = gw.store.read(move |c| registry::list(c, &org)).await?;
     let servers: Vec<Value> = rows.iter().map(|r| r.to_api(false)).collect();
     Ok(Json(json!({ "servers": servers })))
@@ -321,7 +306,7 @@ async fn approve(
     Path((org, id)): Path<(String, String)>,
     payload: Result<Json<Approve>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
-    let req = body(payload)?;
+    let Json(req) = payload?;
     let mut row = find(&gw, &org, &id).await?;
     let approved = registry::approve(&mut row, req.tools.as_deref()).map_err(|unknown| {
         AppError::BadRequest(format!(
