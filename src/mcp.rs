@@ -13,7 +13,8 @@
 //! A POST speaking protocol 2026-07-28 (`era`) is served statelessly by
 //! `modern`: the same prelude, split so header–body validation
 //! (`headers`) runs before any Cedar decision of the session, then
-//! `server/discover` (`discover`), `tools/list` and `tools/call`.
+//! `server/discover` (`discover`), `tools/list`, `tools/call` and
+//! `subscriptions/listen` (`listen`).
 //!
 //! **Architecture Invariant:** every transport passes the same admission,
 //! the same prelude and the same dispatch, so the PEP and the decision
@@ -30,6 +31,7 @@ pub mod framing;
 pub mod headers;
 pub mod initialize;
 pub mod jsonrpc;
+pub mod listen;
 pub mod modern;
 pub mod protocol;
 pub mod router;

@@ -747,3 +747,134 @@ async fn a_2025_11_25_client_is_unchanged() {
     .await;
     assert_eq!(a.status, 400);
 }
+
+/// The `message` events of an SSE answer, read chunk by chunk.
+struct Events {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl Events {
+    /// The next `message` event's JSON (keep-alive comments skipped);
+    /// `None` when the stream ended.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = block
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim)
+                    .collect();
+                if block.lines().any(|l| l.trim() == "event: message") {
+                    return Some(serde_json::from_str(&data.join("\n")).unwrap());
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), self.resp.chunk())
+                .await
+                .expect("the stream stalled")
+                .ok()??;
+            self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
+/// Opens `subscriptions/listen` (request id 9) for tool-list changes.
+async fn listen(g: &TestGateway, t: &Tenant) -> (u16, Option<Events>) {
+    let body = request(
+        9,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["x://y"]}}),
+    );
+    let mut req = g
+        .http
+        .post(&t.mcp_url)
+        .bearer_auth(&t.key)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (k, v) in standard_headers(&body) {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    if status != 200 {
+        return (status, None);
+    }
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    (
+        status,
+        Some(Events {
+            resp,
+            buf: String::new(),
+        }),
+    )
+}
+
+#[tokio::test]
+async fn subscriptions_listen_announces_tool_list_changes_and_is_bounded_per_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = common::copy_policies(dir.path());
+    let policies_dir = policies.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = policies_dir;
+        c.sse.max_streams_per_key = 1;
+        c.lifecycle.watch = false;
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let (status, events) = listen(&g, &t).await;
+    assert_eq!(status, 200);
+    let mut events = events.unwrap();
+    let ack = events.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        9
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "only what the gateway honours"
+    );
+    // The stream counts against the key's bound (as HTTP+SSE streams do).
+    let (second, _) = listen(&g, &t).await;
+    assert_eq!(second, 429);
+
+    // A reload that hides a tool from this agent is announced.
+    std::fs::write(policies.join("hide.cedar"), HIDE_REMEMBER).unwrap();
+    let (status, reload) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 200, "{reload}");
+    let changed = events.next().await.unwrap();
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        9
+    );
+    // The re-check was decided and recorded like a tools/list.
+    let denied_views = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| {
+            d.record.action == "view_tool"
+                && d.record.decision == "deny"
+                && d.record.resource.contains("af_memory_remember")
+        })
+        .count();
+    assert!(denied_views >= 1);
+
+    // Closing the stream cancels it and frees the key's slot.
+    drop(events);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while g.gw.streams.stats().open > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream was never released"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (again, _) = listen(&g, &t).await;
+    assert_eq!(again, 200);
+}

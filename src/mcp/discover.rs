@@ -27,10 +27,10 @@ pub fn discover() -> Value {
     })
 }
 
-/// What the gateway offers at 2026-07-28: tools (no list-change
-/// notifications: a client relies on `ttlMs`).
+/// What the gateway offers at 2026-07-28: tools, whose list changes are
+/// announced on `subscriptions/listen`.
 pub fn capabilities() -> Value {
-    json!({ "tools": { "listChanged": false } })
+    json!({ "tools": { "listChanged": true } })
 }
 
 /// `Implementation` of the gateway.

@@ -9,8 +9,9 @@
 //!
 //! The session URL stays the authority for tenant, project and agent,
 //! exactly as for legacy clients: the same prelude, the same pipeline, the
-//! same trail. Methods: `server/discover`, `tools/list`, `tools/call`;
-//! anything else (`initialize` and `ping` included, which the revision
+//! same trail. Methods: `server/discover`, `tools/list`, `tools/call`,
+//! `subscriptions/listen` (a long-lived stream, see `listen`); anything
+//! else (`initialize` and `ping` included, which the revision
 //! removed) answers 404 with -32601.
 //!
 //! Result shapes: every result carries `resultType: "complete"` (the
@@ -43,7 +44,7 @@ use super::error::McpError;
 use super::framing::framed;
 use super::headers::{self, Mismatch};
 use super::jsonrpc::{self, Answer, Reply};
-use super::{protocol, tools_call, tools_list};
+use super::{listen, protocol, tools_call, tools_list};
 use crate::gateway::Gateway;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
 
@@ -92,6 +93,11 @@ async fn answer(
         return Ok(StatusCode::ACCEPTED.into_response());
     };
     let outcome = match required_capabilities(gw, &request.method, &request.capabilities) {
+        Ok(()) if request.method == "subscriptions/listen" => {
+            let stream = listen::open(&call, headers, &id, &request.params).await;
+            call.flush_deferred().await;
+            return stream;
+        }
         Ok(()) => dispatch(&call, &request.method, request.params).await,
         Err(e) => Err(e),
     };
