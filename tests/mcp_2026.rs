@@ -4,7 +4,9 @@
 //! validation (-32020, recorded as a denied request) including
 //! `Mcp-Param-*` of an upstream tool's `x-mcp-header` parameters and the
 //! base64 form, the revision's result shapes, W3C trace context in the
-//! decision records, and a 2025-11-25 client left unchanged.
+//! decision records, a 2025-11-25 client left unchanged, and
+//! `subscriptions/listen` (acknowledged, a tool-list change announced,
+//! bounded per key, released when closed).
 
 #![allow(
     clippy::unwrap_used,
