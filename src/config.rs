@@ -51,6 +51,21 @@ pub struct Config {
     pub a2a: A2aConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
+    /// The MCP endpoint's protocol 2026-07-28 settings.
+    pub mcp: McpConfig,
+}
+
+/// Protocol 2026-07-28 on the MCP endpoint (`[mcp]`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Client capabilities (top-level keys of `clientCapabilities`, e.g.
+    /// `elicitation`) each method requires; a 2026-07-28 request that does
+    /// not declare them answers 400 with -32021. Empty by default: the
+    /// gateway never asks a client for input, so no method needs one; an
+    /// operator may still require, say, that tool calls come from clients
+    /// able to ask their user (`{"tools/call" = ["elicitation"]}`).
+    pub required_client_capabilities: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The store's database.
@@ -297,6 +312,7 @@ impl Default for Config {
             lifecycle: LifecycleConfig::default(),
             a2a: A2aConfig::default(),
             graph: GraphConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }

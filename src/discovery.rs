@@ -48,14 +48,17 @@ pub fn descriptor(base: &str) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "description": "Policy-first MCP gateway: every session, tool listing and tool call is decided by Cedar policies and recorded in a hash-chained decision trail.",
         "endpoint": endpoint,
-        "protocolVersions": protocol::SUPPORTED,
+        "protocolVersions": protocol::ALL,
+        // The newest version of the initialize era, which every client
+        // reading this descriptor understands; 2026-07-28 clients find
+        // their version in the list (or ask `server/discover`).
         "preferredProtocolVersion": protocol::LATEST,
         "transports": [
             {
                 "type": "streamable-http",
                 "endpoint": endpoint,
                 "methods": ["POST", "DELETE"],
-                "protocolVersions": protocol::SUPPORTED,
+                "protocolVersions": protocol::ALL,
                 "responseContentTypes": ["application/json", "text/event-stream"],
                 "sessionHeader": "Mcp-Session-Id",
             },

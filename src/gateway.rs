@@ -121,6 +121,10 @@ pub struct Gateway {
     /// client that omits the header after initializing gets the right
     /// result shapes at once (the session row is updated too, for restarts).
     negotiated: Cache<String, Arc<str>>,
+    /// Bumped whenever what a session may see can have changed (a policy
+    /// reload, an admin change here or on another instance); 2026-07-28
+    /// `subscriptions/listen` streams re-check their tool list on it.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Gateway {
@@ -153,6 +157,7 @@ impl Gateway {
                 .time_to_live(ttl)
                 .build(),
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
+            changes: tokio::sync::watch::Sender::new(0),
             streams: crate::mcp::streams::Streams::new(config.sse.clone()),
             terminated: crate::mcp::terminated::Terminated::default(),
             cluster: crate::cluster::Cluster::default(),
@@ -170,6 +175,17 @@ impl Gateway {
     pub fn invalidate_caches(&self) {
         self.keys.invalidate_all();
         self.views.invalidate_all();
+        self.announce_change();
+    }
+
+    /// Tells every listener that what a session may see can have changed.
+    pub fn announce_change(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver of [`Gateway::announce_change`].
+    pub fn watch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Remembers the version a session negotiated.

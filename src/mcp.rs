@@ -10,6 +10,12 @@
 //! failure to its JSON-RPC code and HTTP status in one place. `streams`
 //! and `terminated` are the transports' state the gateway holds.
 //!
+//! A POST speaking protocol 2026-07-28 (`era`) is served statelessly by
+//! `modern`: the same prelude, split so header–body validation
+//! (`headers`) runs before any Cedar decision of the session, then
+//! `server/discover` (`discover`), `tools/list`, `tools/call` and
+//! `subscriptions/listen` (`listen`).
+//!
 //! **Architecture Invariant:** every transport passes the same admission,
 //! the same prelude and the same dispatch, so the PEP and the decision
 //! trail cannot differ between them; a `tools/call` answer is sent only
@@ -17,10 +23,16 @@
 
 pub mod admission;
 pub mod call;
+pub mod discover;
 pub mod dispatch;
+pub mod era;
 pub mod error;
+pub mod framing;
+pub mod headers;
 pub mod initialize;
 pub mod jsonrpc;
+pub mod listen;
+pub mod modern;
 pub mod protocol;
 pub mod router;
 pub mod sse;

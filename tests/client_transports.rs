@@ -739,7 +739,13 @@ async fn discovery_descriptor_describes_the_server_without_credentials() {
     assert_eq!(d["endpoint"], endpoint.as_str());
     assert_eq!(
         d["protocolVersions"],
-        json!(["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"])
+        json!([
+            "2026-07-28",
+            "2025-11-25",
+            "2025-06-18",
+            "2025-03-26",
+            "2024-11-05"
+        ])
     );
     assert_eq!(d["preferredProtocolVersion"], "2025-11-25");
     let transports = d["transports"].as_array().unwrap();

@@ -1,9 +1,10 @@
 //! End to end with the MCP clients people run, against the real gateway:
 //! the official TypeScript SDK (`@modelcontextprotocol/sdk`) over Streamable
 //! HTTP and over HTTP+SSE, the official Python SDK (`mcp` 2.x, which probes
-//! `server/discover` before falling back to `initialize`) over both, and the
-//! MCP Inspector CLI over Streamable HTTP with an `Authorization` header.
-//! Each initializes, lists tools, stores an observation with its bearer key,
+//! `server/discover` and speaks 2026-07-28 where it is answered, else falls
+//! back to `initialize`) over both, and the MCP Inspector CLI over
+//! Streamable HTTP with an `Authorization` header.
+//! Each reaches the gateway, lists tools, stores an observation with its bearer key,
 //! and sees -32003 for a recall a policy forbids; the gateway's trail holds
 //! the matching deny.
 //!
@@ -236,7 +237,7 @@ async fn typescript_sdk_over_http_sse() {
     typescript("sse").await;
 }
 
-async fn python(transport: &str) -> Value {
+async fn python(transport: &str, version: &str) -> Value {
     let (g, t) = gateway().await;
     let home = tempfile::tempdir().unwrap();
     let python = clients_dir().join(".venv/bin/python");
@@ -249,7 +250,7 @@ async fn python(transport: &str) -> Value {
     .await;
     let s = summary(&run);
     assert_sdk_summary(&s);
-    assert_eq!(s["protocolVersion"], "2025-11-25", "{s}");
+    assert_eq!(s["protocolVersion"], version, "{s}");
     assert_trail(&g, &decision_id(&s)).await;
     g.stop().await;
     s
@@ -266,35 +267,35 @@ fn posts(s: &Value) -> Vec<(String, u64)> {
 }
 
 #[tokio::test]
-async fn python_sdk_over_streamable_http_falls_back_from_discover() {
+async fn python_sdk_over_streamable_http_speaks_2026_07_28() {
     if !installed() {
         return;
     }
-    let s = python("http").await;
+    let s = python("http", "2026-07-28").await;
     let posts = posts(&s);
-    // mcp 2.x probes `server/discover` at 2026-07-28 first; the gateway's
-    // 400 for that protocol header sends it to `initialize`.
+    // mcp 2.x probes `server/discover` at 2026-07-28 first; the gateway
+    // answers it, so the client stays at that revision: no `initialize`,
+    // every request carries the version, and no session is ended.
     assert_eq!(
         posts.first(),
-        Some(&("server/discover".to_string(), 400)),
+        Some(&("server/discover".to_string(), 200)),
         "{s}"
     );
-    assert_eq!(posts.get(1), Some(&("initialize".to_string(), 200)), "{s}");
-    let probe = &s["posts"][0];
-    assert_eq!(probe["protocolHeader"], "2026-07-28", "{s}");
-    // After initialize every request carries the negotiated version.
-    for p in s["posts"].as_array().unwrap().iter().skip(2) {
+    assert!(
+        posts.iter().all(|p| p.0 != "initialize" && p.1 == 200),
+        "{s}"
+    );
+    for p in s["posts"].as_array().unwrap() {
         if p["rpc"].is_string() {
-            assert_eq!(p["protocolHeader"], "2025-11-25", "{p}");
+            assert_eq!(p["protocolHeader"], "2026-07-28", "{p}");
         }
     }
-    // It ends the MCP session on exit.
     assert!(
-        s["posts"]
+        !s["posts"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|p| p["method"] == "DELETE" && p["status"] == 204),
+            .any(|p| p["method"] == "DELETE"),
         "{s}"
     );
 }
@@ -304,7 +305,7 @@ async fn python_sdk_over_http_sse_falls_back_from_discover() {
     if !installed() {
         return;
     }
-    let s = python("sse").await;
+    let s = python("sse", "2025-11-25").await;
     let posts = posts(&s);
     // On the stream the probe is answered -32601 (unknown method); every
     // POST is accepted with 202.

@@ -123,6 +123,7 @@ fn activate(gw: &Gateway, bundle: PolicyBundle, trigger: &str) {
         tracing::warn!(warning = %w, "policy validation warning");
     }
     let active = gw.pep.swap(bundle);
+    gw.announce_change();
     gw.cluster.recorded(&active.hash);
     gw.lifecycle
         .metrics

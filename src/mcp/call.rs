@@ -47,6 +47,44 @@ pub struct Call {
     /// writer: they travel with the request's next durable commit, or are
     /// queued when the request ends, so a request costs one writer job.
     pending: Mutex<Vec<WriteOp>>,
+    /// The caller's W3C trace context, written into the `notes` of every
+    /// decision record of the request.
+    pub trace: Option<TraceContext>,
+}
+
+/// A caller's W3C trace context (`traceparent`, `tracestate`), already
+/// checked for its format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `version-traceid-parentid-flags`.
+    pub traceparent: String,
+    /// The vendor list, when the caller sent a well-formed one.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// Adds `traceparent` (and `tracestate`) to the notes of every
+    /// decision record in `ops`.
+    pub fn stamp(&self, ops: &mut [WriteOp]) {
+        for op in ops {
+            if let WriteOp::Decision(record) = op {
+                record.notes = self.noted(&record.notes);
+            }
+        }
+    }
+
+    /// `notes` (a JSON object or `null`) with the trace context added.
+    pub fn noted(&self, notes: &str) -> String {
+        let mut map = match serde_json::from_str(notes) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        map.insert("traceparent".into(), self.traceparent.clone().into());
+        if let Some(state) = &self.tracestate {
+            map.insert("tracestate".into(), state.clone().into());
+        }
+        serde_json::Value::Object(map).to_string()
+    }
 }
 
 impl Call {
@@ -64,11 +102,20 @@ impl Call {
             .unwrap_or_default()
     }
 
+    /// Stamps the request's trace context on the records of `ops`.
+    fn traced(&self, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
+        if let Some(trace) = &self.trace {
+            trace.stamp(&mut ops);
+        }
+        ops
+    }
+
     /// Commits `ops` together with everything deferred so far, and waits
     /// until it is durable; a failed commit is -32603.
     pub async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), McpError> {
         let mut all = self.take_pending();
         all.extend(ops);
+        let all = self.traced(all);
         self.gw.store.writer().submit(all).await.map_err(|e| {
             tracing::error!(error = %e, "internal error");
             McpError::Internal
@@ -77,7 +124,7 @@ impl Call {
 
     /// Queues whatever is still deferred (end of request).
     pub async fn flush_deferred(&self) {
-        let rest = self.take_pending();
+        let rest = self.traced(self.take_pending());
         if !rest.is_empty()
             && let Err(e) = self.gw.store.writer().enqueue(rest).await
         {
@@ -136,6 +183,22 @@ pub async fn resolve(
     headers: &HeaderMap,
     header_version: Option<String>,
 ) -> Result<Call, McpError> {
+    let call = prepare(gw, session_id, headers, header_version).await?;
+    admit(&call).await?;
+    Ok(call)
+}
+
+/// The prelude's steps before any Cedar decision on the session:
+/// authenticates the key, loads the session view and checks isolation (a
+/// cross-org key is refused and recorded). [`admit`] decides
+/// `access_session` next; checks that must come before any decision of
+/// the session (2026-07-28 header validation) run between the two.
+pub async fn prepare(
+    gw: &Arc<Gateway>,
+    session_id: &str,
+    headers: &HeaderMap,
+    header_version: Option<String>,
+) -> Result<Call, McpError> {
     let presented =
         crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
     let key = gw.authenticate(&presented).await.map_err(resolve_error)?;
@@ -152,7 +215,7 @@ pub async fn resolve(
     let version = header_version
         .or_else(|| gw.negotiated(&view))
         .unwrap_or_else(|| protocol::DEFAULT_WITHOUT_HEADER.to_string());
-    let call = Call {
+    Ok(Call {
         gw: Arc::clone(gw),
         bundle,
         view,
@@ -160,14 +223,14 @@ pub async fn resolve(
         time,
         context,
         pending: Mutex::new(Vec::new()),
-    };
-    access_session(&call, session_id).await?;
-    Ok(call)
+        trace: None,
+    })
 }
 
-/// Decides `access_session`; a denial is answered only once its record is
-/// durable.
-async fn access_session(call: &Call, session_id: &str) -> Result<(), McpError> {
+/// Decides `access_session` on the call's session; a denial is answered
+/// only once its record is durable.
+pub async fn admit(call: &Call) -> Result<(), McpError> {
+    let session_id = call.view.tenant.session.id.as_str();
     let decided = call.decide(
         &Kind::ApiKey.uid(&call.view.key.id),
         Action::AccessSession,
@@ -202,16 +265,61 @@ async fn refuse_cross_org(
     key: &ApiKey,
     session_id: &str,
 ) -> McpError {
+    let refusal = Refusal {
+        session_id,
+        in_session: false,
+        refused_by: "tenant_isolation",
+        notes: serde_json::json!({
+            "reason": "the key's organization does not own this session",
+        }),
+        trace: None,
+    };
+    match record_refusal(gw, bundle, key, refusal).await {
+        Ok(decision_id) => McpError::NotOwnSession {
+            session_id: session_id.to_string(),
+            decision_id,
+        },
+        Err(e) => e,
+    }
+}
+
+/// A request refused before any decision of its session, to be recorded
+/// as a denied `access_session`.
+#[derive(Debug)]
+pub struct Refusal<'a> {
+    /// The session of the path.
+    pub session_id: &'a str,
+    /// Whether the record belongs to the session's trail (the key's org
+    /// owns it) or only to the key's org (a cross-org refusal).
+    pub in_session: bool,
+    /// `notes.refusedBy` and `outcome.deniedBy`.
+    pub refused_by: &'static str,
+    /// Further notes (an object).
+    pub notes: serde_json::Value,
+    /// The caller's trace context.
+    pub trace: Option<&'a TraceContext>,
+}
+
+/// Records a refusal durably and returns its decision id. The record is
+/// decided on a slice holding only the key: nothing of the session, and
+/// nothing the caller sent, enters it, so any policy reading the session
+/// fails closed; the refusal itself is enforced in code whatever a policy
+/// says, and the record carries Cedar's verdict.
+pub async fn record_refusal(
+    gw: &Gateway,
+    bundle: &PolicyBundle,
+    key: &ApiKey,
+    refusal: Refusal<'_>,
+) -> Result<String, McpError> {
     let facts = KeyFacts {
         org_id: &key.org_id,
         id: &key.id,
         label: &key.label,
     };
-    let slice = match entities::key_slice(bundle, &facts) {
-        Ok(slice) => slice,
-        Err(e) => return resolve_error(ResolveError::Entities(e)),
-    };
+    let slice = entities::key_slice(bundle, &facts)
+        .map_err(|e| resolve_error(ResolveError::Entities(e)))?;
     let time = crate::ids::now_rfc3339();
+    let session_id = refusal.session_id;
     let mut decided = audit::decide(
         bundle,
         &slice,
@@ -221,26 +329,27 @@ async fn refuse_cross_org(
         &bundle.prepare_session_context(session_id, &time),
         Scope {
             org_id: Some(&key.org_id),
-            session_id: None,
+            session_id: refusal.in_session.then_some(session_id),
         },
         &time,
     );
-    decided.record.notes = serde_json::json!({
-        "refusedBy": "tenant_isolation",
-        "reason": "the key's organization does not own this session",
-    })
-    .to_string();
+    let mut notes = match refusal.notes {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    notes.insert("refusedBy".into(), refusal.refused_by.into());
+    decided.record.notes = serde_json::Value::Object(notes).to_string();
+    if let Some(trace) = refusal.trace {
+        decided.record.notes = trace.noted(&decided.record.notes);
+    }
     let decision_id = decided.id().to_string();
-    let outcome = serde_json::json!({ "status": "denied", "deniedBy": "tenant_isolation" });
+    let outcome = serde_json::json!({ "status": "denied", "deniedBy": refusal.refused_by });
     let op = WriteOp::Decision(Box::new(decided.finish(outcome)));
     if let Err(e) = gw.store.writer().submit(vec![op]).await {
-        tracing::error!(error = %e, "cannot record a cross-org refusal");
-        return McpError::TrailUnavailable;
+        tracing::error!(error = %e, refused_by = refusal.refused_by, "cannot record a refusal");
+        return Err(McpError::TrailUnavailable);
     }
-    McpError::NotOwnSession {
-        session_id: session_id.to_string(),
-        decision_id,
-    }
+    Ok(decision_id)
 }
 
 fn resolve_error(e: ResolveError) -> McpError {

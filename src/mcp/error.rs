@@ -40,8 +40,9 @@ pub enum McpError {
     /// `Host` not on the allow-list (DNS rebinding): 403.
     #[error("host `{}` is not allowed", echo(.0))]
     HostNotAllowed(String),
-    /// An `MCP-Protocol-Version` this gateway does not speak: 400.
-    #[error("unsupported MCP-Protocol-Version `{}`; supported: {supported}", echo(.0), supported = protocol::SUPPORTED.join(", "))]
+    /// A protocol version (header or `_meta`) this gateway does not
+    /// speak: 400, -32022 with the supported list.
+    #[error("unsupported protocol version `{}`; supported: {supported}", echo(.0), supported = protocol::ALL.join(", "))]
     UnsupportedVersion(String),
     /// Body over `limits.max_body_bytes`: 413.
     #[error("request body exceeds {0} bytes")]
@@ -197,6 +198,35 @@ pub enum McpError {
     /// The gateway failed (storage, a commit): -32603, without detail.
     #[error("internal error: the call was not completed")]
     Internal,
+    /// 2026-07-28: a mirrored header (`MCP-Protocol-Version`,
+    /// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`) is missing, malformed or
+    /// differs from the body: 400, -32020, with the recorded refusal.
+    #[error("Header mismatch: {}", prefix(.detail, MESSAGE_MAX_CHARS))]
+    HeaderMismatch {
+        /// The header at fault.
+        header: String,
+        /// What is wrong (caller input only as short prefixes).
+        detail: String,
+        /// The recorded refusal, when the request got as far as a session.
+        decision_id: Option<String>,
+    },
+    /// 2026-07-28: the request needs a client capability it did not
+    /// declare: 400, -32021.
+    #[error("`{}` requires client capabilities this request does not declare", echo(.method))]
+    MissingClientCapability {
+        /// The method.
+        method: String,
+        /// `requiredCapabilities`: each missing capability, as `{}`.
+        required: Vec<String>,
+    },
+    /// 2026-07-28: a request without the `_meta` fields every request
+    /// carries: 400, -32602.
+    #[error("2026-07-28 requests carry `{0}` in `params._meta`")]
+    MissingMeta(&'static str),
+    /// `GET` or `DELETE` at 2026-07-28, which has neither server streams
+    /// nor sessions: 405.
+    #[error("protocol 2026-07-28 has no sessions and no server stream: POST each request")]
+    StatelessOnly,
 }
 
 /// What a -32003 answer carries besides its message.
@@ -238,6 +268,9 @@ impl McpError {
             | NotOwnSession { .. }
             | AccessDenied { .. } => StatusCode::FORBIDDEN,
             UnsupportedVersion(_)
+            | HeaderMismatch { .. }
+            | MissingClientCapability { .. }
+            | MissingMeta(_)
             | TooDeep(_)
             | Parse(_)
             | InvalidRequest { .. }
@@ -253,7 +286,7 @@ impl McpError {
                 StatusCode::NOT_FOUND
             }
             StorageUnavailable | TrailUnavailable | Closing(_) => StatusCode::SERVICE_UNAVAILABLE,
-            NoServerStream => StatusCode::METHOD_NOT_ALLOWED,
+            NoServerStream | StatelessOnly => StatusCode::METHOD_NOT_ALLOWED,
             TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
             MethodNotFound(_)
             | InvalidParams { .. }
@@ -272,9 +305,12 @@ impl McpError {
         use McpError::*;
         match self {
             Parse(_) => jsonrpc::PARSE_ERROR,
+            UnsupportedVersion(_) => jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+            HeaderMismatch { .. } => jsonrpc::HEADER_MISMATCH,
+            MissingClientCapability { .. } => jsonrpc::MISSING_CLIENT_CAPABILITY,
             OriginNotAllowed(_)
             | HostNotAllowed(_)
-            | UnsupportedVersion(_)
+            | StatelessOnly
             | BodyTooLarge(_)
             | BodyTimeout(_)
             | BodyIncomplete(_)
@@ -299,7 +335,9 @@ impl McpError {
                 jsonrpc::INTERNAL_ERROR
             }
             MethodNotFound(_) | UnknownTool(_) => jsonrpc::METHOD_NOT_FOUND,
-            InvalidParams { .. } | InvalidArguments { .. } => jsonrpc::INVALID_PARAMS,
+            InvalidParams { .. } | InvalidArguments { .. } | MissingMeta(_) => {
+                jsonrpc::INVALID_PARAMS
+            }
             Remote { code, .. } => *code,
         }
     }
@@ -309,6 +347,20 @@ impl McpError {
         use McpError::*;
         let data = match self {
             Parse(detail) => json!({ "detail": echo(detail) }),
+            UnsupportedVersion(requested) => {
+                json!({ "supported": protocol::ALL, "requested": echo(requested) })
+            }
+            HeaderMismatch {
+                header,
+                decision_id,
+                ..
+            } => json!({ "header": echo(header), "decisionId": decision_id }),
+            MissingClientCapability { required, .. } => {
+                let caps: serde_json::Map<String, Value> =
+                    required.iter().map(|c| (c.clone(), json!({}))).collect();
+                json!({ "requiredCapabilities": caps })
+            }
+            MissingMeta(field) => json!({ "field": field }),
             InvalidRequest { reason, .. } => json!({ "reason": echo(reason) }),
             BatchTooLong { max, .. } => json!({ "maxBatchLength": max }),
             AccessDenied {
@@ -346,6 +398,33 @@ impl McpError {
         }
     }
 
+    /// The JSON-RPC code at 2026-07-28, whose changes are: an unknown (or
+    /// hidden) tool is -32602 (invalid params), not -32601.
+    pub fn modern_code(&self) -> i64 {
+        match self {
+            McpError::UnknownTool(_) => jsonrpc::INVALID_PARAMS,
+            _ => self.code(),
+        }
+    }
+
+    /// The HTTP status at 2026-07-28: an unknown method answers 404 (so a
+    /// client tells it from a server without the method's era); the rest
+    /// as [`McpError::status`].
+    pub fn modern_status(&self) -> StatusCode {
+        match self {
+            McpError::MethodNotFound(_) => StatusCode::NOT_FOUND,
+            _ => self.status(),
+        }
+    }
+
+    /// The JSON-RPC error object at 2026-07-28.
+    pub fn modern_rpc(&self) -> RpcError {
+        RpcError {
+            code: self.modern_code(),
+            ..self.rpc()
+        }
+    }
+
     /// The id a whole-request error answers (a single invalid request's
     /// own id when it had one, else `null`).
     fn id(&self) -> Id {
@@ -356,10 +435,18 @@ impl McpError {
     }
 }
 
-impl IntoResponse for McpError {
-    fn into_response(self) -> Response {
-        let body = jsonrpc::error_body(&self.id(), &self.rpc());
-        let mut resp = (self.status(), body).into_response();
+impl McpError {
+    /// The answer to a failed 2026-07-28 request: its status and code at
+    /// that revision, with the request's id when it had one.
+    pub fn modern_response(self, id: Option<&Id>) -> Response {
+        let id = id.cloned().unwrap_or_else(|| self.id());
+        let (status, rpc) = (self.modern_status(), self.modern_rpc());
+        self.response(&id, status, &rpc)
+    }
+
+    fn response(self, id: &Id, status: StatusCode, rpc: &RpcError) -> Response {
+        let body = jsonrpc::error_body(id, rpc);
+        let mut resp = (status, body).into_response();
         let headers = resp.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -371,6 +458,9 @@ impl IntoResponse for McpError {
             }
             McpError::NoServerStream => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            }
+            McpError::StatelessOnly => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
             McpError::TooManyStreams(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
@@ -386,5 +476,12 @@ impl IntoResponse for McpError {
             _ => {}
         }
         resp
+    }
+}
+
+impl IntoResponse for McpError {
+    fn into_response(self) -> Response {
+        let (id, status, rpc) = (self.id(), self.status(), self.rpc());
+        self.response(&id, status, &rpc)
     }
 }

@@ -12,6 +12,9 @@ use crate::store::WriteOp;
 /// Server name in `serverInfo`.
 pub const SERVER_NAME: &str = "cedargate";
 
+/// `instructions` of `initialize` and `server/discover`.
+pub const INSTRUCTIONS: &str = "Tools are authorized per call by Cedar policies; a denied call answers -32003 with the decision id.";
+
 /// `initialize`: negotiates and records the session's version.
 pub fn initialize(call: &Call, params: &Value) -> Value {
     let requested = params.get("protocolVersion").and_then(Value::as_str);
@@ -27,7 +30,7 @@ pub fn initialize(call: &Call, params: &Value) -> Value {
         "protocolVersion": version,
         "capabilities": { "tools": { "listChanged": false } },
         "serverInfo": { "name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION") },
-        "instructions": "Tools are authorized per call by Cedar policies; a denied call answers -32003 with the decision id.",
+        "instructions": INSTRUCTIONS,
     })
 }
 

@@ -27,6 +27,12 @@ pub const AUTH_DENIED: i64 = -32003;
 pub const UNAUTHENTICATED: i64 = -32001;
 /// Unknown session (HTTP 404).
 pub const SESSION_NOT_FOUND: i64 = -32002;
+/// 2026-07-28: a mirrored HTTP header is missing or differs from the body.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: a required client capability was not declared.
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// An unsupported protocol version (with the supported list).
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// A JSON-RPC error object, as written on the wire (built only by
 /// [`super::error::McpError::rpc`]).
@@ -324,6 +330,8 @@ pub enum Message {
     Notification {
         /// Method name.
         method: String,
+        /// Params (`null` when absent).
+        params: Value,
     },
     /// A response from the client (to a server request): ignored.
     ClientResponse,
@@ -372,7 +380,7 @@ pub fn classify(element: Element) -> Message {
         return invalid(reply_id, "`params` must be an object or an array");
     }
     match id {
-        None => Message::Notification { method },
+        None => Message::Notification { method, params },
         Some(id) => Message::Request { id, method, params },
     }
 }

@@ -1,19 +1,52 @@
 //! MCP protocol versions: which ones the gateway speaks and what each
 //! changes on the wire.
+//!
+//! Two eras share the endpoint. **Legacy** versions (2024-11-05 …
+//! 2025-11-25) open an MCP session with `initialize`; the **modern** one
+//! (2026-07-28) carries its version and client capabilities in every
+//! request's `_meta` and has no session at all.
 
-/// Supported versions, newest first.
+/// Legacy versions (negotiated by `initialize`), newest first.
 pub const SUPPORTED: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
-/// The newest supported version.
+/// The newest legacy version (what `initialize` falls back to).
 pub const LATEST: &str = SUPPORTED[0];
+
+/// The modern revision: stateless, no `initialize`.
+pub const MODERN: &str = "2026-07-28";
+
+/// Every version the gateway speaks, newest first (`server/discover`,
+/// `/.well-known/mcp.json`, and the list an unsupported version is
+/// answered with).
+pub const ALL: [&str; 5] = [
+    MODERN,
+    SUPPORTED[0],
+    SUPPORTED[1],
+    SUPPORTED[2],
+    SUPPORTED[3],
+];
+
+/// Which era a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// 2024-11-05 … 2025-11-25: `initialize`, MCP sessions.
+    Legacy,
+    /// 2026-07-28: stateless, `_meta` on every request.
+    Modern,
+}
+
+/// Whether `version` is the modern revision.
+pub fn is_modern(version: &str) -> bool {
+    version == MODERN
+}
 
 /// What a request without `MCP-Protocol-Version` (and no negotiated
 /// version on record) is assumed to speak, per the Streamable HTTP spec.
 pub const DEFAULT_WITHOUT_HEADER: &str = "2025-03-26";
 
-/// Whether the gateway speaks `version`.
+/// Whether the gateway speaks `version` (either era).
 pub fn is_supported(version: &str) -> bool {
-    SUPPORTED.contains(&version)
+    ALL.contains(&version)
 }
 
 /// The client's version when supported, else the newest supported one.
@@ -41,6 +74,9 @@ mod tests {
         assert_eq!(negotiate(Some("2025-11-25")), "2025-11-25");
         assert_eq!(negotiate(Some("2099-01-01")), LATEST);
         assert_eq!(negotiate(None), LATEST);
+        // `initialize` is legacy: it never negotiates the modern revision.
+        assert_eq!(negotiate(Some(MODERN)), LATEST);
+        assert!(is_supported(MODERN) && is_modern(MODERN) && !is_modern(LATEST));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The Streamable HTTP transport of the session endpoint: `POST` answers
 //! the JSON-RPC messages of its body, `GET` offers no server stream (405),
-//! `DELETE` terminates the MCP session. Details clients rely on: the
+//! `DELETE` terminates the MCP session. A 2026-07-28 POST (see `era`) is
+//! served statelessly by `modern`; at that revision `GET` and `DELETE`
+//! answer 405 with `Allow: POST`. Details clients rely on: the
 //! `Mcp-Session-Id` header, SSE-framed answers for clients that accept
 //! only `text/event-stream`.
 //!
@@ -18,14 +20,17 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::admission::{Admitted, read_messages};
+use super::admission::{Admitted, PROTOCOL_HEADER, read_messages};
 use super::call::resolve;
 use super::dispatch::answer;
+use super::era::{self, Classified};
 use super::error::McpError;
+use super::framing::framed;
 use super::jsonrpc::{self, Answer, Message};
+use super::{modern, protocol};
 use crate::gateway::Gateway;
 use crate::store::notify::Change;
 use crate::store::terminations;
@@ -42,7 +47,12 @@ pub async fn post_endpoint(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, McpError> {
-    let body = read_messages(&gw, body).await?;
+    let body = match era::classify(&headers, read_messages(&gw, body).await?)? {
+        Classified::Legacy(body) => body,
+        Classified::Modern(request) => {
+            return Ok(modern::serve(&gw, &session_id, &headers, *request).await);
+        }
+    };
     let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
     if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
         call.flush_deferred().await;
@@ -61,9 +71,21 @@ pub async fn post_endpoint(
     Ok(respond(&gw, &headers, &session_id, initialized, text))
 }
 
-/// `GET /api/mcp/{sessionId}`: no server-initiated stream is offered.
-pub async fn get_endpoint() -> McpError {
+/// `GET /api/mcp/{sessionId}`: no server-initiated stream is offered
+/// (and 2026-07-28 has none at all).
+pub async fn get_endpoint(headers: HeaderMap) -> McpError {
+    if modern_header(&headers) {
+        return McpError::StatelessOnly;
+    }
     McpError::NoServerStream
+}
+
+/// Whether `MCP-Protocol-Version` says 2026-07-28.
+fn modern_header(headers: &HeaderMap) -> bool {
+    headers
+        .get(PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(protocol::is_modern)
 }
 
 /// Refuses a `Mcp-Session-Id` that names another session (400) or a
@@ -87,29 +109,6 @@ fn check_session_header(
     Ok(())
 }
 
-/// Whether the client accepts only SSE (no `application/json`, no wildcard).
-fn sse_only(headers: &HeaderMap) -> bool {
-    let mut json = false;
-    let mut sse = false;
-    for value in headers.get_all(header::ACCEPT) {
-        let Ok(value) = value.to_str() else { continue };
-        for range in value.split(',') {
-            let media = range
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            match media.as_str() {
-                "text/event-stream" => sse = true,
-                "application/json" | "application/*" | "*/*" => json = true,
-                _ => {}
-            }
-        }
-    }
-    sse && !json
-}
-
 /// The 200 answer of a POST: JSON, or one SSE `message` event for clients
 /// that accept only `text/event-stream`. An answer to a successful
 /// `initialize` carries `Mcp-Session-Id` and starts a fresh MCP session.
@@ -120,24 +119,7 @@ fn respond(
     initialized: bool,
     body: String,
 ) -> Response {
-    let mut resp = if sse_only(headers) {
-        let mut resp =
-            (StatusCode::OK, format!("event: message\ndata: {body}\n\n")).into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        resp.headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        resp
-    } else {
-        let mut resp = (StatusCode::OK, body).into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        resp
-    };
+    let mut resp = framed(headers, body);
     if initialized {
         if gw.terminated.contains(session_id) {
             gw.terminated.forget(session_id);
@@ -179,6 +161,9 @@ pub async fn delete_endpoint(
     admitted: Admitted,
     headers: HeaderMap,
 ) -> Result<Response, McpError> {
+    if admitted.version.as_deref().is_some_and(protocol::is_modern) {
+        return Err(McpError::StatelessOnly);
+    }
     let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
     let refused = check_session_header(&gw, &headers, &session_id);
     call.flush_deferred().await;
@@ -195,34 +180,4 @@ pub async fn delete_endpoint(
     let closed = gw.streams.close_session(&session_id);
     tracing::info!(session = %session_id, streams = closed, "MCP session terminated by the client");
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn accept(v: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.insert(header::ACCEPT, v);
-        }
-        h
-    }
-
-    #[test]
-    fn sse_only_when_json_is_not_acceptable() {
-        let cases = [
-            ("text/event-stream", true),
-            ("TEXT/EVENT-STREAM; q=1", true),
-            ("application/json, text/event-stream", false),
-            ("text/event-stream, */*;q=0.1", false),
-            ("application/json", false),
-            ("*/*", false),
-            ("text/html", false),
-        ];
-        for (value, want) in cases {
-            assert_eq!(sse_only(&accept(value)), want, "{value}");
-        }
-        assert!(!sse_only(&HeaderMap::new()));
-    }
 }

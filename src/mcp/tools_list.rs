@@ -20,15 +20,22 @@ use serde_json::json;
 use super::call::Call;
 use crate::policy::{Action, Kind};
 use crate::store::WriteOp;
-use crate::tools::list_result;
+use crate::tools::{ToolSpec, list_result};
 
 /// The `tools/list` result text; the decisions are deferred to the
 /// request's commit.
 pub fn tools_list(call: &Call) -> String {
+    let entries: Vec<&str> = visible(call).iter().map(|s| s.listing_json()).collect();
+    list_result(&entries)
+}
+
+/// The session's tools Cedar lets the agent `view_tool`, in the session's
+/// order; the decisions are deferred to the request's commit.
+pub fn visible(call: &Call) -> Vec<&ToolSpec> {
     let agent = call.agent_uid();
     let classes = Classes::of(call);
     let mut class_verdict: HashMap<&str, bool> = HashMap::new();
-    let mut entries: Vec<&str> = Vec::new();
+    let mut entries: Vec<&ToolSpec> = Vec::new();
     let mut records = Vec::new();
     for tool in &call.view.tools {
         let spec = tool.spec();
@@ -37,7 +44,7 @@ pub fn tools_list(call: &Call) -> String {
             && let Some(allowed) = class_verdict.get(peer)
         {
             if *allowed {
-                entries.push(spec.listing_json());
+                entries.push(spec);
             }
             continue;
         }
@@ -57,11 +64,11 @@ pub fn tools_list(call: &Call) -> String {
         }
         records.push(WriteOp::Decision(Box::new(decided.finish_default())));
         if allowed {
-            entries.push(spec.listing_json());
+            entries.push(spec);
         }
     }
     call.defer(records);
-    list_result(&entries)
+    entries
 }
 
 /// The equivalence classes of a session's peer tools.

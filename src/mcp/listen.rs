@@ -1,0 +1,228 @@
+//! `subscriptions/listen` (2026-07-28): one long-lived SSE answer per
+//! request that tells the client when the tools it may see have changed.
+//!
+//! The stream opens after the same prelude as any request (key, session,
+//! isolation, header check, `access_session`). Its first event is
+//! `notifications/subscriptions/acknowledged` with the subset of the
+//! client's filter the gateway honours (`toolsListChanged` only: it has no
+//! prompts or resources). Then, whenever what a session may see can have
+//! changed (a policy reload, an admin change of the org: peers, upstream
+//! servers, the project's graph gate; the same on another instance), the
+//! stream re-runs the prelude and the `view_tool` decisions of a
+//! `tools/list` (recorded like one) and sends
+//! `notifications/tools/list_changed` only if the visible names differ.
+//! Every notification carries the request's id as
+//! `io.modelcontextprotocol/subscriptionId`.
+//!
+//! Closing the stream cancels the subscription. It ends by itself when the
+//! session can no longer be used (key revoked, `access_session` now
+//! denied), and at shutdown with a final result, as the revision asks of a
+//! graceful end. Listen streams count against the same per-key bound as
+//! HTTP+SSE streams (`sse.max_streams_per_key`, more: 429) and get the
+//! same keep-alive comments.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+use uuid::Uuid;
+
+use super::call::{Call, admit, prepare};
+use super::discover::server_info;
+use super::era::META_SERVER_INFO;
+use super::error::McpError;
+use super::jsonrpc::Id;
+use super::streams::{OpenError, Registration};
+use super::{protocol, tools_list};
+use crate::gateway::Gateway;
+
+/// How often a stream checks that it is still registered.
+const SHUTDOWN_CHECK: Duration = Duration::from_secs(1);
+
+/// `_meta` key tying a notification to its subscription.
+const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// What a listening stream needs after its request returned.
+struct Listener {
+    gw: Arc<Gateway>,
+    session_id: String,
+    headers: HeaderMap,
+    stream_id: Uuid,
+    tx: mpsc::Sender<Event>,
+    subscription: Value,
+    tools: bool,
+    seen: BTreeSet<String>,
+}
+
+/// Opens the stream of `subscriptions/listen` request `id`.
+pub async fn open(
+    call: &Call,
+    headers: &HeaderMap,
+    id: &Id,
+    params: &Value,
+) -> Result<Response, McpError> {
+    let gw = Arc::clone(&call.gw);
+    let session_id = call.view.tenant.session.id.clone();
+    let (stream_id, rx) = gw
+        .streams
+        .open(&session_id, &call.view.key.id)
+        .map_err(|e| match e {
+            OpenError::TooMany(max) => McpError::TooManyStreams(max),
+            OpenError::Closed => McpError::Closing("the gateway is shutting down"),
+        })?;
+    let registration = Registration {
+        streams: gw.streams.clone(),
+        id: stream_id,
+    };
+    let tx = gw
+        .streams
+        .get(&stream_id)
+        .map(|entry| entry.tx)
+        .ok_or(McpError::Closing("the gateway is shutting down"))?;
+    let tools = params["notifications"]["toolsListChanged"].as_bool() == Some(true);
+    let subscription: Value = serde_json::from_str(id.as_raw()).unwrap_or(Value::Null);
+    // Subscribe before taking the baseline, so no change falls between.
+    let changes = gw.watch_changes();
+    let seen = visible_names(call);
+    let honoured = if tools {
+        json!({ "toolsListChanged": true })
+    } else {
+        json!({})
+    };
+    let ack = notification(
+        "notifications/subscriptions/acknowledged",
+        &subscription,
+        json!({ "notifications": honoured }),
+    );
+    // The buffer is fresh, so this cannot wait.
+    let _ = tx.try_send(ack);
+    let keepalive = Duration::from_secs(gw.config.sse.keepalive_secs.max(1));
+    let listener = Listener {
+        gw,
+        session_id,
+        headers: headers.clone(),
+        stream_id,
+        tx,
+        subscription,
+        tools,
+        seen,
+    };
+    tokio::spawn(listener.run(changes, keepalive));
+    let events = ReceiverStream::new(rx).map(move |event| {
+        let _held = &registration;
+        Ok::<Event, Infallible>(event)
+    });
+    let mut resp = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(keepalive).text("keep-alive"))
+        .into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
+    h.insert(
+        "x-accel-buffering",
+        axum::http::HeaderValue::from_static("no"),
+    );
+    Ok(resp)
+}
+
+/// The names of the tools the call's agent may view (decisions deferred).
+fn visible_names(call: &Call) -> BTreeSet<String> {
+    tools_list::visible(call)
+        .iter()
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+/// One SSE `message` event holding a notification of this subscription.
+fn notification(method: &str, subscription: &Value, mut params: Value) -> Event {
+    if let Value::Object(map) = &mut params {
+        map.insert("_meta".into(), json!({ META_SUBSCRIPTION: subscription }));
+    }
+    let message = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+    Event::default().event("message").data(message.to_string())
+}
+
+impl Listener {
+    /// Waits for changes until the client leaves, the session is no
+    /// longer usable, or the gateway shuts down.
+    async fn run(mut self, mut changes: tokio::sync::watch::Receiver<u64>, keepalive: Duration) {
+        // How soon a shutdown (or a terminated session) ends the stream.
+        let mut tick = tokio::time::interval(SHUTDOWN_CHECK.min(keepalive));
+        loop {
+            tokio::select! {
+                () = self.tx.closed() => break,
+                changed = changes.changed() => {
+                    if changed.is_err() || !self.recheck().await {
+                        break;
+                    }
+                }
+                _ = tick.tick() => {
+                    if self.gw.streams.get(&self.stream_id).is_none() {
+                        self.finish().await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-decides the visible tools; sends `list_changed` when they differ.
+    /// False when the stream should end.
+    async fn recheck(&mut self) -> bool {
+        if !self.tools {
+            return true;
+        }
+        let Some(now) = self.visible_now().await else {
+            return false;
+        };
+        if now == self.seen {
+            return true;
+        }
+        self.seen = now;
+        let note = notification(
+            "notifications/tools/list_changed",
+            &self.subscription,
+            json!({}),
+        );
+        self.tx.send(note).await.is_ok()
+    }
+
+    /// The prelude and the `view_tool` decisions again; `None` when the
+    /// session can no longer be used.
+    async fn visible_now(&self) -> Option<BTreeSet<String>> {
+        let version = Some(protocol::MODERN.to_string());
+        let call = prepare(&self.gw, &self.session_id, &self.headers, version)
+            .await
+            .ok()?;
+        let admitted = admit(&call).await;
+        let names = admitted.is_ok().then(|| visible_names(&call));
+        call.flush_deferred().await;
+        names
+    }
+
+    /// The graceful end: the request's own (empty) result.
+    async fn finish(&self) {
+        let result = json!({
+            "jsonrpc": "2.0",
+            "id": self.subscription,
+            "result": {
+                "resultType": "complete",
+                "_meta": { META_SUBSCRIPTION: self.subscription, META_SERVER_INFO: server_info() },
+            },
+        });
+        let _ = self
+            .tx
+            .send(Event::default().event("message").data(result.to_string()))
+            .await;
+    }
+}

@@ -1,0 +1,216 @@
+//! The 2026-07-28 side of `POST /api/mcp/{sessionId}`: every request is
+//! served on its own, without `initialize` or an MCP session
+//! (`Mcp-Session-Id` is neither read nor sent), as named steps:
+//!
+//! key → session → isolation (`call::prepare`) → header–body validation
+//! (`headers`; a mismatch is recorded as a denied request, then 400
+//! -32020) → Cedar `access_session` (`call::admit`) → required client
+//! capabilities (-32021) → the method → the revision's result shape.
+//!
+//! The session URL stays the authority for tenant, project and agent,
+//! exactly as for legacy clients: the same prelude, the same pipeline, the
+//! same trail. Methods: `server/discover`, `tools/list`, `tools/call`,
+//! `subscriptions/listen` (a long-lived stream, see `listen`); anything
+//! else (`initialize` and `ping` included, which the revision
+//! removed) answers 404 with -32601.
+//!
+//! Result shapes: every result carries `resultType: "complete"` (the
+//! gateway never asks a client for input) and the gateway's `serverInfo`
+//! in `_meta`. `tools/list` lists the visible tools ordered by name, with
+//! `ttlMs` (`cache_ttl_secs`, the staleness the gateway itself accepts for
+//! a change made elsewhere; a call to a tool gone since is decided and
+//! refused like any other) and `cacheScope`: `public` only when the list
+//! holds nothing but the gateway's built-in tools and Cedar hid none of
+//! the session's tools from the agent, so it reveals nothing of a tenant
+//! or of a policy; `private` whenever Cedar filtered the list, or any tool
+//! is the org's own (A2A, upstream). Error codes of the revision: an
+//! unknown or hidden tool is -32602 (one answer for both, as before).
+//!
+//! The caller's W3C trace context (`_meta.traceparent`, `tracestate`)
+//! goes into the `notes` of every decision record of the request and onto
+//! its log span, so an auditor can join a decision to the caller's trace.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use tracing::Instrument;
+
+use super::call::{Call, Refusal, admit, prepare, record_refusal};
+use super::discover;
+use super::era::{META_SERVER_INFO, Modern};
+use super::error::McpError;
+use super::framing::framed;
+use super::headers::{self, Mismatch};
+use super::jsonrpc::{self, Answer, Reply};
+use super::{listen, protocol, tools_call, tools_list};
+use crate::gateway::Gateway;
+use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
+
+/// Serves one 2026-07-28 POST inside a span carrying its trace context.
+pub async fn serve(
+    gw: &Arc<Gateway>,
+    session_id: &str,
+    headers: &HeaderMap,
+    request: Modern,
+) -> Response {
+    let span = tracing::info_span!(
+        "mcp",
+        protocol = protocol::MODERN,
+        method = %echo(&request.method),
+        traceparent = tracing::field::Empty,
+    );
+    if let Some(trace) = &request.trace {
+        span.record("traceparent", trace.traceparent.as_str());
+    }
+    let id = request.id.clone();
+    match answer(gw, session_id, headers, request)
+        .instrument(span)
+        .await
+    {
+        Ok(resp) => resp,
+        Err(e) => e.modern_response(id.as_ref()),
+    }
+}
+
+/// The named steps of the module doc.
+async fn answer(
+    gw: &Arc<Gateway>,
+    session_id: &str,
+    headers: &HeaderMap,
+    request: Modern,
+) -> Result<Response, McpError> {
+    let mut call = prepare(gw, session_id, headers, Some(protocol::MODERN.into())).await?;
+    call.trace = request.trace.clone();
+    if let Err(mismatch) = headers::validate(headers, &request, &call.view) {
+        return Err(refuse(&call, mismatch).await);
+    }
+    admit(&call).await?;
+    let Some(id) = request.id else {
+        // The revision defines no client notifications over HTTP: accepted.
+        call.flush_deferred().await;
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    let outcome = match required_capabilities(gw, &request.method, &request.capabilities) {
+        Ok(()) if request.method == "subscriptions/listen" => {
+            let stream = listen::open(&call, headers, &id, &request.params).await;
+            call.flush_deferred().await;
+            return stream;
+        }
+        Ok(()) => dispatch(&call, &request.method, request.params).await,
+        Err(e) => Err(e),
+    };
+    call.flush_deferred().await;
+    let reply = outcome?;
+    let body = jsonrpc::body(&[Answer::of(id, Ok(reply))], false);
+    Ok(framed(headers, body))
+}
+
+/// Records a header mismatch as a denied request of the session (decided
+/// on the key alone, before any decision of the session), then answers it.
+async fn refuse(call: &Call, mismatch: Mismatch) -> McpError {
+    let refusal = Refusal {
+        session_id: &call.view.tenant.session.id,
+        in_session: true,
+        refused_by: "header_validation",
+        notes: json!({
+            "header": echo(&mismatch.header),
+            "reason": prefix(&mismatch.detail, MESSAGE_MAX_CHARS),
+        }),
+        trace: call.trace.as_ref(),
+    };
+    match record_refusal(&call.gw, &call.bundle, &call.view.key, refusal).await {
+        Ok(decision_id) => McpError::HeaderMismatch {
+            header: mismatch.header,
+            detail: mismatch.detail,
+            decision_id: Some(decision_id),
+        },
+        Err(e) => e,
+    }
+}
+
+/// The client capabilities `[mcp] required_client_capabilities` asks of
+/// `method` that the request does not declare: -32021.
+fn required_capabilities(
+    gw: &Gateway,
+    method: &str,
+    declared: &Map<String, Value>,
+) -> Result<(), McpError> {
+    let Some(required) = gw.config.mcp.required_client_capabilities.get(method) else {
+        return Ok(());
+    };
+    let missing: Vec<String> = required
+        .iter()
+        .filter(|c| !declared.get(c.as_str()).is_some_and(Value::is_object))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(McpError::MissingClientCapability {
+        method: method.to_string(),
+        required: missing,
+    })
+}
+
+/// One request, by method.
+async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Reply, McpError> {
+    match method {
+        "server/discover" => Ok(Reply::Json(discover::discover())),
+        "tools/list" => Ok(Reply::Text(tools_list_result(call))),
+        "tools/call" => tools_call::tools_call(call, params)
+            .await
+            .map(|result| Reply::Json(complete(result))),
+        _ => Err(McpError::MethodNotFound(method.to_string())),
+    }
+}
+
+/// `tools/list` at 2026-07-28 (see the module doc for its scope and TTL).
+fn tools_list_result(call: &Call) -> String {
+    let mut visible = tools_list::visible(call);
+    let hidden = visible.len() < call.view.tools.len();
+    let tenants_own = call.view.tools.iter().any(|t| {
+        let spec = t.spec();
+        spec.peer.is_some() || spec.upstream.is_some()
+    });
+    visible.sort_by(|a, b| a.name.cmp(&b.name));
+    let scope = if hidden || tenants_own {
+        "private"
+    } else {
+        "public"
+    };
+    let ttl_ms = call.gw.config.cache_ttl_secs.saturating_mul(1000);
+    let entries: Vec<&str> = visible.iter().map(|s| s.listing_json()).collect();
+    let meta = json!({ META_SERVER_INFO: discover::server_info() });
+    format!(
+        "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"{scope}\",\"_meta\":{meta},\"tools\":[{}]}}",
+        entries.join(",")
+    )
+}
+
+/// A result with the revision's `resultType` and the gateway's
+/// `serverInfo` in `_meta`.
+fn complete(mut result: Value) -> Value {
+    if let Value::Object(map) = &mut result {
+        map.insert("resultType".into(), "complete".into());
+        let meta = map.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(meta) = meta {
+            meta.insert(META_SERVER_INFO.into(), discover::server_info());
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_keeps_the_result_and_adds_the_shape() {
+        let r = complete(json!({"content": [], "_meta": {"x": 1}}));
+        assert_eq!(r["resultType"], "complete");
+        assert_eq!(r["_meta"]["x"], 1);
+        assert_eq!(r["_meta"][META_SERVER_INFO]["name"], "cedargate");
+    }
+}
