@@ -562,7 +562,7 @@ async fn x_mcp_header_parameters_must_match_their_headers() {
 const HIDE_REMEMBER: &str = "@id(\"hide-remember\")\nforbid (principal, action == Gateway::Action::\"view_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n";
 
 #[tokio::test]
-async fn tools_list_has_the_revision_shape_and_private_when_cedar_filtered_it() {
+async fn tools_list_has_the_revision_shape_and_is_always_private() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;
     let a = modern(&g, &t, &request(1, "tools/list", json!({}))).await;
@@ -571,8 +571,8 @@ async fn tools_list_has_the_revision_shape_and_private_when_cedar_filtered_it() 
     assert_eq!(r["resultType"], "complete");
     assert_eq!(r["ttlMs"], g.gw.config.cache_ttl_secs * 1000);
     assert_eq!(
-        r["cacheScope"], "public",
-        "built-in tools only, none hidden"
+        r["cacheScope"], "private",
+        "a list Cedar decided for this principal, even with nothing hidden"
     );
     let names: Vec<&str> = r["tools"]
         .as_array()

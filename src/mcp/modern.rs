@@ -19,11 +19,10 @@
 //! in `_meta`. `tools/list` lists the visible tools ordered by name, with
 //! `ttlMs` (`cache_ttl_secs`, the staleness the gateway itself accepts for
 //! a change made elsewhere; a call to a tool gone since is decided and
-//! refused like any other) and `cacheScope`: `public` only when the list
-//! holds nothing but the gateway's built-in tools and Cedar hid none of
-//! the session's tools from the agent, so it reveals nothing of a tenant
-//! or of a policy; `private` whenever Cedar filtered the list, or any tool
-//! is the org's own (A2A, upstream). Error codes of the revision: an
+//! refused like any other) and `cacheScope: "private"`, always: every list
+//! is Cedar's `view_tool` answer for this principal, even when it hid
+//! nothing (another principal's list may differ), so a shared cache must
+//! never hand it to anyone else. Error codes of the revision: an
 //! unknown or hidden tool is -32602 (one answer for both, as before).
 //!
 //! The caller's W3C trace context (`_meta.traceparent`, `tracestate`)
@@ -169,22 +168,12 @@ async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Reply, Mcp
 /// `tools/list` at 2026-07-28 (see the module doc for its scope and TTL).
 fn tools_list_result(call: &Call) -> String {
     let mut visible = tools_list::visible(call);
-    let hidden = visible.len() < call.view.tools.len();
-    let tenants_own = call.view.tools.iter().any(|t| {
-        let spec = t.spec();
-        spec.peer.is_some() || spec.upstream.is_some()
-    });
     visible.sort_by(|a, b| a.name.cmp(&b.name));
-    let scope = if hidden || tenants_own {
-        "private"
-    } else {
-        "public"
-    };
     let ttl_ms = call.gw.config.cache_ttl_secs.saturating_mul(1000);
     let entries: Vec<&str> = visible.iter().map(|s| s.listing_json()).collect();
     let meta = json!({ META_SERVER_INFO: discover::server_info() });
     format!(
-        "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"{scope}\",\"_meta\":{meta},\"tools\":[{}]}}",
+        "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"private\",\"_meta\":{meta},\"tools\":[{}]}}",
         entries.join(",")
     )
 }
