@@ -27,6 +27,9 @@ pub const AUTH_DENIED: i64 = -32003;
 pub const UNAUTHENTICATED: i64 = -32001;
 /// Unknown session (HTTP 404).
 pub const SESSION_NOT_FOUND: i64 = -32002;
+/// The disk holding the decision trail is below its free-space minimum
+/// (HTTP 507): nothing was decided or written; retry later.
+pub const INSUFFICIENT_STORAGE: i64 = -32050;
 
 /// A JSON-RPC error object, as written on the wire (built only by
 /// [`super::error::McpError::rpc`]).
