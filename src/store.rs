@@ -337,8 +337,10 @@ impl Store {
         let mut conn = SqliteConn::open(path)?.with_wal_limit(wal)?;
         migrate(&mut conn)?;
         // A WAL left large by an earlier run (or a crash) shrinks now.
-        if !conn.checkpoint()? {
-            tracing::warn!(database = %path.display(), "start-up WAL checkpoint kept from completing by another process");
+        match conn.checkpoint() {
+            Ok(true) => {}
+            Ok(false) => tracing::debug!(database = %path.display(), "start-up WAL checkpoint kept from completing by another process"),
+            Err(e) => tracing::warn!(database = %path.display(), error = %e, "start-up WAL checkpoint failed"),
         }
         let connect_path = path.to_path_buf();
         let writer = Writer::start(
