@@ -34,7 +34,9 @@ pub enum AppError {
     Unavailable,
     /// The disk holding the decision trail is below its free-space minimum
     /// (507): nothing was decided or written.
-    #[error("insufficient storage: the decision trail cannot record this request until disk space is freed")]
+    #[error(
+        "insufficient storage: the decision trail cannot record this request until disk space is freed"
+    )]
     InsufficientStorage,
     /// Anything else (500).
     #[error("internal error")]

@@ -140,9 +140,7 @@ pub fn app(gw: Arc<Gateway>) -> Router {
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
-    gw.lifecycle
-        .metrics
-        .disk_space(gw.store.space().status());
+    gw.lifecycle.metrics.disk_space(gw.store.space().status());
     (
         [(
             axum::http::header::CONTENT_TYPE,

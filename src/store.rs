@@ -116,10 +116,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("store/migrations/0006_mcp_terminations.sql"),
     ),
     (7, include_str!("store/migrations/0007_upstreams.sql")),
-    (
-        9,
-        include_str!("store/migrations/0009_trail_retention.sql"),
-    ),
+    (9, include_str!("store/migrations/0009_trail_retention.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -339,8 +336,12 @@ impl Store {
         // A WAL left large by an earlier run (or a crash) shrinks now.
         match conn.checkpoint() {
             Ok(true) => {}
-            Ok(false) => tracing::debug!(database = %path.display(), "start-up WAL checkpoint kept from completing by another process"),
-            Err(e) => tracing::warn!(database = %path.display(), error = %e, "start-up WAL checkpoint failed"),
+            Ok(false) => {
+                tracing::debug!(database = %path.display(), "start-up WAL checkpoint kept from completing by another process")
+            }
+            Err(e) => {
+                tracing::warn!(database = %path.display(), error = %e, "start-up WAL checkpoint failed")
+            }
         }
         let connect_path = path.to_path_buf();
         let writer = Writer::start(

@@ -136,8 +136,7 @@ fn take_lease(store: &Store, holder: &str) -> Result<(), ArchiveError> {
     let now = time::OffsetDateTime::now_utc();
     let until = crate::ids::rfc3339(now + time::Duration::seconds(LEASE_SECS));
     let now = crate::ids::rfc3339(now);
-    let taken =
-        store.read_blocking(|c| retention::take_lease(c, LEASE, holder, &now, &until))?;
+    let taken = store.read_blocking(|c| retention::take_lease(c, LEASE, holder, &now, &until))?;
     if taken {
         return Ok(());
     }
@@ -199,7 +198,8 @@ fn format_name(format: Format) -> &'static str {
 
 /// Verifies the records `plan` takes, from the anchor.
 fn verify(store: &Store, plan: &Plan) -> Result<(), ArchiveError> {
-    let report = store.read_blocking(|c| decisions::verify_range(c, plan.anchor.0 + 1, plan.last))?;
+    let report =
+        store.read_blocking(|c| decisions::verify_range(c, plan.anchor.0 + 1, plan.last))?;
     let mut problems = report.problems;
     if problems.is_empty() && report.last_seq != plan.last {
         problems.push(format!(
@@ -285,7 +285,9 @@ fn write_records(
             break;
         }
     }
-    let file = out.into_inner().map_err(|e| WriteError::Io(e.into_error()))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| WriteError::Io(e.into_error()))?;
     file.sync_all().map_err(WriteError::Io)?;
     let last = last.ok_or_else(|| {
         WriteError::Store(StoreError::Corrupt("no record to archive was read".into()))

@@ -56,7 +56,10 @@ pub fn archive(config: &Config, args: &ArchiveArgs) -> ExitCode {
     }
     match result {
         Ok(None) => {
-            println!("nothing to archive: no stored record is older than {}", req.before);
+            println!(
+                "nothing to archive: no stored record is older than {}",
+                req.before
+            );
             ExitCode::SUCCESS
         }
         Ok(Some(report)) => {

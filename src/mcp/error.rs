@@ -116,7 +116,9 @@ pub enum McpError {
     /// 507, -32050, before anything is decided or written (fail closed; it
     /// passes again once space is back). 507 rather than 503, so an alert can
     /// tell a full disk from an outage.
-    #[error("insufficient storage: the decision trail cannot record this request until disk space is freed")]
+    #[error(
+        "insufficient storage: the decision trail cannot record this request until disk space is freed"
+    )]
     InsufficientStorage(crate::store::space::SpaceStatus),
     /// `Mcp-Session-Id` names another session: 400.
     #[error("`Mcp-Session-Id` `{}` does not name the session in the path", echo(.0))]

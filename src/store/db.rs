@@ -548,7 +548,9 @@ impl Db for SqliteConn {
         self.conn.busy_timeout(CHECKPOINT_WAIT)?;
         let busy = self
             .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            });
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
         Ok(busy? == 0)
     }
@@ -562,7 +564,10 @@ impl Db for SqliteConn {
         match self.checkpoint() {
             Ok(true) => self.checkpoint_above = limit,
             Ok(false) => {
-                tracing::debug!(wal_bytes = size, "WAL checkpoint kept from completing by readers");
+                tracing::debug!(
+                    wal_bytes = size,
+                    "WAL checkpoint kept from completing by readers"
+                );
                 self.checkpoint_above = size.saturating_add(limit);
             }
             Err(e) => {

@@ -155,10 +155,7 @@ fn prune_in(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u6
         }
     };
     conn.execute(orphans, params![anchor.seq])?;
-    let pruned = conn.execute(
-        "DELETE FROM decisions WHERE seq <= ?1",
-        params![anchor.seq],
-    )?;
+    let pruned = conn.execute("DELETE FROM decisions WHERE seq <= ?1", params![anchor.seq])?;
     Ok(pruned)
 }
 

@@ -115,9 +115,17 @@ impl DiskGuard {
         }
         *logged = tripped;
         if tripped {
-            tracing::error!(free_bytes = free, min_free_bytes = min, "disk space low: refusing requests that would write the decision trail");
+            tracing::error!(
+                free_bytes = free,
+                min_free_bytes = min,
+                "disk space low: refusing requests that would write the decision trail"
+            );
         } else {
-            tracing::info!(free_bytes = free, min_free_bytes = min, "disk space back: accepting requests again");
+            tracing::info!(
+                free_bytes = free,
+                min_free_bytes = min,
+                "disk space back: accepting requests again"
+            );
         }
     }
 }
