@@ -528,6 +528,33 @@ async fn the_sqlite_wal_stays_bounded() {
 }
 
 #[tokio::test]
+async fn opening_the_store_shrinks_a_wal_left_large() {
+    if common::pg::backend_is_postgres() {
+        return; // PostgreSQL manages its own WAL
+    }
+    // A WAL grown large (as by an earlier run without a bound) ...
+    let g = TestGateway::start_with(|c| c.database.wal_max_bytes = 1 << 40).await;
+    let t = g.tenant("acme").await;
+    let content = "w".repeat(4000);
+    for _ in 0..200 {
+        g.call_tool(&t, "af_memory_remember", json!({ "content": content }))
+            .await;
+    }
+    assert!(wal_size(&g) > 1024 * 1024, "WAL is {} bytes", wal_size(&g));
+    // ... is checkpointed and truncated when a store opens the database.
+    let url = g.database_url();
+    tokio::task::spawn_blocking(move || {
+        cedargate::store::Store::open_url(&url, &cedargate::store::StoreOptions::default())
+            .map(|_| ())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(wal_size(&g), 0);
+    g.stop().await;
+}
+
+#[tokio::test]
 async fn the_disk_guard_fails_closed_and_recovers_by_itself() {
     let g = TestGateway::start_with(|c| {
         c.database.min_free_bytes = u64::MAX / 2; // more than any disk
