@@ -75,7 +75,8 @@ pub struct Metrics {
     pub shadow_divergences: Family<FlipLabels, Counter>,
     /// Divergences that could not be queued for storage.
     pub shadow_dropped: Counter,
-    /// Free bytes on the trail's filesystem (SQLite), at the guard's last look.
+    /// Free bytes on the trail's filesystem (SQLite), at the guard's last
+    /// look; 0 when none is watched (PostgreSQL).
     pub disk_free: Gauge,
     /// The guard's minimum (`database.min_free_bytes`; 0: off).
     pub disk_min_free: Gauge,
@@ -229,7 +230,12 @@ impl Metrics {
     /// Shows the disk guard's last look.
     pub fn disk_space(&self, status: crate::store::space::SpaceStatus) {
         let clamp = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
-        self.disk_free.set(clamp(status.free_bytes));
+        // Unwatched (PostgreSQL): no figure rather than a made-up one.
+        self.disk_free.set(if status.watched {
+            clamp(status.free_bytes)
+        } else {
+            0
+        });
         self.disk_min_free.set(clamp(status.min_free_bytes));
         self.disk_guard_tripped.set(i64::from(status.tripped));
     }

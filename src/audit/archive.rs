@@ -228,11 +228,12 @@ fn export_file(store: &Store, plan: &Plan, req: &ArchiveRequest) -> Result<Writt
         path: req.out.clone(),
         source,
     };
-    let file = match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&req.out)
-    {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    // Records carry tenants' request context: readable by the owner only.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = match options.open(&req.out) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             return Err(ArchiveError::Exists(req.out.clone()));

@@ -26,6 +26,8 @@ pub struct SpaceStatus {
     pub min_free_bytes: u64,
     /// Whether the last look found less than the minimum.
     pub tripped: bool,
+    /// Whether a filesystem is watched at all (false on PostgreSQL).
+    pub watched: bool,
 }
 
 /// Trail writes refused: less free space than the minimum.
@@ -80,6 +82,7 @@ impl DiskGuard {
             free_bytes: self.free.load(Ordering::Acquire),
             min_free_bytes: self.min_free.load(Ordering::Acquire),
             tripped: self.tripped.load(Ordering::Acquire),
+            watched: self.dir.is_some(),
         }
     }
 
