@@ -170,6 +170,37 @@ async fn archive_exports_prunes_and_the_rest_verifies_from_the_anchor() {
     assert!(stdout(&o).contains(&format!("records up to seq {} were archived", anchor.seq)));
     assert!(stdout(&o).contains(&anchor.hash));
 
+    g.stop().await;
+}
+
+/// Archives the records older than now through the CLI; returns the file
+/// and the anchor it left.
+async fn archive_now(g: &TestGateway, cfg: &Path, name: &str) -> (PathBuf, retention::Anchor) {
+    let before = cut_time().await;
+    let out = g.dir.path().join(name);
+    let o = cli(
+        cfg,
+        &[
+            "audit",
+            "archive",
+            "--before",
+            &before,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    (out, anchors(g).await.pop().expect("an anchor"))
+}
+
+#[tokio::test]
+async fn an_archive_verifies_on_its_own_and_the_next_one_continues_from_its_anchor() {
+    let (g, t, cfg) = gateway().await;
+    calls(&g, &t, 4).await;
+    let (out, anchor) = archive_now(&g, &cfg, "archive.jsonl").await;
+    calls(&g, &t, 2).await;
+
     // The file verifies on its own.
     let o = cli(
         &cfg,
@@ -198,21 +229,7 @@ async fn archive_exports_prunes_and_the_rest_verifies_from_the_anchor() {
     assert!(stderr(&o).contains("edited record"), "{}", stderr(&o));
 
     // A second archive continues from the anchor.
-    let before2 = cut_time().await;
-    let out2 = g.dir.path().join("archive2.jsonl");
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            &before2,
-            "--out",
-            out2.to_str().unwrap(),
-        ],
-    )
-    .await;
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (out2, _) = archive_now(&g, &cfg, "archive2.jsonl").await;
     let rows2 = lines(&out2);
     assert_eq!(rows2[0]["seq"], anchor.seq + 1);
     assert_eq!(rows2[0]["prevHash"], anchor.hash.as_str());
