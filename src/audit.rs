@@ -5,6 +5,7 @@
 //! **Architecture Invariant:** a decision is made only through [`decide`],
 //! so no code path can authorize without producing a record.
 
+pub mod archive;
 pub mod export;
 
 /// A knowledge-graph node as `read_node` sees it (defined with the entity

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
 pub mod lifecycle;
+pub mod trail;
 
 use crate::config::{Config, LogFormat};
 use crate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
@@ -233,6 +234,9 @@ pub enum AuditCmd {
     Replay(lifecycle::ReplayArgs),
     /// Export decisions as JSON lines or OCSF events.
     Export(lifecycle::ExportArgs),
+    /// Verify, export and prune the records older than a time, keeping an
+    /// anchor the remaining chain verifies from.
+    Archive(trail::ArchiveArgs),
 }
 
 /// Entry point of the binary.
@@ -258,6 +262,7 @@ pub fn main() -> ExitCode {
         Command::Audit(AuditCmd::Replay(args)) => lifecycle::replay(&config, &args),
         Command::Audit(AuditCmd::Export(args)) => lifecycle::export(&config, &args),
         Command::Audit(AuditCmd::Verify(args)) => lifecycle::verify(&config, &args),
+        Command::Audit(AuditCmd::Archive(args)) => trail::archive(&config, &args),
         other => match operate(&config, other) {
             Ok(code) => code,
             Err(e) => {
@@ -469,7 +474,9 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         Command::Serve(_)
         | Command::Policy(_)
         | Command::Schema(_)
-        | Command::Audit(AuditCmd::Verify(_) | AuditCmd::Replay(_) | AuditCmd::Export(_)) => {}
+        | Command::Audit(
+            AuditCmd::Verify(_) | AuditCmd::Replay(_) | AuditCmd::Export(_) | AuditCmd::Archive(_),
+        ) => {}
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -53,6 +53,42 @@ pub struct Config {
     pub graph: GraphConfig,
     /// The MCP endpoint's protocol 2026-07-28 settings.
     pub mcp: McpConfig,
+    /// Retention of the decision trail (periodic archives; off by default).
+    pub audit: AuditConfig,
+}
+
+/// Retention of the decision trail (`[audit]`). Off by default: an
+/// operator chooses how long records stay in the database and where the
+/// archives go. When on, each instance tries an archive every
+/// `archive_interval_secs`; the `trail-archive` lease in the database lets
+/// one instance at a time run it, so instances sharing a database may all
+/// have it on (their `archive_dir` should then be shared storage, or each
+/// keeps the archives it wrote). See `src/audit/README.md`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Days of records kept in the database; older ones are archived to
+    /// `archive_dir` (verified, exported, pruned behind an anchor), exactly
+    /// as `cedargate audit archive` does. 0: off.
+    pub retention_days: u64,
+    /// Directory the archive files are written to (required when
+    /// `retention_days` is set; created if missing).
+    pub archive_dir: Option<PathBuf>,
+    /// `jsonl` (verifiable on its own) or `ocsf`.
+    pub archive_format: crate::audit::export::Format,
+    /// Seconds between two archive attempts (the first runs at start-up).
+    pub archive_interval_secs: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            retention_days: 0,
+            archive_dir: None,
+            archive_format: crate::audit::export::Format::Jsonl,
+            archive_interval_secs: 3600,
+        }
+    }
 }
 
 /// Protocol 2026-07-28 on the MCP endpoint (`[mcp]`).
@@ -82,6 +118,19 @@ pub struct DatabaseConfig {
     pub acquire_timeout_ms: u64,
     /// Seconds between an instance's heartbeats in `gateway_instances`.
     pub heartbeat_secs: u64,
+    /// SQLite: the bound of the write-ahead log, in bytes. It is the
+    /// `journal_size_limit`, and a commit that leaves the `-wal` file
+    /// larger is followed by a TRUNCATE checkpoint (also run at start-up,
+    /// clean shutdown and after an archive). Default 64 MiB.
+    pub wal_max_bytes: u64,
+    /// SQLite: free bytes the data directory's filesystem must keep.
+    /// Below it, requests that would write the decision trail fail closed
+    /// (HTTP 507, nothing written) until space is back. 0 turns the guard
+    /// off. Default 256 MiB. PostgreSQL: not checked (the database's disk
+    /// is the server's; see `src/store/README.md`).
+    pub min_free_bytes: u64,
+    /// Milliseconds between two looks at the free space (`statvfs`).
+    pub free_space_check_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -91,6 +140,9 @@ impl Default for DatabaseConfig {
             pool_size: 16,
             acquire_timeout_ms: 3000,
             heartbeat_secs: 5,
+            wal_max_bytes: 64 * 1024 * 1024,
+            min_free_bytes: 256 * 1024 * 1024,
+            free_space_check_ms: 1000,
         }
     }
 }
@@ -313,6 +365,7 @@ impl Default for Config {
             a2a: A2aConfig::default(),
             graph: GraphConfig::default(),
             mcp: McpConfig::default(),
+            audit: AuditConfig::default(),
         }
     }
 }
@@ -406,6 +459,8 @@ impl Config {
             group_commit_max: self.limits.group_commit_max,
             pool_size: self.database.pool_size,
             acquire_timeout: std::time::Duration::from_millis(self.database.acquire_timeout_ms),
+            wal_max_bytes: self.database.wal_max_bytes,
+            min_free_bytes: self.database.min_free_bytes,
         }
     }
 

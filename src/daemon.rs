@@ -31,6 +31,12 @@ pub async fn open_session(
         ResolveError::Store(s) => AppError::from(s),
         other => AppError::Unauthorized(other.to_string()),
     })?;
+    // Opening a session records a decision: refused first when the
+    // trail's disk is low (nothing decided, nothing written).
+    gw.store
+        .space()
+        .check()
+        .map_err(|_| AppError::InsufficientStorage)?;
     let Json(req) = payload?;
 
     let (org_id, project_id, agent_id) = (

@@ -32,6 +32,12 @@ pub enum AppError {
     /// Storage unavailable (503).
     #[error("storage unavailable")]
     Unavailable,
+    /// The disk holding the decision trail is below its free-space minimum
+    /// (507): nothing was decided or written.
+    #[error(
+        "insufficient storage: the decision trail cannot record this request until disk space is freed"
+    )]
+    InsufficientStorage,
     /// Anything else (500).
     #[error("internal error")]
     Internal,
@@ -46,6 +52,9 @@ impl AppError {
             AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             AppError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            AppError::InsufficientStorage => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+            }
             AppError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -1,6 +1,7 @@
 //! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
 //! decisions by action and outcome, decision latency, policy reloads by
-//! result, the active policy set, and shadow-mode divergences.
+//! result, the active policy set, shadow-mode divergences, the free space
+//! of the trail's disk and its guard, and trail archives by result.
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -74,6 +75,15 @@ pub struct Metrics {
     pub shadow_divergences: Family<FlipLabels, Counter>,
     /// Divergences that could not be queued for storage.
     pub shadow_dropped: Counter,
+    /// Free bytes on the trail's filesystem (SQLite), at the guard's last
+    /// look; 0 when none is watched (PostgreSQL).
+    pub disk_free: Gauge,
+    /// The guard's minimum (`database.min_free_bytes`; 0: off).
+    pub disk_min_free: Gauge,
+    /// 1 while the guard refuses trail writes.
+    pub disk_guard_tripped: Gauge,
+    /// Retention archives by result (`archived`, `nothing`, `failed`).
+    pub archives: Family<ResultLabel, Counter>,
     active_hash: Mutex<Option<String>>,
 }
 
@@ -136,8 +146,35 @@ impl Metrics {
             "Shadow divergences counted but not stored (write queue full)",
             shadow_dropped.clone(),
         );
+        let (disk_free, disk_min_free, disk_guard_tripped) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "trail_disk_free_bytes",
+            "Free bytes on the filesystem of the SQLite database at the last look",
+            disk_free.clone(),
+        );
+        registry.register(
+            "trail_disk_min_free_bytes",
+            "Free bytes the disk guard requires (0: off)",
+            disk_min_free.clone(),
+        );
+        registry.register(
+            "trail_disk_guard_tripped",
+            "1 while requests that would write the trail are refused for lack of disk space",
+            disk_guard_tripped.clone(),
+        );
+        let archives = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "trail_archives",
+            "Retention archives run by this instance, by result (archived, nothing, failed)",
+            archives.clone(),
+        );
         Metrics {
             registry,
+            disk_free,
+            disk_min_free,
+            disk_guard_tripped,
+            archives,
             decisions,
             decision_seconds,
             reloads,
@@ -188,6 +225,28 @@ impl Metrics {
             })
             .set(1);
         self.policy_loaded.set(loaded_unix);
+    }
+
+    /// Shows the disk guard's last look.
+    pub fn disk_space(&self, status: crate::store::space::SpaceStatus) {
+        let clamp = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        // Unwatched (PostgreSQL): no figure rather than a made-up one.
+        self.disk_free.set(if status.watched {
+            clamp(status.free_bytes)
+        } else {
+            0
+        });
+        self.disk_min_free.set(clamp(status.min_free_bytes));
+        self.disk_guard_tripped.set(i64::from(status.tripped));
+    }
+
+    /// Counts one retention archive.
+    pub fn archive(&self, result: &str) {
+        self.archives
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     /// The OpenMetrics text exposition.

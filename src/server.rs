@@ -11,6 +11,7 @@
 
 mod capacity;
 mod connection;
+mod maintenance;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -56,6 +57,9 @@ pub enum StartError {
     /// The A2A client or the embeddings provider could not be built.
     #[error("tool catalog: {0}")]
     Gateway(#[from] crate::gateway::GatewayError),
+    /// `[audit]` retention is misconfigured.
+    #[error("audit retention: {0}")]
+    Retention(String),
     /// The listener could not be bound or served.
     #[error("cannot serve on `{addr}`: {source}")]
     Io {
@@ -68,6 +72,7 @@ pub enum StartError {
 
 /// Loads policies, opens the store and records the active policy set.
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
+    maintenance::retention_enabled(&config.audit).map_err(StartError::Retention)?;
     let catalog = Catalog::builtin()?;
     let (bundle, tests) = load_candidate(
         &config.schema_file,
@@ -135,6 +140,7 @@ pub fn app(gw: Arc<Gateway>) -> Router {
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    gw.lifecycle.metrics.disk_space(gw.store.space().status());
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -181,7 +187,9 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
 /// Serves on `listener` until `shutdown` resolves, then stops accepting,
 /// lets in-flight requests finish for at most `http.shutdown_grace_secs`,
 /// closes the connections still open (slow clients included), drains the
-/// hook subscribers and flushes every queued write.
+/// hook subscribers, flushes every queued write and checkpoints the WAL.
+/// Meanwhile it keeps the disk-space guard fresh and, when `[audit]` asks,
+/// archives the trail periodically ([`maintenance`]).
 pub async fn run(
     listener: TcpListener,
     gw: Arc<Gateway>,
@@ -196,6 +204,9 @@ pub async fn run(
         &gw,
     )));
     let changes = crate::cluster::coherence::start_listener(&gw);
+    let space = tokio::spawn(maintenance::space_loop(Arc::downgrade(&gw)));
+    let retention = (gw.config.audit.retention_days > 0)
+        .then(|| tokio::spawn(maintenance::retention_loop(Arc::downgrade(&gw))));
     let http = &gw.config.http;
     let capacity = Capacity::new(http.max_connections, http.max_connections_per_ip);
     let (phase, phase_rx) = watch::channel(Phase::Serving);
@@ -222,6 +233,12 @@ pub async fn run(
     .await;
     refresher.abort();
     heartbeat.abort();
+    space.abort();
+    if let Some(retention) = retention {
+        // An archive in progress finishes on its blocking thread; it holds
+        // the lease until then.
+        retention.abort();
+    }
     drop(changes);
     drop(triggers);
     // Hook subscribers hold events for a moment to batch their rows.
@@ -233,6 +250,10 @@ pub async fn run(
     }
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
+    }
+    // Leave the WAL empty behind a clean stop (SQLite).
+    if let Err(e) = gw.store.checkpoint().await {
+        tracing::warn!(error = %e, "final WAL checkpoint failed");
     }
     crate::cluster::membership::leave(&gw).await;
     Ok(())

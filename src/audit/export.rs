@@ -16,7 +16,10 @@ use serde_json::{Value, json};
 use crate::store::decisions::StoredDecision;
 
 /// Export formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Format {
     /// One stored record per line.
     Jsonl,

@@ -163,6 +163,10 @@ pub struct VerifyArgs {
     /// Verify up to this chain position.
     #[arg(long)]
     pub to_seq: Option<i64>,
+    /// Verify an archive file written by `audit archive` on its own
+    /// (no database needed).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["since", "until", "from_seq", "to_seq"])]
+    pub archive: Option<PathBuf>,
 }
 
 fn catalog() -> Result<Catalog, CommandError> {
@@ -451,6 +455,9 @@ pub fn export(config: &Config, args: &ExportArgs) -> ExitCode {
 
 /// `audit verify`.
 pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
+    if let Some(file) = &args.archive {
+        return super::trail::verify_file(file);
+    }
     let store = match open_store(config) {
         Ok(s) => s,
         Err(e) => {
@@ -485,7 +492,8 @@ pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
         } else {
             (args.from_seq.unwrap_or(1), args.to_seq.unwrap_or(i64::MAX))
         };
-        decisions::verify_range(c, from, to).map(|r| Some((from, r)))
+        let anchor = crate::store::retention::anchors(c)?.pop();
+        decisions::verify_range(c, from, to).map(|r| Some((from, r, anchor)))
     });
     match result {
         Err(e) => {
@@ -496,12 +504,22 @@ pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
             println!("no decisions in that range");
             ExitCode::SUCCESS
         }
-        Ok(Some((from, report))) => {
+        Ok(Some((from, report, anchor))) => {
+            if let Some(a) = &anchor {
+                println!(
+                    "records up to seq {} were archived (last archive: {} records, {} file sha256 {}, at {}); the chain verifies from the anchor hash {}",
+                    a.seq, a.records, a.format, a.archive_sha256, a.archived_at, a.hash
+                );
+            }
             if report.problems.is_empty() {
                 println!(
                     "decision trail intact: {} records verified (seq {}..{}, head hash {})",
                     report.checked,
-                    if report.checked == 0 { 0 } else { from },
+                    if report.checked == 0 {
+                        0
+                    } else {
+                        from.max(report.last_seq - report.checked + 1)
+                    },
                     report.last_seq,
                     report.head_hash
                 );

@@ -175,8 +175,9 @@ impl Call {
     }
 }
 
-/// Authenticates, loads the session, checks isolation and decides
-/// `access_session`; `header_version` is what admission read.
+/// Authenticates, checks the disk-space guard, loads the session, checks
+/// isolation and decides `access_session`; `header_version` is what
+/// admission read.
 pub async fn resolve(
     gw: &Arc<Gateway>,
     session_id: &str,
@@ -202,6 +203,12 @@ pub async fn prepare(
     let presented =
         crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
     let key = gw.authenticate(&presented).await.map_err(resolve_error)?;
+    // Every request of a session records decisions: with the trail's disk
+    // below its minimum, refuse before anything is decided or written.
+    gw.store
+        .space()
+        .check()
+        .map_err(|low| McpError::InsufficientStorage(low.0))?;
     let bundle = gw.pep.current();
     let view = match gw.session_view(session_id, &key, &bundle).await {
         Ok(view) => view,

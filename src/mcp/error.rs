@@ -113,6 +113,14 @@ pub enum McpError {
     /// The decision trail could not record a denial: 503.
     #[error("decision trail unavailable")]
     TrailUnavailable,
+    /// The disk holding the decision trail is below `database.min_free_bytes`:
+    /// 507, -32010, before anything is decided or written (fail closed; it
+    /// passes again once space is back). 507 rather than 503, so an alert can
+    /// tell a full disk from an outage.
+    #[error(
+        "insufficient storage: the decision trail cannot record this request until disk space is freed"
+    )]
+    InsufficientStorage(crate::store::space::SpaceStatus),
     /// `Mcp-Session-Id` names another session: 400.
     #[error("`Mcp-Session-Id` `{}` does not name the session in the path", echo(.0))]
     SessionIdMismatch(String),
@@ -286,6 +294,7 @@ impl McpError {
                 StatusCode::NOT_FOUND
             }
             StorageUnavailable | TrailUnavailable | Closing(_) => StatusCode::SERVICE_UNAVAILABLE,
+            InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             NoServerStream | StatelessOnly => StatusCode::METHOD_NOT_ALLOWED,
             TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
             MethodNotFound(_)
@@ -335,6 +344,7 @@ impl McpError {
                 jsonrpc::INTERNAL_ERROR
             }
             MethodNotFound(_) | UnknownTool(_) => jsonrpc::METHOD_NOT_FOUND,
+            InsufficientStorage(_) => jsonrpc::INSUFFICIENT_STORAGE,
             InvalidParams { .. } | InvalidArguments { .. } | MissingMeta(_) => {
                 jsonrpc::INVALID_PARAMS
             }
@@ -369,6 +379,10 @@ impl McpError {
             } => json!({ "decisionId": decision_id, "advice": advice }),
             NotOwnSession { decision_id, .. } => json!({ "decisionId": decision_id }),
             TooManyStreams(max) => json!({ "maxStreamsPerKey": max }),
+            InsufficientStorage(s) => json!({
+                "freeBytes": s.free_bytes,
+                "minFreeBytes": s.min_free_bytes,
+            }),
             MethodNotFound(method) => json!({ "method": echo(method) }),
             InvalidParams { field, .. } => json!({ "field": field }),
             UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": echo(tool) }),

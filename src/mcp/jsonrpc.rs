@@ -33,6 +33,11 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 /// An unsupported protocol version (with the supported list).
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// The disk holding the decision trail is below its free-space minimum
+/// (HTTP 507): nothing was decided or written; retry later.
+/// (In the server-error range the 2026-07-28 revision leaves to servers,
+/// -32000…-32019; -32020…-32099 are reserved for the specification.)
+pub const INSUFFICIENT_STORAGE: i64 = -32010;
 
 /// A JSON-RPC error object, as written on the wire (built only by
 /// [`super::error::McpError::rpc`]).

@@ -256,6 +256,15 @@ pub trait Db: Send {
     fn lock_chain(&mut self) -> Result<(), StoreError>;
     /// Whether the connection is unusable (the server went away).
     fn is_broken(&self) -> bool;
+    /// Checkpoints the write-ahead log into the database and truncates it
+    /// (SQLite `wal_checkpoint(TRUNCATE)`); `Ok(false)` when readers kept
+    /// it from completing. PostgreSQL manages its own WAL: a no-op.
+    fn checkpoint(&mut self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+    /// After a commit: checkpoints when the WAL grew past its bound
+    /// (SQLite with a WAL limit; a no-op otherwise). Never fails the commit.
+    fn bound_wal(&mut self) {}
 }
 
 /// The connection type store functions take.
@@ -344,7 +353,19 @@ pub struct SqliteConn {
     durable: bool,
     /// `total_changes()` when the open transaction began.
     changes_at_begin: u64,
+    /// `database.wal_max_bytes`, when set: `journal_size_limit`, and the
+    /// size past which a commit is followed by a checkpoint.
+    wal_limit: Option<u64>,
+    /// The WAL size past which the next checkpoint is tried (the limit, or
+    /// further when readers kept the last one from completing).
+    checkpoint_above: u64,
 }
+
+/// How long a checkpoint waits for readers to leave the WAL before it
+/// gives up (it is tried again once the WAL grew by another limit).
+const CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The busy timeout of every SQLite connection.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl SqliteConn {
     /// Opens `path` with the pragmas every connection needs: WAL so readers
@@ -353,7 +374,7 @@ impl SqliteConn {
     /// write (admin changes).
     pub fn open(path: &Path) -> Result<SqliteConn, StoreError> {
         let conn = rusqlite::Connection::open(path)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = FULL;
@@ -366,7 +387,30 @@ impl SqliteConn {
             unsynced: false,
             durable: true,
             changes_at_begin: 0,
+            wal_limit: None,
+            checkpoint_above: u64::MAX,
         })
+    }
+
+    /// Bounds this connection's WAL to `bytes`: `journal_size_limit` (a
+    /// WAL that is reset is truncated to it) and a TRUNCATE checkpoint
+    /// after any commit that leaves the WAL larger ([`Db::bound_wal`]).
+    pub fn with_wal_limit(mut self, bytes: u64) -> Result<SqliteConn, StoreError> {
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.conn
+            .execute_batch(&format!("PRAGMA journal_size_limit = {bytes};"))?;
+        self.wal_limit = Some(bytes as u64);
+        self.checkpoint_above = bytes as u64;
+        Ok(self)
+    }
+
+    /// Size of the `-wal` file now (0 when there is none).
+    fn wal_size(&self) -> u64 {
+        self.conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .and_then(|p| std::fs::metadata(format!("{p}-wal")).ok())
+            .map_or(0, |m| m.len())
     }
 
     /// Fsyncs the WAL file itself (Linux flushes an inode's dirty pages
@@ -498,6 +542,39 @@ impl Db for SqliteConn {
 
     fn is_broken(&self) -> bool {
         false
+    }
+
+    fn checkpoint(&mut self) -> Result<bool, StoreError> {
+        self.conn.busy_timeout(CHECKPOINT_WAIT)?;
+        let busy = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            });
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        Ok(busy? == 0)
+    }
+
+    fn bound_wal(&mut self) {
+        let Some(limit) = self.wal_limit else { return };
+        let size = self.wal_size();
+        if size <= self.checkpoint_above {
+            return;
+        }
+        match self.checkpoint() {
+            Ok(true) => self.checkpoint_above = limit,
+            Ok(false) => {
+                tracing::debug!(
+                    wal_bytes = size,
+                    "WAL checkpoint kept from completing by readers"
+                );
+                self.checkpoint_above = size.saturating_add(limit);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "WAL checkpoint failed");
+                self.checkpoint_above = size.saturating_add(limit);
+            }
+        }
     }
 }
 

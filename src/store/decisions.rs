@@ -3,10 +3,15 @@
 //!
 //! Every column is stored as the exact text that was hashed, so
 //! verification never depends on re-serializing JSON.
+//!
+//! The oldest records may have been archived and pruned
+//! ([`super::retention`]): the stored chain then starts after the newest
+//! anchor (the seq and hash of the last pruned record), and both the chain
+//! head and verification start from it.
 
 use super::db::{Conn, Row};
 use crate::params;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
@@ -15,7 +20,7 @@ use super::StoreError;
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// One decision as handed to the writer (before chaining).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewDecision {
     /// UUIDv7 of the decision (returned to callers in `error.data`).
@@ -53,8 +58,9 @@ pub struct NewDecision {
     pub notes: String,
 }
 
-/// A stored, chained decision.
-#[derive(Debug, Clone, Serialize)]
+/// A stored, chained decision (also one line of a JSONL export, which
+/// deserializes back into it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredDecision {
     /// Position in the chain (1-based, no gaps).
@@ -96,14 +102,45 @@ pub fn chain_hash(prev_hash: &str, seq: i64, d: &NewDecision) -> String {
     hex::encode(h.finalize())
 }
 
-/// The last `(seq, hash)` of the chain, or `(0, GENESIS_HASH)`.
-pub fn chain_head(conn: &mut Conn) -> Result<(i64, String), StoreError> {
-    let head = conn.query_opt(
-        "SELECT seq, hash FROM decisions ORDER BY seq DESC LIMIT 1",
+/// Where the chain stands: its head, and where its stored part starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHead {
+    /// The last record's seq (the newest anchor's when every record was
+    /// pruned; 0 for an empty chain).
+    pub seq: i64,
+    /// Its hash (`GENESIS_HASH` for an empty chain).
+    pub hash: String,
+    /// The newest anchor: `(seq, hash)` of the last pruned record,
+    /// `(0, GENESIS_HASH)` when nothing was ever pruned.
+    pub anchor: (i64, String),
+}
+
+/// The head of the chain and its newest anchor, in one query.
+pub fn chain_head(conn: &mut Conn) -> Result<ChainHead, StoreError> {
+    let row = conn.query_row(
+        "SELECT (SELECT seq FROM decisions ORDER BY seq DESC LIMIT 1),
+                (SELECT hash FROM decisions ORDER BY seq DESC LIMIT 1),
+                (SELECT seq FROM decision_anchors ORDER BY seq DESC LIMIT 1),
+                (SELECT hash FROM decision_anchors ORDER BY seq DESC LIMIT 1)",
         params![],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| {
+            Ok((
+                r.get::<Option<i64>>(0)?,
+                r.get::<Option<String>>(1)?,
+                r.get::<Option<i64>>(2)?,
+                r.get::<Option<String>>(3)?,
+            ))
+        },
     )?;
-    Ok(head.unwrap_or((0, GENESIS_HASH.to_string())))
+    let anchor = match (row.2, row.3) {
+        (Some(seq), Some(hash)) => (seq, hash),
+        _ => (0, GENESIS_HASH.to_string()),
+    };
+    let (seq, hash) = match (row.0, row.1) {
+        (Some(seq), Some(hash)) => (seq, hash),
+        _ => anchor.clone(),
+    };
+    Ok(ChainHead { seq, hash, anchor })
 }
 
 /// Stores an entity slice under its hash (idempotent).
@@ -244,21 +281,24 @@ pub fn verify(conn: &mut Conn) -> Result<VerifyReport, StoreError> {
 
 /// [`verify`] over the rows `from_seq..=to_seq`: the first row must link to
 /// the stored row before it (whose own hash is recomputed too), so a range
-/// check still detects an edit at its boundary.
+/// check still detects an edit at its boundary. Rows behind the newest
+/// anchor were pruned: a range starts after it at the earliest, and the
+/// first stored row must link to the anchor's hash.
 pub fn verify_range(
     conn: &mut Conn,
     from_seq: i64,
     to_seq: i64,
 ) -> Result<VerifyReport, StoreError> {
-    let from_seq = from_seq.max(1);
+    let (anchor_seq, anchor_hash) = chain_head(conn)?.anchor;
+    let from_seq = from_seq.max(anchor_seq + 1);
     let mut report = VerifyReport {
         checked: 0,
-        last_seq: 0,
-        head_hash: GENESIS_HASH.to_string(),
+        last_seq: anchor_seq,
+        head_hash: anchor_hash.clone(),
         problems: Vec::new(),
     };
-    let mut prev_hash = GENESIS_HASH.to_string();
-    if from_seq > 1 {
+    let mut prev_hash = anchor_hash;
+    if from_seq > anchor_seq + 1 {
         match page(conn, from_seq - 2, 1)?.into_iter().next() {
             Some(before) if before.seq == from_seq - 1 => {
                 if chain_hash(&before.prev_hash, before.seq, &before.record) != before.hash {

@@ -19,6 +19,17 @@
 //! several gateway instances on one PostgreSQL database) append to one
 //! chain without gaps or forks. A connection that broke is dropped and
 //! reopened for the next batch; a failed batch is never acknowledged.
+//!
+//! An archive (see [`super::retention`]) may prune old records and the
+//! entity snapshots only they referenced, from any process. The writer
+//! skips inserting snapshots it knows are stored; it reads the newest
+//! anchor with the chain head, and forgets what it knew when the anchor
+//! moved, so a pruned snapshot is stored again with the next record that
+//! needs it.
+//!
+//! On SQLite the writer also keeps the WAL bounded: after a commit that
+//! left the `-wal` file over `database.wal_max_bytes`, it checkpoints in
+//! TRUNCATE mode ([`Db::checkpoint`]).
 
 use std::sync::Arc;
 
@@ -179,7 +190,7 @@ fn run(
     batch_max: usize,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
-    let mut known: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut known = Known::default();
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < batch_max {
@@ -198,19 +209,17 @@ fn run(
         let result = match conn.as_deref_mut() {
             Some(c) => {
                 let r = commit(c, &batch, &known, durable);
-                if r.is_err() {
-                    c.rollback();
+                match &r {
+                    Ok(_) => c.bound_wal(),
+                    Err(_) => c.rollback(),
                 }
                 r
             }
             None => Err(StoreError::Unavailable("no database connection".into())),
         };
         let outcome = match result {
-            Ok(snapshots) => {
-                if known.len() + snapshots.len() > KNOWN_SNAPSHOTS_MAX {
-                    known.clear();
-                }
-                known.extend(snapshots);
+            Ok(committed) => {
+                known.learn(committed);
                 Ok(())
             }
             Err(e) => {
@@ -231,31 +240,67 @@ fn run(
     }
 }
 
+/// Entity snapshots known to be stored, valid while the newest anchor
+/// stays where it was when they were learnt.
+#[derive(Default)]
+struct Known {
+    hashes: std::collections::HashSet<String>,
+    anchor: i64,
+}
+
+/// What a committed batch teaches [`Known`].
+struct Committed {
+    snapshots: Vec<String>,
+    /// The newest anchor the batch saw (`None`: it read no chain head).
+    anchor: Option<i64>,
+}
+
+impl Known {
+    /// Whether `hash` is known stored, given the anchor a batch read.
+    fn contains(&self, hash: &str, anchor: i64) -> bool {
+        anchor == self.anchor && self.hashes.contains(hash)
+    }
+
+    fn learn(&mut self, c: Committed) {
+        if let Some(anchor) = c.anchor.filter(|a| *a != self.anchor) {
+            // An archive pruned snapshots: forget what was known before it.
+            self.hashes.clear();
+            self.anchor = anchor;
+        }
+        if self.hashes.len() + c.snapshots.len() > KNOWN_SNAPSHOTS_MAX {
+            self.hashes.clear();
+        }
+        self.hashes.extend(c.snapshots);
+    }
+}
+
 /// Commits a batch in one transaction; returns the snapshot hashes it
 /// inserted (known to be stored once this returns Ok).
 fn commit(
     tx: &mut Conn,
     batch: &[Job],
-    known: &std::collections::HashSet<String>,
+    known: &Known,
     durable: bool,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Committed, StoreError> {
     tx.begin(durable)?;
     let chained = batch
         .iter()
         .any(|job| job.ops.iter().any(|op| matches!(op, WriteOp::Decision(_))));
-    let (mut seq, mut hash) = if chained {
+    let (mut seq, mut hash, anchor) = if chained {
         tx.lock_chain()?;
-        decisions::chain_head(tx)?
+        let head = decisions::chain_head(tx)?;
+        (head.seq, head.hash, Some(head.anchor.0))
     } else {
-        (0, String::new())
+        (0, String::new(), None)
     };
+    let anchor_seq = anchor.unwrap_or(known.anchor);
     let mut snapshots: Vec<String> = Vec::new();
     for job in batch {
         for op in &job.ops {
             match op {
                 WriteOp::Decision(d) => {
                     if let Some(entities) = &d.entities
-                        && !known.contains(&d.entities_hash)
+                        && !known.contains(&d.entities_hash, anchor_seq)
                         && !snapshots.contains(&d.entities_hash)
                     {
                         decisions::insert_snapshot(tx, &d.entities_hash, entities)?;
@@ -297,5 +342,5 @@ fn commit(
         }
     }
     tx.commit()?;
-    Ok(snapshots)
+    Ok(Committed { snapshots, anchor })
 }

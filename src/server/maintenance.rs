@@ -1,0 +1,105 @@
+//! Background upkeep of the store while the server runs: the disk-space
+//! guard's periodic look (and its metrics), and the retention archive of
+//! `[audit]` (off by default).
+//!
+//! Both loops hold only a weak reference to the gateway, like the
+//! heartbeat, and are aborted at shutdown.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::audit::archive::{self, ArchiveError, ArchiveRequest};
+use crate::config::AuditConfig;
+use crate::gateway::Gateway;
+
+/// Looks at the free space every `database.free_space_check_ms` and
+/// shows it in the metrics, until the gateway is dropped.
+pub async fn space_loop(gw: Weak<Gateway>) {
+    loop {
+        let Some(gw) = gw.upgrade() else { return };
+        let space = gw.store.space();
+        space.refresh();
+        gw.lifecycle.metrics.disk_space(space.status());
+        let pause = Duration::from_millis(gw.config.database.free_space_check_ms.max(10));
+        drop(gw);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Whether `[audit]` asks for periodic archives; an error names what is
+/// missing.
+pub fn retention_enabled(audit: &AuditConfig) -> Result<bool, String> {
+    if audit.retention_days == 0 {
+        return Ok(false);
+    }
+    let Some(dir) = &audit.archive_dir else {
+        return Err("`audit.retention_days` is set but `audit.archive_dir` is not".into());
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create `audit.archive_dir` `{}`: {e}", dir.display()))?;
+    Ok(true)
+}
+
+/// Archives the records older than `audit.retention_days` every
+/// `audit.archive_interval_secs`, starting now, until the gateway is
+/// dropped. Another instance holding the lease is not a failure.
+pub async fn retention_loop(gw: Weak<Gateway>) {
+    loop {
+        let Some(gw) = gw.upgrade() else { return };
+        if gw.store.is_migrated() {
+            retain(&gw).await;
+        }
+        let pause = Duration::from_secs(gw.config.audit.archive_interval_secs.max(1));
+        drop(gw);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// One retention run.
+async fn retain(gw: &Arc<Gateway>) {
+    let audit = &gw.config.audit;
+    let Some(dir) = &audit.archive_dir else {
+        return;
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let days = i64::try_from(audit.retention_days).unwrap_or(i64::MAX / 86_400);
+    let before = crate::ids::rfc3339(now - time::Duration::days(days));
+    let stamp: String = crate::ids::rfc3339(now)
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let ext = match audit.archive_format {
+        crate::audit::export::Format::Jsonl => "jsonl",
+        crate::audit::export::Format::Ocsf => "ocsf.jsonl",
+    };
+    let req = ArchiveRequest {
+        before,
+        out: dir.join(format!("decisions-{stamp}.{ext}")),
+        format: audit.archive_format,
+        holder: gw.cluster.instance_id.clone(),
+    };
+    let store = gw.store.clone();
+    let outcome = tokio::task::spawn_blocking(move || archive::archive(&store, &req)).await;
+    let metrics = &gw.lifecycle.metrics;
+    match outcome {
+        Ok(Ok(Some(report))) => {
+            metrics.archive("archived");
+            tracing::info!(records = report.anchor.records, last_seq = report.anchor.seq, file = %report.file.display(), "decision trail archived");
+            if let Err(e) = gw.store.checkpoint().await {
+                tracing::warn!(error = %e, "WAL checkpoint after the archive failed");
+            }
+        }
+        Ok(Ok(None)) => metrics.archive("nothing"),
+        Ok(Err(ArchiveError::Busy { holder, .. })) => {
+            tracing::debug!(holder = %holder, "another instance is archiving the trail");
+        }
+        Ok(Err(e)) => {
+            metrics.archive("failed");
+            tracing::error!(error = %e, "retention archive refused");
+        }
+        Err(e) => {
+            metrics.archive("failed");
+            tracing::error!(error = %e, "retention archive task failed");
+        }
+    }
+}
