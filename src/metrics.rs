@@ -1,6 +1,7 @@
 //! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
 //! decisions by action and outcome, decision latency, policy reloads by
-//! result, the active policy set, and shadow-mode divergences.
+//! result, the active policy set, shadow-mode divergences, and what the
+//! durable write queue holds (records and bytes, now and at most).
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -54,6 +55,13 @@ pub struct FlipLabels {
     pub flip: String,
 }
 
+/// `unit` (`records` / `bytes`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// What is measured.
+    pub unit: String,
+}
+
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -74,6 +82,9 @@ pub struct Metrics {
     pub shadow_divergences: Family<FlipLabels, Counter>,
     /// Divergences that could not be queued for storage.
     pub shadow_dropped: Counter,
+    /// Write queue: records and bytes held now, at most since start, and
+    /// the bounds (`limits.write_queue_records|bytes`), set at each scrape.
+    write_queue: [Family<QueueLabel, Gauge>; 3],
     active_hash: Mutex<Option<String>>,
 }
 
@@ -136,8 +147,27 @@ impl Metrics {
             "Shadow divergences counted but not stored (write queue full)",
             shadow_dropped.clone(),
         );
+        let write_queue = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "write_queue_queued",
+            "Records and bytes held by the durable write queue (queued or being committed)",
+            write_queue.clone(),
+        );
+        let write_queue_peak = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "write_queue_peak",
+            "Most records and bytes the durable write queue held at once since start",
+            write_queue_peak.clone(),
+        );
+        let write_queue_limit = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "write_queue_limit",
+            "Bounds of the durable write queue (a single larger job passes alone)",
+            write_queue_limit.clone(),
+        );
         Metrics {
             registry,
+            write_queue: [write_queue, write_queue_peak, write_queue_limit],
             decisions,
             decision_seconds,
             reloads,
@@ -188,6 +218,21 @@ impl Metrics {
             })
             .set(1);
         self.policy_loaded.set(loaded_unix);
+    }
+
+    /// Sets the write queue gauges (before a scrape).
+    pub fn write_queue(&self, levels: &crate::store::writer::budget::QueueLevels) {
+        let [now, peak, limit] = &self.write_queue;
+        let set = |family: &Family<QueueLabel, Gauge>, records: u64, bytes: u64| {
+            for (unit, value) in [("records", records), ("bytes", bytes)] {
+                family
+                    .get_or_create(&QueueLabel { unit: unit.into() })
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        };
+        set(now, levels.records, levels.bytes);
+        set(peak, levels.peak_records, levels.peak_bytes);
+        set(limit, levels.max_records, levels.max_bytes);
     }
 
     /// The OpenMetrics text exposition.

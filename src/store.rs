@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::params;
 pub use db::{Backend, Conn, Location};
 use db::{Db, PgManager, PgTarget, SqliteConn};
-pub use writer::{WriteOp, Writer};
+pub use writer::{QueueBounds, WriteOp, Writer};
 
 /// Number of pooled SQLite read connections.
 const SQLITE_READ_POOL: usize = 4;
@@ -203,6 +203,10 @@ pub fn applied_migrations(conn: &mut Conn) -> Result<Vec<(i64, String)>, StoreEr
 pub struct StoreOptions {
     /// Writer queue capacity (jobs).
     pub write_queue: usize,
+    /// Records the writer's queued jobs may hold at once.
+    pub write_queue_records: usize,
+    /// Bytes the writer's queued jobs may hold at once.
+    pub write_queue_bytes: usize,
     /// Jobs per group commit at most.
     pub group_commit_max: usize,
     /// PostgreSQL pool size (connections, besides the writer's).
@@ -213,11 +217,26 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
+        let queue = QueueBounds::default();
         StoreOptions {
-            write_queue: 16 * 1024,
-            group_commit_max: 1024,
+            write_queue: queue.jobs,
+            write_queue_records: queue.records,
+            write_queue_bytes: queue.bytes,
+            group_commit_max: queue.batch_max,
             pool_size: 16,
             acquire_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The writer's queue bounds.
+    pub fn queue_bounds(&self) -> QueueBounds {
+        QueueBounds {
+            jobs: self.write_queue,
+            records: self.write_queue_records,
+            bytes: self.write_queue_bytes,
+            batch_max: self.group_commit_max,
         }
     }
 }
@@ -319,8 +338,7 @@ impl Store {
         let writer = Writer::start(
             Box::new(move || Ok(Box::new(SqliteConn::open(&connect_path)?) as Box<Conn>)),
             Some(Box::new(conn)),
-            options.write_queue,
-            options.group_commit_max,
+            options.queue_bounds(),
         )?;
         let readers = (0..SQLITE_READ_POOL)
             .map(|_| SqliteConn::open(path).map(Mutex::new))
@@ -349,8 +367,7 @@ impl Store {
         let writer = Writer::start(
             Box::new(move || Ok(Box::new(writer_target.connect()?) as Box<Conn>)),
             None,
-            options.write_queue,
-            options.group_commit_max,
+            options.queue_bounds(),
         )?;
         let store = Store {
             inner: Arc::new(Inner {
