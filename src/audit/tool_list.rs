@@ -212,9 +212,13 @@ fn union<'v>(lists: impl Iterator<Item = &'v Vec<String>>) -> String {
     Value::from(all).to_string()
 }
 
-/// Whether a record is a batched `view_tool` record.
+/// Whether a record is a batched `view_tool` record: the only `view_tool`
+/// records whose resource is a session (a single decision's is a tool).
 pub fn is_tool_list(record: &NewDecision) -> bool {
-    record.action == Action::ViewTool.name() && record.notes.contains("\"toolList\"")
+    record.action == Action::ViewTool.name()
+        && record
+            .resource
+            .starts_with(&format!("{}::", Kind::Session.qualified()))
 }
 
 /// One tool's decision on replay: what was recorded and what the bundle
