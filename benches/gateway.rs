@@ -459,7 +459,7 @@ impl Report {
             println!("  {l}");
         }
         println!(
-            "  tools/list answers {n_tools} tools and records 3 decisions (access_session + 2 view_tool); \
+            "  tools/list answers {n_tools} tools and records 2 (access_session, one view_tool record for the list); \
              tools/call records 3 (access_session, view_tool, call_tool) and answers after their commit"
         );
         println!(

@@ -1,7 +1,7 @@
 //! `cargo bench --bench transports`: what each client transport costs per
 //! request on this machine, through the real server on loopback with the
 //! shipped policies (the full PEP and trail path, `tools/list`, one
-//! `access_session` and two `view_tool` decisions per request).
+//! `access_session` and two `view_tool` decisions, in two records, per request).
 //!
 //! Scenarios, each sequential (one request in flight, like one agent):
 //! - `streamable-json`: POST, JSON answer;

@@ -7,6 +7,7 @@
 
 pub mod archive;
 pub mod export;
+pub mod tool_list;
 
 /// A knowledge-graph node as `read_node` sees it (defined with the entity
 /// slices, which build its Cedar entity).
@@ -83,20 +84,10 @@ pub fn decide(
     scope: Scope<'_>,
     time: &str,
 ) -> Decided {
-    let started = std::time::Instant::now();
-    let verdict = if slice.schema_hash == bundle.schema_hash {
-        decide_in_session(bundle, slice, principal, action, resource, context)
-    } else {
-        // A slice built against another schema may not conform: fail closed.
-        Verdict {
-            allowed: false,
-            reasons: Vec::new(),
-            errors: vec!["entity slice was built for a different schema".into()],
-            advice: Vec::new(),
-        }
-    };
+    let id = uuid::Uuid::now_v7().to_string();
+    let verdict = observed_verdict(bundle, slice, principal, action, resource, context, &id);
     let record = NewDecision {
-        id: uuid::Uuid::now_v7().to_string(),
+        id,
         time: time.to_string(),
         org_id: scope.org_id.map(str::to_string),
         session_id: scope.session_id.map(str::to_string),
@@ -113,6 +104,33 @@ pub fn decide(
         outcome: "null".to_string(),
         notes: "null".to_string(),
     };
+    Decided { verdict, record }
+}
+
+/// The verdict of one in-session request, handed to the PEP's observer
+/// under `decision_id` (the record that will hold it). A slice built
+/// against another schema fails closed.
+pub(crate) fn observed_verdict(
+    bundle: &PolicyBundle,
+    slice: &EntitySlice,
+    principal: &Uid,
+    action: Action,
+    resource: &Uid,
+    context: &PreparedContext,
+    decision_id: &str,
+) -> Verdict {
+    let started = std::time::Instant::now();
+    let verdict = if slice.schema_hash == bundle.schema_hash {
+        decide_in_session(bundle, slice, principal, action, resource, context)
+    } else {
+        // A slice built against another schema may not conform: fail closed.
+        Verdict {
+            allowed: false,
+            reasons: Vec::new(),
+            errors: vec!["entity slice was built for a different schema".into()],
+            advice: Vec::new(),
+        }
+    };
     if let Some(observer) = bundle.hooks.observer() {
         observer.observe(&crate::policy::Observed {
             bundle,
@@ -123,11 +141,11 @@ pub fn decide(
             resource,
             context,
             verdict: &verdict,
-            decision_id: &record.id,
+            decision_id,
             elapsed: started.elapsed(),
         });
     }
-    Decided { verdict, record }
+    verdict
 }
 
 /// Decides with the slice's remembered verdict when the request has the

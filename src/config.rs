@@ -255,8 +255,18 @@ pub struct Limits {
     pub max_batch_len: usize,
     /// Deepest JSON nesting accepted in a body.
     pub max_json_depth: usize,
-    /// Capacity of the durable write queue; callers wait when it is full.
+    /// Capacity of the durable write queue, in jobs (a request's writes
+    /// are one job); callers wait when it is full.
     pub write_queue: usize,
+    /// Records (rows to write: decision records, observations, graph
+    /// rows) the queued jobs may hold at once; a caller waits until its
+    /// job fits. A job larger than this waits for an empty queue and then
+    /// passes alone. Default 32 768.
+    pub write_queue_records: usize,
+    /// Bytes (estimated in memory) the queued jobs may hold at once, with
+    /// the same rule. Default 32 MiB: with the records bound, the queue
+    /// holds tens of MB at most (a decision record is about 1 KB).
+    pub write_queue_bytes: usize,
     /// Most writes committed in one SQLite transaction (group commit).
     pub group_commit_max: usize,
 }
@@ -377,6 +387,8 @@ impl Default for Limits {
             max_batch_len: 64,
             max_json_depth: 64,
             write_queue: 16 * 1024,
+            write_queue_records: 32 * 1024,
+            write_queue_bytes: 32 * 1024 * 1024,
             group_commit_max: 1024,
         }
     }
@@ -456,6 +468,8 @@ impl Config {
     pub fn store_options(&self) -> crate::store::StoreOptions {
         crate::store::StoreOptions {
             write_queue: self.limits.write_queue,
+            write_queue_records: self.limits.write_queue_records,
+            write_queue_bytes: self.limits.write_queue_bytes,
             group_commit_max: self.limits.group_commit_max,
             pool_size: self.database.pool_size,
             acquire_timeout: std::time::Duration::from_millis(self.database.acquire_timeout_ms),

@@ -1,7 +1,8 @@
 //! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
 //! decisions by action and outcome, decision latency, policy reloads by
 //! result, the active policy set, shadow-mode divergences, the free space
-//! of the trail's disk and its guard, and trail archives by result.
+//! of the trail's disk and its guard, trail archives by result, and what
+//! the durable write queue holds (records and bytes, now and at most).
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -55,6 +56,13 @@ pub struct FlipLabels {
     pub flip: String,
 }
 
+/// `unit` (`records` / `bytes`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// What is measured.
+    pub unit: String,
+}
+
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -84,6 +92,9 @@ pub struct Metrics {
     pub disk_guard_tripped: Gauge,
     /// Retention archives by result (`archived`, `nothing`, `failed`).
     pub archives: Family<ResultLabel, Counter>,
+    /// Write queue: records and bytes held now, at most since start, and
+    /// the bounds (`limits.write_queue_records|bytes`), set at each scrape.
+    write_queue: [Family<QueueLabel, Gauge>; 3],
     active_hash: Mutex<Option<String>>,
 }
 
@@ -169,12 +180,31 @@ impl Metrics {
             "Retention archives run by this instance, by result (archived, nothing, failed)",
             archives.clone(),
         );
+        let write_queue = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "write_queue_queued",
+            "Records and bytes held by the durable write queue (queued or being committed)",
+            write_queue.clone(),
+        );
+        let write_queue_peak = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "write_queue_peak",
+            "Most records and bytes the durable write queue held at once since start",
+            write_queue_peak.clone(),
+        );
+        let write_queue_limit = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "write_queue_limit",
+            "Bounds of the durable write queue (a single larger job passes alone)",
+            write_queue_limit.clone(),
+        );
         Metrics {
             registry,
             disk_free,
             disk_min_free,
             disk_guard_tripped,
             archives,
+            write_queue: [write_queue, write_queue_peak, write_queue_limit],
             decisions,
             decision_seconds,
             reloads,
@@ -247,6 +277,21 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+    }
+
+    /// Sets the write queue gauges (before a scrape).
+    pub fn write_queue(&self, levels: &crate::store::writer::budget::QueueLevels) {
+        let [now, peak, limit] = &self.write_queue;
+        let set = |family: &Family<QueueLabel, Gauge>, records: u64, bytes: u64| {
+            for (unit, value) in [("records", records), ("bytes", bytes)] {
+                family
+                    .get_or_create(&QueueLabel { unit: unit.into() })
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        };
+        set(now, levels.records, levels.bytes);
+        set(peak, levels.peak_records, levels.peak_bytes);
+        set(limit, levels.max_records, levels.max_bytes);
     }
 
     /// The OpenMetrics text exposition.

@@ -4,6 +4,11 @@
 //! report every flip with the old and new deciding policies, plus totals
 //! per action and per policy.
 //!
+//! A batched `view_tool` record (one `tools/list`) holds one decision per
+//! tool: each is replayed alone against its recorded verdict, counted as a
+//! decision, and a flip names the tool as its resource; the record counts
+//! once in `records` and is identical when all its tools are.
+//!
 //! Fast by construction: parsed policy sets and entity snapshots are cached
 //! by hash (a trail holds few distinct ones), records are read in pages,
 //! and each page is evaluated in parallel (rayon).
@@ -17,6 +22,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::audit::NodeBatchError;
+use crate::audit::tool_list::{self, ToolListError};
 use crate::policy::recorded::{
     RecordedEntities, RecordedRequest, RecordedRequestError, SnapshotError,
 };
@@ -69,7 +75,7 @@ pub struct Flip {
     pub new_errors: Vec<String>,
 }
 
-/// Totals of one action.
+/// Totals of one action (flips and changed reasons count decisions).
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActionTotals {
@@ -103,15 +109,19 @@ pub struct ReplayReport {
     pub candidate_hash: Option<String>,
     /// Records replayed.
     pub records: u64,
-    /// Records whose decision, deciding policies and errors all match.
+    /// Decisions replayed: one per record, but one per tool of a batched
+    /// `view_tool` record (a `tools/list`).
+    pub decisions: u64,
+    /// Records whose decisions all match (decision, deciding policies and
+    /// errors).
     pub identical: u64,
-    /// Allow → deny.
+    /// Decisions allow → deny.
     pub allow_to_deny: u64,
-    /// Deny → allow.
+    /// Decisions deny → allow.
     pub deny_to_allow: u64,
-    /// Same decision, other deciding policies or errors.
+    /// Decisions with the same outcome but other deciding policies or errors.
     pub changed_reasons: u64,
-    /// Every flip, in chain order.
+    /// Every flip, in chain order (a listed tool's flip names the tool).
     pub flips: Vec<Flip>,
     /// Per action.
     pub per_action: BTreeMap<String, ActionTotals>,
@@ -179,6 +189,9 @@ pub enum Unreplayable {
     /// A batched `read_node` record does not replay.
     #[error(transparent)]
     Batch(Arc<NodeBatchError>),
+    /// A batched `view_tool` record (a `tools/list`) does not replay.
+    #[error(transparent)]
+    ToolList(Arc<ToolListError>),
 }
 
 /// Why a recorded policy set cannot be loaded again.
@@ -355,30 +368,80 @@ pub fn replay(
         for row in &rows {
             jobs.push((row, caches.resolve(conn, against, row)?));
         }
-        let verdicts: Vec<Result<Verdict, Unreplayable>> = jobs
+        let replayed: Vec<Result<Vec<Replayed>, Unreplayable>> = jobs
             .par_iter()
             .map(|(row, resolved)| replay_one(row, resolved))
             .collect();
-        for ((row, _), verdict) in jobs.iter().zip(verdicts) {
-            tally(&mut report, row, verdict);
+        for ((row, _), decisions) in jobs.iter().zip(replayed) {
+            tally(&mut report, row, decisions);
         }
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
-/// Decides one resolved record again.
-fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Verdict, Unreplayable> {
+/// A verdict as the trail holds it.
+#[derive(Debug, Clone)]
+struct Recorded {
+    allowed: bool,
+    reasons: Vec<String>,
+    errors: Vec<String>,
+}
+
+impl Recorded {
+    /// The record's own columns.
+    fn of(r: &crate::store::decisions::NewDecision) -> Recorded {
+        Recorded {
+            allowed: r.decision == "allow",
+            reasons: serde_json::from_str(&r.reasons).unwrap_or_default(),
+            errors: serde_json::from_str(&r.errors).unwrap_or_default(),
+        }
+    }
+}
+
+/// One decision of a record, decided again.
+#[derive(Debug)]
+struct Replayed {
+    /// The decision's own resource when the record holds several (a
+    /// listed tool); otherwise the record's.
+    resource: Option<String>,
+    recorded: Recorded,
+    now: Verdict,
+}
+
+/// Decides the decisions of one resolved record again.
+fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>, Unreplayable> {
     let (bundle, entities, principal, resource) = resolved.as_ref().map_err(Clone::clone)?;
     let r = &row.record;
-    if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
-        return replay_batch(bundle, r, entities.text())
-            .map_err(|e| Unreplayable::Batch(Arc::new(e)));
+    if tool_list::is_tool_list(r) {
+        let tools = tool_list::replay_tool_list(bundle, r, principal, entities)
+            .map_err(|e| Unreplayable::ToolList(Arc::new(e)))?;
+        return Ok(tools
+            .into_iter()
+            .map(|t| Replayed {
+                resource: Some(t.resource.to_string()),
+                recorded: Recorded {
+                    allowed: t.recorded.allowed,
+                    reasons: t.recorded.reasons,
+                    errors: t.recorded.errors,
+                },
+                now: t.now,
+            })
+            .collect());
     }
-    let req =
-        RecordedRequest::with_uids(principal.clone(), &r.action, resource.clone(), &r.context)
-            .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
-    Ok(bundle.decide_recorded(&req, entities.entities()))
+    let now = if r.action == "read_node" && r.notes.contains("\"readNodeBatch\"") {
+        replay_batch(bundle, r, entities.text()).map_err(|e| Unreplayable::Batch(Arc::new(e)))?
+    } else {
+        let req =
+            RecordedRequest::with_uids(principal.clone(), &r.action, resource.clone(), &r.context)
+                .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
+        bundle.decide_recorded(&req, entities.entities())
+    };
+    Ok(vec![Replayed {
+        resource: None,
+        recorded: Recorded::of(r),
+        now,
+    }])
 }
 
 /// A batched `read_node` record (one Cedar decision per node) replayed as
@@ -404,24 +467,47 @@ fn replay_batch(
     })
 }
 
-fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdict, Unreplayable>) {
-    let r = &row.record;
-    let verdict = match verdict {
-        Ok(v) => v,
+/// Counts one record: identical when every decision it holds is.
+fn tally(
+    report: &mut ReplayReport,
+    row: &StoredDecision,
+    replayed: Result<Vec<Replayed>, Unreplayable>,
+) {
+    let decisions = match replayed {
+        Ok(d) => d,
         Err(e) => {
-            report
-                .unreplayable
-                .push(format!("seq {} (decision `{}`): {e}", row.seq, r.id));
+            report.unreplayable.push(format!(
+                "seq {} (decision `{}`): {e}",
+                row.seq, row.record.id
+            ));
             return;
         }
     };
     report.records += 1;
-    let old_reasons: Vec<String> = serde_json::from_str(&r.reasons).unwrap_or_default();
-    let old_errors: Vec<String> = serde_json::from_str(&r.errors).unwrap_or_default();
-    let old_allowed = r.decision == "allow";
-    let totals = report.per_action.entry(r.action.clone()).or_default();
-    totals.records += 1;
-    for id in &old_reasons {
+    report
+        .per_action
+        .entry(row.record.action.clone())
+        .or_default()
+        .records += 1;
+    let mut identical = true;
+    for d in decisions {
+        identical &= tally_decision(report, row, d);
+    }
+    if identical {
+        report.identical += 1;
+    }
+}
+
+/// Counts one decision; whether it is identical to what was recorded.
+fn tally_decision(report: &mut ReplayReport, row: &StoredDecision, d: Replayed) -> bool {
+    let r = &row.record;
+    report.decisions += 1;
+    let Replayed {
+        resource,
+        recorded: old,
+        now: verdict,
+    } = d;
+    for id in &old.reasons {
         report
             .per_policy
             .entry(id.clone())
@@ -435,16 +521,16 @@ fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdic
             .or_default()
             .determined_after += 1;
     }
-    if old_allowed == verdict.allowed {
-        if old_reasons == verdict.reasons && old_errors == verdict.errors {
-            report.identical += 1;
-        } else {
-            report.changed_reasons += 1;
-            totals.changed_reasons += 1;
+    let totals = report.per_action.entry(r.action.clone()).or_default();
+    if old.allowed == verdict.allowed {
+        if old.reasons == verdict.reasons && old.errors == verdict.errors {
+            return true;
         }
-        return;
+        report.changed_reasons += 1;
+        totals.changed_reasons += 1;
+        return false;
     }
-    let flip = if old_allowed {
+    let flip = if old.allowed {
         report.allow_to_deny += 1;
         totals.allow_to_deny += 1;
         "allow_to_deny"
@@ -453,7 +539,7 @@ fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdic
         totals.deny_to_allow += 1;
         "deny_to_allow"
     };
-    let mut involved: Vec<&String> = old_reasons.iter().chain(&verdict.reasons).collect();
+    let mut involved: Vec<&String> = old.reasons.iter().chain(&verdict.reasons).collect();
     involved.sort();
     involved.dedup();
     for id in involved {
@@ -466,14 +552,15 @@ fn tally(report: &mut ReplayReport, row: &StoredDecision, verdict: Result<Verdic
         org_id: r.org_id.clone(),
         action: r.action.clone(),
         principal: r.principal.clone(),
-        resource: r.resource.clone(),
+        resource: resource.unwrap_or_else(|| r.resource.clone()),
         flip: flip.into(),
-        old_decision: r.decision.clone(),
+        old_decision: if old.allowed { "allow" } else { "deny" }.into(),
         new_decision: if verdict.allowed { "allow" } else { "deny" }.into(),
-        old_reasons,
+        old_reasons: old.reasons,
         new_reasons: verdict.reasons,
         new_errors: verdict.errors,
     });
+    false
 }
 
 /// The report as a human-readable table.
@@ -482,8 +569,9 @@ pub fn render_table(r: &ReplayReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "replayed {} decision(s) under {} in {:.3}s ({:.0}/s)",
+        "replayed {} record(s) holding {} decision(s) under {} in {:.3}s ({:.0} records/s)",
         r.records,
+        r.decisions,
         r.candidate_hash
             .as_deref()
             .map(|h| format!("candidate {h}"))

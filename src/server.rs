@@ -141,6 +141,9 @@ pub fn app(gw: Arc<Gateway>) -> Router {
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     gw.lifecycle.metrics.disk_space(gw.store.space().status());
+    gw.lifecycle
+        .metrics
+        .write_queue(&gw.store.writer().levels());
     (
         [(
             axum::http::header::CONTENT_TYPE,

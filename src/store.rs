@@ -34,7 +34,7 @@ use std::time::Duration;
 use crate::params;
 pub use db::{Backend, Conn, Location};
 use db::{Db, PgManager, PgTarget, SqliteConn};
-pub use writer::{WriteOp, Writer};
+pub use writer::{QueueBounds, WriteOp, Writer};
 
 /// Number of pooled SQLite read connections.
 const SQLITE_READ_POOL: usize = 4;
@@ -210,6 +210,10 @@ pub fn applied_migrations(conn: &mut Conn) -> Result<Vec<(i64, String)>, StoreEr
 pub struct StoreOptions {
     /// Writer queue capacity (jobs).
     pub write_queue: usize,
+    /// Records the writer's queued jobs may hold at once.
+    pub write_queue_records: usize,
+    /// Bytes the writer's queued jobs may hold at once.
+    pub write_queue_bytes: usize,
     /// Jobs per group commit at most.
     pub group_commit_max: usize,
     /// PostgreSQL pool size (connections, besides the writer's).
@@ -226,13 +230,28 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
+        let queue = QueueBounds::default();
         StoreOptions {
-            write_queue: 16 * 1024,
-            group_commit_max: 1024,
+            write_queue: queue.jobs,
+            write_queue_records: queue.records,
+            write_queue_bytes: queue.bytes,
+            group_commit_max: queue.batch_max,
             pool_size: 16,
             acquire_timeout: Duration::from_secs(3),
             wal_max_bytes: 64 * 1024 * 1024,
             min_free_bytes: 0,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The writer's queue bounds.
+    pub fn queue_bounds(&self) -> QueueBounds {
+        QueueBounds {
+            jobs: self.write_queue,
+            records: self.write_queue_records,
+            bytes: self.write_queue_bytes,
+            batch_max: self.group_commit_max,
         }
     }
 }
@@ -349,8 +368,7 @@ impl Store {
                 Ok(Box::new(SqliteConn::open(&connect_path)?.with_wal_limit(wal)?) as Box<Conn>)
             }),
             Some(Box::new(conn)),
-            options.write_queue,
-            options.group_commit_max,
+            options.queue_bounds(),
         )?;
         let readers = (0..SQLITE_READ_POOL)
             .map(|_| {
@@ -388,8 +406,7 @@ impl Store {
         let writer = Writer::start(
             Box::new(move || Ok(Box::new(writer_target.connect()?) as Box<Conn>)),
             None,
-            options.write_queue,
-            options.group_commit_max,
+            options.queue_bounds(),
         )?;
         let store = Store {
             inner: Arc::new(Inner {

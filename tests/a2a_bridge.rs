@@ -1200,26 +1200,50 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
             .count(),
         8
     );
-    let views: Vec<_> = g
+    let lists: Vec<_> = g
         .decisions()
         .await
         .into_iter()
         .skip(before)
-        .filter(|d| d.record.action == "view_tool" && d.record.resource.contains("vercel_ops."))
+        .filter(|d| d.record.action == "view_tool")
         .collect();
-    // One decision for the class of 8 interchangeable tools, one for the named one.
-    assert_eq!(views.len(), 2, "{views:?}");
-    let named = views
-        .iter()
-        .find(|d| d.record.resource == r#"Gateway::Tool::"vercel_ops.boom""#)
-        .unwrap();
-    assert_eq!(named.record.decision, "deny");
-    let class = views.iter().find(|d| d.record.decision == "allow").unwrap();
-    let notes: Value = serde_json::from_str(&class.record.notes).unwrap();
+    // One record for the list; in it, one class of 8 interchangeable tools
+    // decided once, and the named tool decided alone.
+    assert_eq!(lists.len(), 1, "{lists:?}");
+    let notes: Value = serde_json::from_str(&lists[0].record.notes).unwrap();
+    let list = &notes["toolList"];
+    let classes = list["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 1, "{list}");
+    assert_eq!(classes[0]["peerAgent"], "vercel_ops");
+    assert_eq!(classes[0]["tools"], 8);
+    let verdict_of = |name: &str| {
+        let entry = list["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e[0] == name)
+            .unwrap_or_else(|| panic!("{name} not in {list}"));
+        list["verdicts"][entry[1].as_u64().unwrap() as usize]["decision"].clone()
+    };
+    assert_eq!(verdict_of("vercel_ops.boom"), "deny");
     assert_eq!(
-        notes["equivalenceClass"],
-        json!({"peerAgent": "vercel_ops", "tools": 8})
+        verdict_of(classes[0]["decidedOn"].as_str().unwrap()),
+        "allow"
     );
+    // Replay decides each listed tool alone and finds every verdict again.
+    let report =
+        g.gw.store
+            .read(|c| {
+                Ok(cedargate::replay::replay(
+                    c,
+                    &Default::default(),
+                    &cedargate::replay::Against::Recorded,
+                )
+                .unwrap())
+            })
+            .await
+            .unwrap();
+    assert_eq!(report.identical, report.records, "{report:?}");
     // A call to the hidden tool answers as unknown; the others work.
     let body = call(&g, &t, "vercel_ops.boom", json!({})).await;
     assert_eq!(body["error"]["code"], -32601);

@@ -20,7 +20,8 @@ async fn every_decision_is_one_record() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;
     let before = g.decisions().await.len();
-    // tools/list: access_session + view_tool for each of the two tools.
+    // tools/list: access_session + one view_tool record holding the
+    // verdicts of both tools.
     g.mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
         .await;
     // tools/call: access_session + view_tool + call_tool.
@@ -39,7 +40,6 @@ async fn every_decision_is_one_record() {
         new,
         vec![
             ("access_session", "allow"),
-            ("view_tool", "allow"),
             ("view_tool", "allow"),
             ("access_session", "allow"),
             ("view_tool", "allow"),
@@ -86,6 +86,22 @@ async fn recorded_decisions_replay_to_the_same_verdict() {
     assert!(records.iter().any(|d| d.record.decision == "deny"));
     for d in records {
         let entities = g.entity_snapshot(&d.record.entities_hash).await;
+        if cedargate::audit::tool_list::is_tool_list(&d.record) {
+            // A tools/list record: each tool re-decided alone gives its
+            // recorded verdict.
+            let entities = bundle.parse_recorded_entities(&entities).unwrap();
+            let principal = d.record.principal.parse().unwrap();
+            let tools = cedargate::audit::tool_list::replay_tool_list(
+                &bundle, &d.record, &principal, &entities,
+            )
+            .unwrap();
+            assert_eq!(tools.len(), 2);
+            for t in tools {
+                assert_eq!(t.now.allowed, t.recorded.allowed, "{}", t.resource);
+                assert_eq!(t.now.reasons, t.recorded.reasons, "{}", t.resource);
+            }
+            continue;
+        }
         let entities = bundle
             .parse_entities(&serde_json::from_str(&entities).unwrap())
             .unwrap();

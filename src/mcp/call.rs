@@ -9,7 +9,8 @@
 //! call and drive the same methods the endpoint does.
 //!
 //! **Architecture Invariant:** every decision of a request goes through
-//! [`Call::decide`] (so through `audit::decide`), and its records reach
+//! [`Call::decide`] (so through `audit::decide`) or, for a `tools/list`,
+//! through [`Call::tool_list`] (one record for the list), and its records reach
 //! the writer either with the request's next durable commit or, at the
 //! latest, when the request ends ([`Call::flush_deferred`]).
 
@@ -19,6 +20,7 @@ use axum::http::HeaderMap;
 
 use super::error::McpError;
 use super::protocol;
+use crate::audit::tool_list::ToolListGuard;
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
 use crate::policy::entities::{self, KeyFacts};
@@ -148,6 +150,23 @@ impl Call {
             action,
             resource,
             context,
+            Scope {
+                org_id: Some(&session.org_id),
+                session_id: Some(&session.id),
+            },
+            &self.time,
+        )
+    }
+
+    /// The guard deciding one `tools/list`'s `view_tool` decisions into
+    /// one record.
+    pub fn tool_list(&self) -> ToolListGuard<'_> {
+        let session = &self.view.tenant.session;
+        ToolListGuard::new(
+            &self.bundle,
+            &self.view.slice,
+            self.agent_uid(),
+            &self.context,
             Scope {
                 org_id: Some(&session.org_id),
                 session_id: Some(&session.id),

@@ -8,102 +8,71 @@
 //! which a policy can compare only with a literal. So a tool whose name
 //! appears as a string literal (or template link) in the active set is
 //! decided on its own, and every other tool of a peer shares one decision
-//! made on a representative, recorded with the class it covers
-//! (`notes.equivalenceClass`); replaying that record with any tool of the
-//! class gives the same verdict. Built-in tools are decided one by one.
+//! made on a representative (unless that decision carries errors, which
+//! may name the tool: the next one is then decided alone). Built-in tools
+//! are decided one by one.
+//!
+//! The list's decisions are recorded as one batched `view_tool` record
+//! (`audit::tool_list`) listing every tool with its verdict and each
+//! class with the tool it was decided on; replay decides each tool alone,
+//! so every record re-proves the sharing.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::call::Call;
-use crate::policy::{Action, Kind};
 use crate::store::WriteOp;
 use crate::tools::{ToolSpec, list_result};
 
-/// The `tools/list` result text; the decisions are deferred to the
-/// request's commit.
+/// The `tools/list` result text; its record is deferred to the request's
+/// commit.
 pub fn tools_list(call: &Call) -> String {
     let entries: Vec<&str> = visible(call).iter().map(|s| s.listing_json()).collect();
     list_result(&entries)
 }
 
 /// The session's tools Cedar lets the agent `view_tool`, in the session's
-/// order; the decisions are deferred to the request's commit.
+/// order; their batched record is deferred to the request's commit.
 pub fn visible(call: &Call) -> Vec<&ToolSpec> {
-    let agent = call.agent_uid();
     let classes = Classes::of(call);
-    let mut class_verdict: HashMap<&str, bool> = HashMap::new();
+    let mut list = call.tool_list();
+    // The class each peer's unnamed tools share, once decided.
+    let mut class_of_peer: HashMap<&str, usize> = HashMap::new();
     let mut entries: Vec<&ToolSpec> = Vec::new();
-    let mut records = Vec::new();
     for tool in &call.view.tools {
         let spec = tool.spec();
-        let class = classes.class_of(&spec.name, spec.peer.as_deref());
-        if let Some(peer) = class
-            && let Some(allowed) = class_verdict.get(peer)
-        {
-            if *allowed {
-                entries.push(spec);
+        let peer = classes.class_of(&spec.name, spec.peer.as_deref());
+        let shown = match peer.and_then(|p| class_of_peer.get(p)) {
+            Some(class) => list.share(&spec.name, *class),
+            None => {
+                let listed = list.decide(&spec.name);
+                if let Some(p) = peer.filter(|_| listed.shareable) {
+                    class_of_peer.insert(p, list.open_class(p, &spec.name, listed));
+                }
+                listed.allowed
             }
-            continue;
-        }
-        let mut decided = call.decide(
-            &agent,
-            Action::ViewTool,
-            &Kind::Tool.uid(&spec.name),
-            &call.context,
-        );
-        let allowed = decided.allowed();
-        if let Some(peer) = class {
-            class_verdict.insert(peer, allowed);
-            decided.record.notes = json!({
-                "equivalenceClass": { "peerAgent": peer, "tools": classes.size(peer) }
-            })
-            .to_string();
-        }
-        records.push(WriteOp::Decision(Box::new(decided.finish_default())));
-        if allowed {
+        };
+        if shown {
             entries.push(spec);
         }
     }
-    call.defer(records);
+    if let Some(record) = list.record() {
+        call.defer([WriteOp::Decision(Box::new(record))]);
+    }
     entries
 }
 
 /// The equivalence classes of a session's peer tools.
-struct Classes<'a> {
+struct Classes {
     /// Tool names the active policy set names as literals.
     named: Option<Arc<HashSet<String>>>,
-    /// Members per peer (tools not named).
-    sizes: HashMap<&'a str, usize>,
 }
 
-impl<'a> Classes<'a> {
-    fn of(call: &'a Call) -> Classes<'a> {
-        let peer_tools = || {
-            call.view
-                .tools
-                .iter()
-                .map(|t| t.spec())
-                .filter(|s| s.peer.is_some())
-        };
-        if peer_tools().next().is_none() {
-            return Classes {
-                named: None,
-                sizes: HashMap::new(),
-            };
-        }
-        let named = call.gw.a2a.policy_literals(&call.bundle);
-        let mut sizes: HashMap<&str, usize> = HashMap::new();
-        for spec in peer_tools().filter(|s| !named.contains(&s.name)) {
-            *sizes
-                .entry(spec.peer.as_deref().unwrap_or_default())
-                .or_default() += 1;
-        }
+impl Classes {
+    fn of(call: &Call) -> Classes {
+        let has_peer_tools = call.view.tools.iter().any(|t| t.spec().peer.is_some());
         Classes {
-            named: Some(named),
-            sizes,
+            named: has_peer_tools.then(|| call.gw.a2a.policy_literals(&call.bundle)),
         }
     }
 
@@ -112,9 +81,5 @@ impl<'a> Classes<'a> {
     fn class_of<'t>(&self, name: &str, peer: Option<&'t str>) -> Option<&'t str> {
         let named = self.named.as_ref()?;
         peer.filter(|_| !named.contains(name))
-    }
-
-    fn size(&self, peer: &str) -> usize {
-        self.sizes.get(peer).copied().unwrap_or(1)
     }
 }

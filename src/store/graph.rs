@@ -88,6 +88,75 @@ pub enum GraphWrite {
     },
 }
 
+/// The bytes a graph write holds while queued (an estimate for the write
+/// queue's budget: each row's size, its text and its vectors).
+pub fn queued_bytes(w: &GraphWrite) -> u64 {
+    let len = |s: &str| s.len() as u64;
+    let opt = |s: &Option<String>| s.as_deref().map_or(0, len);
+    let vector = |v: &[f32]| 4 * v.len() as u64;
+    let provenance =
+        |p: &Provenance| opt(&p.observation_id) + opt(&p.session_id) + len(&p.timestamp);
+    let size = |n: usize| n as u64;
+    match w {
+        GraphWrite::Ingest {
+            org_id,
+            project_id,
+            nodes,
+            edges,
+            observations,
+        } => {
+            let nodes: u64 = nodes
+                .iter()
+                .map(|n| {
+                    size(std::mem::size_of::<NodeRow>())
+                        + len(&n.id)
+                        + len(&n.name)
+                        + len(&n.key)
+                        + len(&n.node_type)
+                        + len(&n.description)
+                        + provenance(&n.provenance)
+                        + n.embedding.as_ref().map_or(0, |(m, v)| len(m) + vector(v))
+                })
+                .sum();
+            let edges: u64 = edges
+                .iter()
+                .map(|e| {
+                    size(std::mem::size_of::<EdgeRow>())
+                        + len(&e.source_id)
+                        + len(&e.target_id)
+                        + len(&e.relationship)
+                        + provenance(&e.provenance)
+                })
+                .sum();
+            let observations: u64 = observations.iter().map(|o| 24 + len(o)).sum();
+            len(org_id) + len(project_id) + nodes + edges + observations
+        }
+        GraphWrite::Feedback {
+            org_id,
+            project_id,
+            nodes,
+            edges,
+            node_embeddings,
+            edge_embeddings,
+        } => {
+            let nodes: u64 = nodes.iter().map(|(id, _)| 32 + len(id)).sum();
+            let edges: u64 = edges
+                .iter()
+                .map(|(s, t, r, _)| 80 + len(s) + len(t) + len(r))
+                .sum();
+            let node_vectors: u64 = node_embeddings
+                .iter()
+                .map(|(id, m, v)| 72 + len(id) + len(m) + vector(v))
+                .sum();
+            let edge_vectors: u64 = edge_embeddings
+                .iter()
+                .map(|(s, t, r, m, v)| 120 + len(s) + len(t) + len(r) + len(m) + vector(v))
+                .sum();
+            len(org_id) + len(project_id) + nodes + edges + node_vectors + edge_vectors
+        }
+    }
+}
+
 /// Encodes a vector as little-endian f32 bytes.
 pub fn encode_vector(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

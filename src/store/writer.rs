@@ -14,6 +14,13 @@
 //! so it becomes durable at the next `submit` or `flush`, which is exactly
 //! what `enqueue` promises.
 //!
+//! The queue is bounded three ways: jobs (the channel), and the records
+//! and bytes the queued jobs hold ([`budget`]): a job takes its weight in
+//! permits before it enters the queue and gives them back once its
+//! transaction is over, so a flood of large jobs (a batch of 64
+//! `tools/list` is one job) waits instead of growing memory. A job heavier
+//! than a bound passes alone.
+//!
 //! The chain head is read inside each transaction, after
 //! [`Db::lock_chain`], so several processes (the CLI beside a server, or
 //! several gateway instances on one PostgreSQL database) append to one
@@ -31,9 +38,13 @@
 //! left the `-wal` file over `database.wal_max_bytes`, it checkpoints in
 //! TRUNCATE mode ([`Db::checkpoint`]).
 
+pub mod budget;
+
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
+
+use budget::{Budget, Held, QueueLevels, Weight};
 
 use super::StoreError;
 use super::db::{Conn, Db, Value};
@@ -88,6 +99,33 @@ struct Job {
     /// Told the batch's outcome; a failure is shared by every job of the
     /// batch, hence the `Arc`.
     ack: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+    /// The job's share of the queue's budget, given back when the job is
+    /// dropped (after its transaction).
+    _held: Held,
+}
+
+/// The queue's bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueBounds {
+    /// Jobs queued at most (`limits.write_queue`).
+    pub jobs: usize,
+    /// Records the queued jobs hold at most (`limits.write_queue_records`).
+    pub records: usize,
+    /// Bytes the queued jobs hold at most (`limits.write_queue_bytes`).
+    pub bytes: usize,
+    /// Jobs per group commit at most (`limits.group_commit_max`).
+    pub batch_max: usize,
+}
+
+impl Default for QueueBounds {
+    fn default() -> Self {
+        QueueBounds {
+            jobs: 16 * 1024,
+            records: 32 * 1024,
+            bytes: 32 * 1024 * 1024,
+            batch_max: 1024,
+        }
+    }
 }
 
 /// Opens the writer's connection.
@@ -97,6 +135,7 @@ pub type Connector = Box<dyn FnMut() -> Result<Box<Conn>, StoreError> + Send>;
 #[derive(Clone, Debug)]
 pub struct Writer {
     tx: mpsc::Sender<Job>,
+    budget: Arc<Budget>,
 }
 
 impl std::fmt::Debug for Job {
@@ -112,70 +151,226 @@ impl Writer {
     pub fn start(
         connect: Connector,
         initial: Option<Box<Conn>>,
-        capacity: usize,
-        batch_max: usize,
+        bounds: QueueBounds,
     ) -> Result<Writer, StoreError> {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (tx, rx) = mpsc::channel(bounds.jobs.max(1));
+        let batch_max = bounds.batch_max.max(1);
         std::thread::Builder::new()
             .name("cedargate-writer".into())
-            .spawn(move || run(connect, initial, rx, batch_max.max(1)))
+            .spawn(move || run(connect, initial, rx, batch_max))
             .map_err(|e| StoreError::Write(format!("cannot start writer thread: {e}")))?;
-        Ok(Writer { tx })
+        Ok(Writer {
+            tx,
+            budget: Budget::new(bounds.records, bounds.bytes),
+        })
+    }
+
+    /// What the queue holds now and held at most (the `/metrics` gauges).
+    pub fn levels(&self) -> QueueLevels {
+        self.budget.levels()
+    }
+
+    /// A job for `ops`, once the queue's budget has room for it.
+    async fn job(
+        &self,
+        ops: Vec<WriteOp>,
+        ack: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+    ) -> Result<Job, StoreError> {
+        let held = self
+            .budget
+            .acquire(weigh(&ops))
+            .await
+            .map_err(|_| stopped())?;
+        Ok(Job {
+            ops,
+            ack,
+            _held: held,
+        })
     }
 
     /// Writes `ops` and waits until they are durably committed.
     pub async fn submit(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
         let (ack, done) = oneshot::channel();
-        self.tx
-            .send(Job {
-                ops,
-                ack: Some(ack),
-            })
-            .await
-            .map_err(|_| StoreError::Write("writer is stopped".into()))?;
-        match done.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Write(e.to_string())),
-            Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
-        }
+        let job = self.job(ops, Some(ack)).await?;
+        self.tx.send(job).await.map_err(|_| stopped())?;
+        acknowledged(done.await)
     }
 
     /// Queues `ops` without waiting for the commit (waits only for queue
     /// space). A later [`Writer::submit`] or [`Writer::flush`] returning Ok
     /// implies these committed too: jobs commit in queue order.
     pub async fn enqueue(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
-        self.tx
-            .send(Job { ops, ack: None })
-            .await
-            .map_err(|_| StoreError::Write("writer is stopped".into()))
+        let job = self.job(ops, None).await?;
+        self.tx.send(job).await.map_err(|_| stopped())
     }
 
-    /// Queues `ops` only if there is room now (for observers on the
-    /// decision path, which must never wait); `false` when the queue is full.
+    /// Queues `ops` only if there is room now, in jobs, records and bytes
+    /// (for observers on the decision path, which must never wait);
+    /// `false` when the queue is full.
     pub fn try_enqueue(&self, ops: Vec<WriteOp>) -> bool {
-        self.tx.try_send(Job { ops, ack: None }).is_ok()
+        let Some(held) = self.budget.try_acquire(weigh(&ops)) else {
+            return false;
+        };
+        self.tx
+            .try_send(Job {
+                ops,
+                ack: None,
+                _held: held,
+            })
+            .is_ok()
     }
 
-    /// Blocking variant of [`Writer::submit`] for synchronous callers (CLI).
+    /// Blocking variant of [`Writer::submit`] for synchronous callers
+    /// (CLI, outside the runtime).
     pub fn submit_blocking(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
         let (ack, done) = oneshot::channel();
-        self.tx
-            .blocking_send(Job {
-                ops,
-                ack: Some(ack),
-            })
-            .map_err(|_| StoreError::Write("writer is stopped".into()))?;
-        match done.blocking_recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Write(e.to_string())),
-            Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
-        }
+        let job = budget::block_on(self.job(ops, Some(ack)))?;
+        self.tx.blocking_send(job).map_err(|_| stopped())?;
+        acknowledged(done.blocking_recv())
     }
 
     /// Waits until everything queued so far is committed.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.submit(Vec::new()).await
     }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Write("writer is stopped".into())
+}
+
+fn acknowledged(
+    outcome: Result<Result<(), Arc<StoreError>>, oneshot::error::RecvError>,
+) -> Result<(), StoreError> {
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(StoreError::Write(e.to_string())),
+        Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
+    }
+}
+
+/// What `ops` weigh in the queue's budget.
+fn weigh(ops: &[WriteOp]) -> Weight {
+    ops.iter().fold(Weight::default(), |w, op| Weight {
+        records: w.records + op.records(),
+        bytes: w.bytes + op.bytes(),
+    })
+}
+
+/// Heap text lengths, summed.
+fn text<const N: usize>(parts: [&str; N]) -> u64 {
+    parts.iter().map(|p| p.len() as u64).sum()
+}
+
+fn opt(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
+}
+
+fn size_of<T>() -> u64 {
+    std::mem::size_of::<T>() as u64
+}
+
+impl WriteOp {
+    /// Rows this write inserts or changes (a graph write: its nodes,
+    /// edges and consumed observations).
+    fn records(&self) -> u64 {
+        match self {
+            WriteOp::Graph(g) => match &**g {
+                super::graph::GraphWrite::Ingest {
+                    nodes,
+                    edges,
+                    observations,
+                    ..
+                } => (nodes.len() + edges.len() + observations.len()).max(1) as u64,
+                super::graph::GraphWrite::Feedback {
+                    nodes,
+                    edges,
+                    node_embeddings,
+                    edge_embeddings,
+                    ..
+                } => (nodes.len() + edges.len() + node_embeddings.len() + edge_embeddings.len())
+                    .max(1) as u64,
+            },
+            _ => 1,
+        }
+    }
+
+    /// The bytes this write holds while queued: its own size and its text
+    /// (an estimate; a decision's entity slice is not counted, since every
+    /// decision of a session view shares one copy of it).
+    fn bytes(&self) -> u64 {
+        size_of::<WriteOp>()
+            + match self {
+                WriteOp::Decision(d) => size_of::<NewDecision>() + decision_text(d),
+                WriteOp::Observation(o) => {
+                    size_of::<NewObservation>()
+                        + text([&o.id, &o.org_id, &o.project_id, &o.session_id, &o.agent_id])
+                        + text([&o.content, opt(&o.obs_type), &o.created_at])
+                }
+                WriteOp::Graph(g) => super::graph::queued_bytes(g),
+                WriteOp::PolicySet {
+                    hash,
+                    schema_path,
+                    schema_text,
+                    files,
+                    loaded_at,
+                } => text([hash, schema_path, schema_text, files, loaded_at]),
+                WriteOp::ShadowDivergence(d) => {
+                    size_of::<super::shadow::Divergence>() + divergence_text(d)
+                }
+                WriteOp::Exec { params, .. } => params
+                    .iter()
+                    .map(|p| {
+                        size_of::<Value>()
+                            + match p {
+                                Value::Text(t) => t.len() as u64,
+                                Value::Blob(b) => b.len() as u64,
+                                _ => 0,
+                            }
+                    })
+                    .sum(),
+                WriteOp::SessionProtocol {
+                    session_id,
+                    version,
+                } => text([session_id, version]),
+            }
+    }
+}
+
+fn decision_text(d: &NewDecision) -> u64 {
+    text([
+        &d.id,
+        &d.time,
+        opt(&d.org_id),
+        opt(&d.session_id),
+        &d.principal,
+    ]) + text([
+        &d.action,
+        &d.resource,
+        &d.context,
+        &d.entities_hash,
+        &d.policy_hash,
+    ]) + text([&d.decision, &d.reasons, &d.errors, &d.outcome, &d.notes])
+}
+
+fn divergence_text(d: &super::shadow::Divergence) -> u64 {
+    let list = |v: &[String]| v.iter().map(|s| s.len() as u64 + 24).sum::<u64>();
+    text([
+        &d.decision_id,
+        &d.time,
+        &d.action,
+        &d.principal,
+        &d.resource,
+    ]) + text([
+        &d.live_hash,
+        &d.live_decision,
+        &d.candidate_dir,
+        &d.candidate_hash,
+    ]) + text([&d.candidate_decision])
+        + list(&d.live_reasons)
+        + list(&d.live_errors)
+        + list(&d.candidate_reasons)
+        + list(&d.candidate_errors)
 }
 
 /// Entity snapshot hashes known to be committed; most decisions reuse a
