@@ -18,6 +18,7 @@ pub mod graph;
 pub mod instances;
 pub mod notify;
 pub mod observations;
+pub mod rate_limits;
 pub mod shadow;
 pub mod tenants;
 pub mod terminations;
@@ -114,6 +115,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("store/migrations/0006_mcp_terminations.sql"),
     ),
     (7, include_str!("store/migrations/0007_upstreams.sql")),
+    (8, include_str!("store/migrations/0008_rate_limits.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -136,6 +138,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         7,
         include_str!("store/migrations/postgres/0007_upstreams.sql"),
+    ),
+    (
+        8,
+        include_str!("store/migrations/postgres/0008_rate_limits.sql"),
     ),
 ];
 

@@ -1,6 +1,8 @@
 //! The session prelude every MCP route shares after admission, and the
 //! request it produces. [`resolve`] authenticates the bearer key, loads the
-//! session view, checks tenant isolation and decides `access_session`;
+//! session view, checks tenant isolation, spends the request's cost from
+//! the rate limits (before any Cedar decision or durable write: a refused
+//! request is cheap) and decides `access_session`;
 //! the resulting [`Call`] is what every method handler works with: the
 //! policy set the request decides under, the session view, the protocol
 //! version that shapes results, and the request's pending records.
@@ -17,12 +19,14 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::HeaderMap;
 
-use super::error::McpError;
-use super::protocol;
+use super::error::{McpError, RateRefusal};
+use super::jsonrpc::Message;
+use super::{cost, protocol};
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
 use crate::policy::entities::{self, KeyFacts};
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext, Uid};
+use crate::rate_limits::{Limited, Subjects};
 use crate::store::WriteOp;
 use crate::store::tenants::ApiKey;
 use crate::tools::Invocation;
@@ -128,13 +132,16 @@ impl Call {
     }
 }
 
-/// Authenticates, loads the session, checks isolation and decides
-/// `access_session`; `header_version` is what admission read.
+/// Authenticates, loads the session, checks isolation, spends the cost of
+/// `messages` (the request's body; none for a `DELETE`) from the rate
+/// limits and decides `access_session`; `header_version` is what
+/// admission read.
 pub async fn resolve(
     gw: &Arc<Gateway>,
     session_id: &str,
     headers: &HeaderMap,
     header_version: Option<String>,
+    messages: &[Message],
 ) -> Result<Call, McpError> {
     let presented =
         crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
@@ -161,8 +168,87 @@ pub async fn resolve(
         context,
         pending: Mutex::new(Vec::new()),
     };
+    spend(&call, session_id, messages).await?;
     access_session(&call, session_id).await?;
     Ok(call)
+}
+
+/// Spends the request's cost from the key's, the agent's and the org's
+/// buckets. Over one: 429, and the first refusal of that subject in the
+/// recording window is recorded (durably, before the answer) as a denied
+/// `access_session` whose outcome says how it was limited; the others
+/// write nothing.
+async fn spend(call: &Call, session_id: &str, messages: &[Message]) -> Result<(), McpError> {
+    let limits = &call.gw.rate_limits;
+    if !limits.enabled() {
+        return Ok(());
+    }
+    let cost = cost::of(&call.gw, &call.bundle, &call.view, messages);
+    let tenant = &call.view.tenant;
+    let who = Subjects {
+        org: &tenant.org.id,
+        agent: &tenant.agent.id,
+        key: &call.view.key.id,
+    };
+    let Err(limited) = limits.spend(who, cost).await else {
+        return Ok(());
+    };
+    let decision_id = if limited.first_in_window {
+        Some(record_rate_refusal(call, session_id, &limited).await?)
+    } else {
+        None
+    };
+    Err(McpError::RateLimited(Box::new(RateRefusal {
+        level: limited.level.name(),
+        per_second: limited.bucket.per_second,
+        burst: limited.bucket.burst,
+        cost: limited.cost,
+        retry_after_secs: limited.retry_after_secs,
+        decision_id,
+    })))
+}
+
+/// Records a rate-limit refusal: Cedar's `access_session` verdict (asked
+/// once per subject and window), with outcome
+/// `{"status": "denied", "deniedBy": "rate_limit", "limit": <level>}` and
+/// the bucket, subject, cost and wait in `notes.rateLimited`.
+async fn record_rate_refusal(
+    call: &Call,
+    session_id: &str,
+    limited: &Limited,
+) -> Result<String, McpError> {
+    let mut decided = call.decide(
+        &Kind::ApiKey.uid(&call.view.key.id),
+        Action::AccessSession,
+        &Kind::Session.uid(session_id),
+        &call.context,
+    );
+    decided.record.notes = serde_json::json!({
+        "rateLimited": {
+            "limit": limited.level.name(),
+            "subject": limited.subject,
+            "perSecond": limited.bucket.per_second,
+            "burst": limited.bucket.burst,
+            "cost": limited.cost,
+            "retryAfterSeconds": limited.retry_after_secs,
+            "recordedOncePerSeconds": call.gw.config.rate_limits.refusal_record_secs,
+        }
+    })
+    .to_string();
+    let decision_id = decided.id().to_string();
+    let outcome = serde_json::json!({
+        "status": "denied",
+        "deniedBy": "rate_limit",
+        "limit": limited.level.name(),
+    });
+    if let Err(e) = call
+        .commit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
+        .await
+    {
+        tracing::error!(error = ?e, "cannot record a rate-limit refusal");
+        return Err(McpError::TrailUnavailable);
+    }
+    Ok(decision_id)
 }
 
 /// Decides `access_session`; a denial is answered only once its record is

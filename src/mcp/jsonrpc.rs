@@ -27,6 +27,8 @@ pub const AUTH_DENIED: i64 = -32003;
 pub const UNAUTHENTICATED: i64 = -32001;
 /// Unknown session (HTTP 404).
 pub const SESSION_NOT_FOUND: i64 = -32002;
+/// Over a rate limit (HTTP 429, `error.data.retryAfterSeconds`).
+pub const RATE_LIMITED: i64 = -32029;
 
 /// A JSON-RPC error object, as written on the wire (built only by
 /// [`super::error::McpError::rpc`]).

@@ -43,7 +43,7 @@ pub async fn post_endpoint(
     body: Body,
 ) -> Result<Response, McpError> {
     let body = read_messages(&gw, body).await?;
-    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
+    let call = resolve(&gw, &session_id, &headers, admitted.version, &body.messages).await?;
     if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
         call.flush_deferred().await;
         return Err(refused);
@@ -179,7 +179,7 @@ pub async fn delete_endpoint(
     admitted: Admitted,
     headers: HeaderMap,
 ) -> Result<Response, McpError> {
-    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
+    let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
     let refused = check_session_header(&gw, &headers, &session_id);
     call.flush_deferred().await;
     refused?;
