@@ -509,3 +509,47 @@ async fn a_set_that_does_not_read_usage_gets_none() {
     );
     assert!(g.gw.rate_limits.usage.is_empty());
 }
+
+#[tokio::test]
+async fn an_override_made_through_one_instance_applies_on_every_instance() {
+    let schema = match common::pg::FreshSchema::new(&common::pg::shared_url()) {
+        Ok(s) => s,
+        Err(e) => {
+            common::pg::skip_unless_ci(&e);
+            return;
+        }
+    };
+    let url = schema.url.clone();
+    let a = TestGateway::start_with(|c| c.database.url = Some(url)).await;
+    let url = schema.url.clone();
+    let b = TestGateway::start_with(|c| c.database.url = Some(url)).await;
+    let t = a.tenant("acme").await;
+    let through_b = Tenant {
+        mcp_url: t.mcp_url.replace(&a.base, &b.base),
+        ..t.clone()
+    };
+    // b has read (and cached) acme's limits: the defaults.
+    assert_eq!(post(&b, &through_b, &ping(0)).await.0, 200);
+    let (status, body) = a
+        .admin(
+            Method::PUT,
+            "/admin/orgs/acme/rate-limits",
+            Some(json!({"key": {"perSecond": 1, "burst": 2}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The change is announced: b applies it well before its cache expires.
+    let start = std::time::Instant::now();
+    loop {
+        let (status, _, body) = post(&b, &through_b, &ping(1)).await;
+        if status == 429 {
+            assert_eq!(body["error"]["data"]["burst"], 2, "{body}");
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "instance b never applied the override"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use cedar_policy::{EntityUid, PolicySet};
+use cedar_policy::{EntityUid, Policy, PolicyId, PolicySet};
 use serde_json::Value;
 
 use super::Uid;
@@ -33,16 +33,22 @@ pub struct UsageReaders {
 }
 
 impl UsageReaders {
-    /// Reads every action's slice (and the whole set).
+    /// Reads each policy of the set once, then marks every action whose
+    /// slice holds one that reads the usage.
     pub fn of(slices: &ActionSlices, policies: &PolicySet) -> Self {
+        let readers: HashSet<&PolicyId> = policies
+            .policies()
+            .filter(|p| reads_usage(p))
+            .map(|p| p.id())
+            .collect();
         let actions: HashSet<EntityUid> = slices
             .iter()
-            .filter(|(_, slice)| reads_usage(slice))
+            .filter(|(_, slice)| slice.policies().any(|p| readers.contains(p.id())))
             .map(|(action, _)| action.clone())
             .collect();
         UsageReaders {
             actions,
-            any: reads_usage(policies),
+            any: !readers.is_empty(),
             unsliced: slices.iter().next().is_none(),
         }
     }
@@ -58,12 +64,12 @@ impl UsageReaders {
     }
 }
 
-/// Whether a policy of `policies` reads `context.usage` (or cannot be read).
-fn reads_usage(policies: &PolicySet) -> bool {
-    policies.policies().any(|p| match p.to_json() {
+/// Whether `policy` reads `context.usage` (or cannot be read).
+fn reads_usage(policy: &Policy) -> bool {
+    match policy.to_json() {
         Ok(est) => reads_context_usage(&est),
         Err(_) => true,
-    })
+    }
 }
 
 /// Finds a `context` variable that is not the receiver of `.session`,
@@ -99,7 +105,7 @@ mod tests {
 
     fn reads(src: &str) -> bool {
         let set: PolicySet = src.parse().unwrap();
-        reads_usage(&set)
+        set.policies().any(reads_usage)
     }
 
     #[test]
