@@ -213,8 +213,10 @@ pub fn describe(
 pub struct Subjects<'a> {
     /// The org.
     pub org: &'a str,
-    /// The agent (ids are unique per org).
-    pub agent: &'a str,
+    /// The agent (ids are unique per org); `None` when the request reached
+    /// no session of its org (a key used on another org's session), so
+    /// only the key's and the org's buckets apply.
+    pub agent: Option<&'a str>,
     /// The API key.
     pub key: &'a str,
 }
@@ -362,11 +364,13 @@ impl RateLimits {
         let buckets = self.buckets_of(who.org).await;
         let tier = self.tier(buckets);
         tier.prune_now_and_then();
-        for (level, subject) in [
-            (Level::Key, who.key.to_string()),
-            (Level::Agent, format!("{}/{}", who.org, who.agent)),
-            (Level::Org, who.org.to_string()),
-        ] {
+        let levels = [
+            Some((Level::Key, who.key.to_string())),
+            who.agent
+                .map(|agent| (Level::Agent, format!("{}/{agent}", who.org))),
+            Some((Level::Org, who.org.to_string())),
+        ];
+        for (level, subject) in levels.into_iter().flatten() {
             let bucket = buckets.of(level);
             let n = NonZeroU32::new(cost.clamp(1, bucket.burst.max(1))).unwrap_or(NonZeroU32::MIN);
             let wait = match tier.limiter(level).check_key_n(&subject, n) {
@@ -375,8 +379,8 @@ impl RateLimits {
                 // `n` is at most the burst: not reached.
                 Err(_) => Duration::from_secs(1),
             };
-            let shown = match level {
-                Level::Agent => who.agent.to_string(),
+            let shown = match (level, who.agent) {
+                (Level::Agent, Some(agent)) => agent.to_string(),
                 _ => subject.clone(),
             };
             let first_in_window = self

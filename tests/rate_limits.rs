@@ -553,3 +553,38 @@ async fn an_override_made_through_one_instance_applies_on_every_instance() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn a_key_flooding_another_orgs_session_is_limited_and_recorded_once() {
+    let g = TestGateway::start_with(limits(bucket(2), WIDE, WIDE)).await;
+    let victim = g.tenant("acme").await;
+    let caller = g.tenant("globex").await;
+    let mut statuses = Vec::new();
+    for i in 0..20 {
+        statuses.push(post_with(&g, &victim, &caller.key, &ping(i)).await.0);
+    }
+    assert!(statuses[..2].iter().all(|s| *s == 403), "{statuses:?}");
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert!(limited >= 15, "{statuses:?}");
+    let records: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.notes.contains("tenant_isolation"))
+        .collect();
+    let isolation = records
+        .iter()
+        .filter(|d| d.record.outcome.contains("\"tenant_isolation\""))
+        .count();
+    let rate = records
+        .iter()
+        .filter(|d| d.record.outcome.contains("rate_limit"))
+        .count();
+    assert_eq!(rate, 1, "{records:?}");
+    assert_eq!(isolation, statuses.iter().filter(|s| **s == 403).count());
+    assert!(
+        records
+            .iter()
+            .all(|d| d.record.org_id.as_deref() == Some("globex"))
+    );
+}

@@ -150,7 +150,7 @@ pub async fn resolve(
     let view = match gw.session_view(session_id, &key, &bundle).await {
         Ok(view) => view,
         Err(ResolveError::CrossOrg(_)) => {
-            return Err(refuse_cross_org(gw, &bundle, &key, session_id).await);
+            return Err(refuse_cross_org(gw, &bundle, &key, session_id, messages).await);
         }
         Err(e) => return Err(resolve_error(e)),
     };
@@ -187,7 +187,7 @@ async fn spend(call: &Call, session_id: &str, messages: &[Message]) -> Result<()
     let tenant = &call.view.tenant;
     let who = Subjects {
         org: &tenant.org.id,
-        agent: &tenant.agent.id,
+        agent: Some(&tenant.agent.id),
         key: &call.view.key.id,
     };
     let Err(limited) = limits.spend(who, cost).await else {
@@ -198,14 +198,33 @@ async fn spend(call: &Call, session_id: &str, messages: &[Message]) -> Result<()
     } else {
         None
     };
-    Err(McpError::RateLimited(Box::new(RateRefusal {
+    Err(rate_limited(&limited, decision_id))
+}
+
+/// The 429 answer of a refusal (`decision_id`: its record, if this one
+/// was recorded).
+fn rate_limited(limited: &Limited, decision_id: Option<String>) -> McpError {
+    McpError::RateLimited(Box::new(RateRefusal {
         level: limited.level.name(),
         per_second: limited.bucket.per_second,
         burst: limited.bucket.burst,
         cost: limited.cost,
         retry_after_secs: limited.retry_after_secs,
         decision_id,
-    })))
+    }))
+}
+
+/// The rate-limit notes of a refusal's record.
+fn rate_notes(gw: &Gateway, limited: &Limited) -> serde_json::Value {
+    serde_json::json!({
+        "limit": limited.level.name(),
+        "subject": limited.subject,
+        "perSecond": limited.bucket.per_second,
+        "burst": limited.bucket.burst,
+        "cost": limited.cost,
+        "retryAfterSeconds": limited.retry_after_secs,
+        "recordedOncePerSeconds": gw.config.rate_limits.refusal_record_secs,
+    })
 }
 
 /// Records a rate-limit refusal: Cedar's `access_session` verdict (asked
@@ -223,18 +242,8 @@ async fn record_rate_refusal(
         &Kind::Session.uid(session_id),
         &call.context,
     );
-    decided.record.notes = serde_json::json!({
-        "rateLimited": {
-            "limit": limited.level.name(),
-            "subject": limited.subject,
-            "perSecond": limited.bucket.per_second,
-            "burst": limited.bucket.burst,
-            "cost": limited.cost,
-            "retryAfterSeconds": limited.retry_after_secs,
-            "recordedOncePerSeconds": call.gw.config.rate_limits.refusal_record_secs,
-        }
-    })
-    .to_string();
+    decided.record.notes =
+        serde_json::json!({ "rateLimited": rate_notes(&call.gw, limited) }).to_string();
     let decision_id = decided.id().to_string();
     let outcome = serde_json::json!({
         "status": "denied",
@@ -282,12 +291,24 @@ async fn access_session(call: &Call, session_id: &str) -> Result<(), McpError> {
 /// key's org (the caller's trail, not the session owner's) and is decided
 /// on a slice holding only the key: nothing of the other org enters it, and
 /// any policy reading the session fails closed on the absent entity.
+///
+/// Such requests spend from the key's and its org's buckets too (one token
+/// per element: no session, no tool list), so they cannot fill the trail:
+/// over a bucket they answer 429, and only the first refusal of the window
+/// is recorded (this same record, its outcome `deniedBy: rate_limit`).
 async fn refuse_cross_org(
     gw: &Gateway,
     bundle: &PolicyBundle,
     key: &ApiKey,
     session_id: &str,
+    messages: &[Message],
 ) -> McpError {
+    let limited = spend_without_session(gw, key, messages).await;
+    if let Some(l) = &limited
+        && !l.first_in_window
+    {
+        return rate_limited(l, None);
+    }
     let facts = KeyFacts {
         org_id: &key.org_id,
         id: &key.id,
@@ -311,22 +332,47 @@ async fn refuse_cross_org(
         },
         &time,
     );
-    decided.record.notes = serde_json::json!({
+    let mut notes = serde_json::json!({
         "refusedBy": "tenant_isolation",
         "reason": "the key's organization does not own this session",
-    })
-    .to_string();
+    });
+    let mut outcome = serde_json::json!({ "status": "denied", "deniedBy": "tenant_isolation" });
+    if let Some(l) = &limited {
+        if let Some(map) = notes.as_object_mut() {
+            map.insert("rateLimited".into(), rate_notes(gw, l));
+        }
+        outcome = serde_json::json!({ "status": "denied", "deniedBy": "rate_limit", "limit": l.level.name() });
+    }
+    decided.record.notes = notes.to_string();
     let decision_id = decided.id().to_string();
-    let outcome = serde_json::json!({ "status": "denied", "deniedBy": "tenant_isolation" });
     let op = WriteOp::Decision(Box::new(decided.finish(outcome)));
     if let Err(e) = gw.store.writer().submit(vec![op]).await {
         tracing::error!(error = %e, "cannot record a cross-org refusal");
         return McpError::TrailUnavailable;
     }
-    McpError::NotOwnSession {
-        session_id: session_id.to_string(),
-        decision_id,
+    match limited {
+        Some(l) => rate_limited(&l, Some(decision_id)),
+        None => McpError::NotOwnSession {
+            session_id: session_id.to_string(),
+            decision_id,
+        },
     }
+}
+
+/// Spends a request that reached no session of its org from the key's and
+/// the org's buckets: one token per element.
+async fn spend_without_session(
+    gw: &Gateway,
+    key: &ApiKey,
+    messages: &[Message],
+) -> Option<Limited> {
+    let who = Subjects {
+        org: &key.org_id,
+        agent: None,
+        key: &key.id,
+    };
+    let cost = u32::try_from(messages.len().max(1)).unwrap_or(u32::MAX);
+    gw.rate_limits.spend(who, cost).await.err()
 }
 
 fn resolve_error(e: ResolveError) -> McpError {
