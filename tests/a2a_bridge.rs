@@ -1209,6 +1209,15 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
         .collect();
     // One decision for the class of 8 interchangeable tools, one for the named one.
     assert_eq!(views.len(), 2, "{views:?}");
+    // What a list costs against the rate limits is the decisions it makes.
+    let listed = g
+        .decisions()
+        .await
+        .into_iter()
+        .skip(before)
+        .filter(|d| d.record.action == "view_tool")
+        .count();
+    assert_eq!(list_cost(&g, &t).await, listed as u32);
     let named = views
         .iter()
         .find(|d| d.record.resource == r#"Gateway::Tool::"vercel_ops.boom""#)
@@ -1225,4 +1234,28 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
     assert_eq!(body["error"]["code"], -32601);
     let body = call(&g, &t, "vercel_ops.say-hi", json!({})).await;
     assert_eq!(body["result"]["content"][0]["text"], "hi there");
+}
+
+/// What one `tools/list` of the tenant's session costs against the rate
+/// limits.
+async fn list_cost(g: &TestGateway, t: &Tenant) -> u32 {
+    use cedargate::mcp::jsonrpc::{Id, Message};
+    let key_id = t.key_id.clone();
+    let (key, _) =
+        g.gw.store
+            .read(move |c| cedargate::store::tenants::find_key(c, &key_id))
+            .await
+            .unwrap()
+            .unwrap();
+    let bundle = g.gw.pep.current();
+    let view =
+        g.gw.session_view(&t.session_id, &key, &bundle)
+            .await
+            .unwrap();
+    let list = Message::Request {
+        id: Id::null(),
+        method: "tools/list".into(),
+        params: Value::Null,
+    };
+    cedargate::mcp::cost::of(&g.gw, &bundle, &view, &[list])
 }
