@@ -482,6 +482,25 @@ async fn a_cedar_rule_on_recent_usage_denies_the_call_over_its_threshold() {
     );
     assert_eq!(calls[4]["usage"]["agentCallsLastMinute"], 4);
     assert_eq!(calls[4]["usage"]["orgCallsLastMinute"], 4);
+    // Each record replays to its verdict from the usage it recorded.
+    let bundle = g.gw.pep.current();
+    for d in g.decisions().await {
+        let entities = g.entity_snapshot(&d.record.entities_hash).await;
+        let entities = bundle
+            .parse_entities(&serde_json::from_str(&entities).unwrap())
+            .unwrap();
+        let request = cedargate::policy::recorded::RecordedRequest::parse(
+            &d.record.principal,
+            &d.record.action,
+            &d.record.resource,
+            &d.record.context,
+        )
+        .unwrap();
+        let verdict = bundle.decide_recorded(&request, &entities);
+        let decision = if verdict.allowed { "allow" } else { "deny" };
+        assert_eq!(decision, d.record.decision, "seq {}", d.seq);
+        assert_eq!(Value::from(verdict.reasons).to_string(), d.record.reasons);
+    }
 }
 
 #[tokio::test]
