@@ -95,6 +95,44 @@ pub enum OrgCmd {
         /// Org id.
         id: String,
     },
+    /// Show or override an org's rate limits.
+    #[command(subcommand)]
+    RateLimits(RateLimitsCmd),
+}
+
+/// `org rate-limits …`: the same operations as
+/// `GET|PUT|DELETE /admin/orgs/{org}/rate-limits`. Running gateways apply
+/// a change at once on PostgreSQL (it is announced), within
+/// `cache_ttl_secs` on SQLite.
+#[derive(Debug, Subcommand)]
+pub enum RateLimitsCmd {
+    /// Show the buckets in force and the override.
+    Get {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+    },
+    /// Replace the org's override; buckets left out keep the config's.
+    Set {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+        /// Per-key bucket as `PER_SECOND/BURST`, e.g. `50/100`.
+        #[arg(long)]
+        key: Option<String>,
+        /// Per-agent bucket as `PER_SECOND/BURST`.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Whole-org bucket as `PER_SECOND/BURST`.
+        #[arg(long = "org-bucket")]
+        org_bucket: Option<String>,
+    },
+    /// Remove the override (back to the config's buckets).
+    Clear {
+        /// Org id.
+        #[arg(long)]
+        org: String,
+    },
 }
 
 /// `project …`
@@ -384,6 +422,7 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         Command::Org(OrgCmd::Delete { id }) => {
             store.read_blocking(|c| tenants::delete_org(c, &id))?
         }
+        Command::Org(OrgCmd::RateLimits(cmd)) => print(&rate_limits(config, &store, cmd)?),
         Command::Project(ProjectCmd::Create {
             org,
             id,
@@ -479,4 +518,76 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         ) => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `org rate-limits get|set|clear`: what the operator API answers.
+fn rate_limits(
+    config: &Config,
+    store: &Store,
+    cmd: RateLimitsCmd,
+) -> Result<serde_json::Value, StoreError> {
+    use crate::rate_limits::{Override, describe};
+    use crate::store::rate_limits as rows;
+    let (org, override_) = match cmd {
+        RateLimitsCmd::Get { org } => {
+            let o = store.read_blocking(|c| {
+                tenants::require_org(c, &org)?;
+                rows::get(c, &org)
+            })?;
+            let o = o.and_then(|t| serde_json::from_str::<Override>(&t).ok());
+            return Ok(describe(&org, &config.rate_limits, o));
+        }
+        RateLimitsCmd::Set {
+            org,
+            key,
+            agent,
+            org_bucket,
+        } => {
+            let o = Override {
+                key: key.as_deref().map(parse_rate).transpose()?,
+                agent: agent.as_deref().map(parse_rate).transpose()?,
+                org: org_bucket.as_deref().map(parse_rate).transpose()?,
+            };
+            o.validate()
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let text = serde_json::to_string(&o).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            store.read_blocking(|c| {
+                tenants::require_org(c, &org)?;
+                rows::set(c, &org, &text)
+            })?;
+            (org, Some(o))
+        }
+        RateLimitsCmd::Clear { org } => {
+            store.read_blocking(|c| {
+                tenants::require_org(c, &org)?;
+                rows::clear(c, &org)
+            })?;
+            (org, None)
+        }
+    };
+    announce_org_change(store, &org);
+    Ok(describe(&org, &config.rate_limits, override_))
+}
+
+/// `PER_SECOND/BURST`.
+fn parse_rate(text: &str) -> Result<crate::rate_limits::Rate, StoreError> {
+    let bad = || StoreError::Invalid(format!("`{text}`: expected PER_SECOND/BURST, e.g. 50/100"));
+    let (per_second, burst) = text.split_once('/').ok_or_else(bad)?;
+    Ok(crate::rate_limits::Rate {
+        per_second: per_second.trim().parse().map_err(|_| bad())?,
+        burst: burst.trim().parse().map_err(|_| bad())?,
+    })
+}
+
+/// Tells running gateways on a PostgreSQL database that `org` changed
+/// (best effort: they catch up within `cache_ttl_secs` anyway).
+fn announce_org_change(store: &Store, org: &str) {
+    use crate::store::notify::{self, Change};
+    if let crate::store::Location::Postgres(target) = store.location() {
+        let channel = notify::channel(&target.schema);
+        let change = Change::Org(org.to_string());
+        if let Err(e) = store.read_blocking(|c| notify::publish(c, &channel, &change)) {
+            eprintln!("warning: running gateways were not told: {e}");
+        }
+    }
 }

@@ -42,6 +42,9 @@ pub struct Config {
     pub http: HttpSecurity,
     /// The HTTP+SSE transport of protocol 2024-11-05.
     pub sse: SseConfig,
+    /// Token buckets per key, per agent and per org, and the usage
+    /// counters policies read as `context.usage`.
+    pub rate_limits: RateLimitConfig,
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
@@ -355,6 +358,62 @@ impl Default for SseConfig {
     }
 }
 
+/// One token bucket: `per_second` tokens flow in, at most `burst` are held.
+/// A request spends one token per unit of work (see `src/rate_limits.rs`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct Bucket {
+    /// Tokens added per second (at least 1).
+    pub per_second: u32,
+    /// Most tokens held, so the largest burst (at least 1).
+    pub burst: u32,
+}
+
+/// Per-tenant rate limits (`[rate_limits]`). A request costs its work: one
+/// token per JSON-RPC element, and a `tools/list` one per visibility
+/// decision it makes. Each org can override any bucket
+/// (`PUT /admin/orgs/{org}/rate-limits`, `cedargate org rate-limits set`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Apply the buckets (the usage counters work either way).
+    pub enabled: bool,
+    /// The bucket of each API key.
+    pub key: Bucket,
+    /// The bucket of each agent (all its sessions and keys).
+    pub agent: Bucket,
+    /// The bucket of each org (all its agents and keys).
+    pub org: Bucket,
+    /// Seconds during which further refusals of one limited subject are
+    /// not recorded again: the trail gets one record per subject and window.
+    pub refusal_record_secs: u64,
+    /// Most subjects whose recent calls are counted for `context.usage`
+    /// (per instance; the least recently used are forgotten first).
+    pub usage_max_entries: u64,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            key: Bucket {
+                per_second: 200,
+                burst: 1000,
+            },
+            agent: Bucket {
+                per_second: 200,
+                burst: 1000,
+            },
+            org: Bucket {
+                per_second: 1000,
+                burst: 5000,
+            },
+            refusal_record_secs: 60,
+            usage_max_entries: 100_000,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -370,6 +429,7 @@ impl Default for Config {
             limits: Limits::default(),
             http: HttpSecurity::default(),
             sse: SseConfig::default(),
+            rate_limits: RateLimitConfig::default(),
             cache_ttl_secs: 30,
             lifecycle: LifecycleConfig::default(),
             a2a: A2aConfig::default(),

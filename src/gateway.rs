@@ -115,6 +115,8 @@ pub struct Gateway {
     pub terminated: crate::mcp::terminated::Terminated,
     /// This instance among those sharing the database.
     pub cluster: crate::cluster::Cluster,
+    /// Token buckets per key, agent and org; the usage counters.
+    pub rate_limits: crate::rate_limits::RateLimits,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -161,6 +163,11 @@ impl Gateway {
             streams: crate::mcp::streams::Streams::new(config.sse.clone()),
             terminated: crate::mcp::terminated::Terminated::default(),
             cluster: crate::cluster::Cluster::default(),
+            rate_limits: crate::rate_limits::RateLimits::new(
+                config.rate_limits.clone(),
+                store.clone(),
+                ttl,
+            ),
             config,
             store,
             pep,

@@ -24,6 +24,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod operator;
 pub mod policy;
+pub mod rate_limits;
 pub mod replay;
 pub mod server;
 pub mod store;

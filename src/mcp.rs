@@ -4,7 +4,8 @@
 //! A request goes down, one file per job:
 //! `router` → `admission` (origin/host 403, protocol header 400, body
 //! limits 413/400, JSON-RPC framing) → `call::resolve` (key 401, session
-//! 404, tenant isolation 403, Cedar `access_session` 403) → `dispatch`
+//! 404, tenant isolation 403, rate limits 429, Cedar `access_session`
+//! 403) → `dispatch`
 //! → one method family per file (`initialize`, `tools_list`,
 //! `tools_call`) → the tool adapters (`crate::tools`). `error` maps every
 //! failure to its JSON-RPC code and HTTP status in one place. `streams`
@@ -23,6 +24,7 @@
 
 pub mod admission;
 pub mod call;
+pub mod cost;
 pub mod discover;
 pub mod dispatch;
 pub mod era;
@@ -39,5 +41,6 @@ pub mod sse;
 pub mod streamable;
 pub mod streams;
 pub mod terminated;
+pub mod tool_classes;
 pub mod tools_call;
 pub mod tools_list;

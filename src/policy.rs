@@ -18,6 +18,7 @@ pub mod schema_gen;
 pub mod session_verdicts;
 pub mod tests_runner;
 mod uid;
+pub mod usage_reads;
 
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -270,6 +271,9 @@ pub struct PolicyBundle {
     /// Actions whose verdicts, given the session, do not depend on the
     /// rest of the context: decided once per session slice.
     pub session_determined: session_verdicts::SessionDetermined,
+    /// Actions whose policies read `context.usage`: only their decisions
+    /// carry the caller's recent usage.
+    pub usage_reads: usage_reads::UsageReaders,
     /// Tools decided under their own typed action (read from the schema).
     pub typed: std::collections::HashMap<String, schema_gen::TypedTool>,
     /// Observers of every decision made with this bundle (metrics, shadow
@@ -398,6 +402,30 @@ impl ContextError {
     }
 }
 
+/// The caller's recent usage, as policies read it in `context.usage`
+/// (counted per instance over the last 60 seconds, before this call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageFacts {
+    /// Calls of this tool by this agent (`callsLastMinute`).
+    pub calls_last_minute: u64,
+    /// Calls of any tool by this agent (`agentCallsLastMinute`).
+    pub agent_calls_last_minute: u64,
+    /// Calls of any tool by any agent of the org (`orgCallsLastMinute`).
+    pub org_calls_last_minute: u64,
+}
+
+impl UsageFacts {
+    /// The Cedar JSON of `context.usage`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let long = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        serde_json::json!({
+            "callsLastMinute": long(self.calls_last_minute),
+            "agentCallsLastMinute": long(self.agent_calls_last_minute),
+            "orgCallsLastMinute": long(self.org_calls_last_minute),
+        })
+    }
+}
+
 /// The outcome of one authorization, before it is recorded.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
@@ -495,6 +523,44 @@ impl PolicyBundle {
                 }
                 Some(self.typed_context(typed, json, fits))
             }
+        }
+    }
+
+    /// Whether the decision of `tool` under `group` reads `context.usage`
+    /// (its typed action's policies when it has one, else the group's).
+    pub fn tool_reads_usage(&self, group: Action, tool: &str) -> bool {
+        match self.typed.get(tool).filter(|t| t.group == group) {
+            Some(typed) => self.usage_reads.reads(&Uid(typed.action.clone())),
+            None => self.usage_reads.reads(&group.uid()),
+        }
+    }
+
+    /// The context of a `call_tool` / `a2a_invoke` decision that carries
+    /// the caller's recent usage as `context.usage` (with `args` too when
+    /// the tool is typed). Parsed against the deciding action's context
+    /// type, where `usage` is optional.
+    pub fn prepare_tool_context_with_usage(
+        &self,
+        group: Action,
+        tool: &str,
+        session_id: &str,
+        time: &str,
+        args: &serde_json::Value,
+        usage: &UsageFacts,
+    ) -> PreparedContext {
+        let typed = self.typed.get(tool).filter(|t| t.group == group);
+        let projected = typed.and_then(|t| schema_gen::project(&t.args, args));
+        let fits = projected.is_some();
+        let mut json = entities::session_context(session_id, time);
+        if let serde_json::Value::Object(map) = &mut json {
+            map.insert("usage".into(), usage.to_json());
+            if let Some(a) = projected {
+                map.insert("args".into(), a);
+            }
+        }
+        match typed {
+            Some(typed) => self.typed_context(typed, json, fits),
+            None => self.prepare_context(group, json),
         }
     }
 

@@ -18,6 +18,7 @@ pub mod graph;
 pub mod instances;
 pub mod notify;
 pub mod observations;
+pub mod rate_limits;
 pub mod retention;
 pub mod shadow;
 pub mod space;
@@ -116,6 +117,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("store/migrations/0006_mcp_terminations.sql"),
     ),
     (7, include_str!("store/migrations/0007_upstreams.sql")),
+    (8, include_str!("store/migrations/0008_rate_limits.sql")),
     (9, include_str!("store/migrations/0009_trail_retention.sql")),
 ];
 
@@ -139,6 +141,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         7,
         include_str!("store/migrations/postgres/0007_upstreams.sql"),
+    ),
+    (
+        8,
+        include_str!("store/migrations/postgres/0008_rate_limits.sql"),
     ),
     (
         9,

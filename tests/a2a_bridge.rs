@@ -1226,6 +1226,9 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
         list["verdicts"][entry[1].as_u64().unwrap() as usize]["decision"].clone()
     };
     assert_eq!(verdict_of("vercel_ops.boom"), "deny");
+    // What a list costs against the rate limits is the decisions it makes:
+    // one for the class, one for the named tool.
+    assert_eq!(list_cost(&g, &t).await, 2);
     assert_eq!(
         verdict_of(classes[0]["decidedOn"].as_str().unwrap()),
         "allow"
@@ -1249,4 +1252,28 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
     assert_eq!(body["error"]["code"], -32601);
     let body = call(&g, &t, "vercel_ops.say-hi", json!({})).await;
     assert_eq!(body["result"]["content"][0]["text"], "hi there");
+}
+
+/// What one `tools/list` of the tenant's session costs against the rate
+/// limits.
+async fn list_cost(g: &TestGateway, t: &Tenant) -> u32 {
+    use cedargate::mcp::jsonrpc::{Id, Message};
+    let key_id = t.key_id.clone();
+    let (key, _) =
+        g.gw.store
+            .read(move |c| cedargate::store::tenants::find_key(c, &key_id))
+            .await
+            .unwrap()
+            .unwrap();
+    let bundle = g.gw.pep.current();
+    let view =
+        g.gw.session_view(&t.session_id, &key, &bundle)
+            .await
+            .unwrap();
+    let list = Message::Request {
+        id: Id::null(),
+        method: "tools/list".into(),
+        params: Value::Null,
+    };
+    cedargate::mcp::cost::of(&g.gw, &bundle, &view, &[list])
 }

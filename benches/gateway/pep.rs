@@ -47,7 +47,7 @@ fn bearer(secret: &str) -> Res<HeaderMap> {
 /// A request of the bench session, resolved by the endpoint's prelude
 /// (key, session view, isolation, `access_session`).
 async fn call(gw: &Arc<Gateway>, headers: &HeaderMap, session_id: &str) -> Res<Call> {
-    resolve(gw, session_id, headers, None)
+    resolve(gw, session_id, headers, None, &[])
         .await
         .map_err(|e| e.to_string().into())
 }

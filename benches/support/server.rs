@@ -60,6 +60,9 @@ pub async fn start(data_dir: PathBuf, tweak: impl FnOnce(&mut Config)) -> Res<Se
         admin_token: None,
         ..Config::default()
     };
+    // The benches measure the request path at full speed from one key;
+    // the rate limits would measure their own buckets instead.
+    config.rate_limits.enabled = false;
     tweak(&mut config);
     let gw = cedargate::server::prepare(config)
         .await

@@ -44,6 +44,7 @@ fn apply(gw: &Gateway, change: &Change) {
         Change::Org(org) => {
             gw.a2a.invalidate(org);
             gw.upstreams.invalidate(org);
+            gw.rate_limits.invalidate(org);
             gw.invalidate_caches();
         }
         Change::McpTerminated(sid) => gw.terminated.remember(sid),
@@ -51,6 +52,7 @@ fn apply(gw: &Gateway, change: &Change) {
         Change::Everything => {
             gw.a2a.invalidate_all();
             gw.upstreams.invalidate_all();
+            gw.rate_limits.invalidate_all();
             gw.invalidate_caches();
         }
     }

@@ -1,6 +1,8 @@
 //! The session prelude every MCP route shares after admission, and the
 //! request it produces. [`resolve`] authenticates the bearer key, loads the
-//! session view, checks tenant isolation and decides `access_session`;
+//! session view, checks tenant isolation, spends the request's cost from
+//! the rate limits (before any Cedar decision or durable write: a refused
+//! request is cheap) and decides `access_session`;
 //! the resulting [`Call`] is what every method handler works with: the
 //! policy set the request decides under, the session view, the protocol
 //! version that shapes results, and the request's pending records.
@@ -18,13 +20,15 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::HeaderMap;
 
-use super::error::McpError;
-use super::protocol;
+use super::error::{McpError, RateRefusal};
+use super::jsonrpc::Message;
+use super::{cost, protocol};
 use crate::audit::tool_list::ToolListGuard;
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
 use crate::policy::entities::{self, KeyFacts};
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext, Uid};
+use crate::rate_limits::{Limited, Subjects};
 use crate::store::WriteOp;
 use crate::store::tenants::ApiKey;
 use crate::tools::Invocation;
@@ -195,29 +199,35 @@ impl Call {
 }
 
 /// Authenticates, checks the disk-space guard, loads the session, checks
-/// isolation and decides `access_session`; `header_version` is what
+/// isolation, spends the cost of `messages` (the request's body; none for
+/// a `DELETE`) from the rate limits and decides `access_session`;
+/// `header_version` is what
 /// admission read.
 pub async fn resolve(
     gw: &Arc<Gateway>,
     session_id: &str,
     headers: &HeaderMap,
     header_version: Option<String>,
+    messages: &[Message],
 ) -> Result<Call, McpError> {
-    let call = prepare(gw, session_id, headers, header_version).await?;
+    let call = prepare(gw, session_id, headers, header_version, messages).await?;
+    spend(&call, messages).await?;
     admit(&call).await?;
     Ok(call)
 }
 
 /// The prelude's steps before any Cedar decision on the session:
 /// authenticates the key, loads the session view and checks isolation (a
-/// cross-org key is refused and recorded). [`admit`] decides
-/// `access_session` next; checks that must come before any decision of
-/// the session (2026-07-28 header validation) run between the two.
+/// cross-org key is refused and recorded, and spends from its buckets).
+/// [`spend`] and [`admit`] (`access_session`) come next; checks that must
+/// come before any decision of the session (2026-07-28 header validation)
+/// run before them.
 pub async fn prepare(
     gw: &Arc<Gateway>,
     session_id: &str,
     headers: &HeaderMap,
     header_version: Option<String>,
+    messages: &[Message],
 ) -> Result<Call, McpError> {
     let presented =
         crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
@@ -232,7 +242,7 @@ pub async fn prepare(
     let view = match gw.session_view(session_id, &key, &bundle).await {
         Ok(view) => view,
         Err(ResolveError::CrossOrg(_)) => {
-            return Err(refuse_cross_org(gw, &bundle, &key, session_id).await);
+            return Err(refuse_cross_org(gw, &bundle, &key, session_id, messages).await);
         }
         Err(e) => return Err(resolve_error(e)),
     };
@@ -251,6 +261,90 @@ pub async fn prepare(
         pending: Mutex::new(Vec::new()),
         trace: None,
     })
+}
+
+/// Spends the request's cost from the key's, the agent's and the org's
+/// buckets. Over one: 429, and the first refusal of that subject in the
+/// recording window is recorded (durably, before the answer) as a denied
+/// `access_session` whose outcome says how it was limited; the others
+/// write nothing.
+pub async fn spend(call: &Call, messages: &[Message]) -> Result<(), McpError> {
+    let limits = &call.gw.rate_limits;
+    if !limits.enabled() {
+        return Ok(());
+    }
+    let cost = cost::of(&call.gw, &call.bundle, &call.view, messages);
+    let tenant = &call.view.tenant;
+    let who = Subjects {
+        org: &tenant.org.id,
+        agent: Some(&tenant.agent.id),
+        key: &call.view.key.id,
+    };
+    let Err(limited) = limits.spend(who, cost).await else {
+        return Ok(());
+    };
+    let decision_id = if limited.first_in_window {
+        Some(record_rate_refusal(call, &limited).await?)
+    } else {
+        None
+    };
+    Err(rate_limited(&limited, decision_id))
+}
+
+/// The 429 answer of a refusal (`decision_id`: its record, if this one
+/// was recorded).
+fn rate_limited(limited: &Limited, decision_id: Option<String>) -> McpError {
+    McpError::RateLimited(Box::new(RateRefusal {
+        level: limited.level.name(),
+        per_second: limited.bucket.per_second,
+        burst: limited.bucket.burst,
+        cost: limited.cost,
+        retry_after_secs: limited.retry_after_secs,
+        decision_id,
+    }))
+}
+
+/// The rate-limit notes of a refusal's record.
+fn rate_notes(gw: &Gateway, limited: &Limited) -> serde_json::Value {
+    serde_json::json!({
+        "limit": limited.level.name(),
+        "subject": limited.subject,
+        "perSecond": limited.bucket.per_second,
+        "burst": limited.bucket.burst,
+        "cost": limited.cost,
+        "retryAfterSeconds": limited.retry_after_secs,
+        "recordedOncePerSeconds": gw.config.rate_limits.refusal_record_secs,
+    })
+}
+
+/// Records a rate-limit refusal: Cedar's `access_session` verdict (asked
+/// once per subject and window), with outcome
+/// `{"status": "denied", "deniedBy": "rate_limit", "limit": <level>}` and
+/// the bucket, subject, cost and wait in `notes.rateLimited`.
+async fn record_rate_refusal(call: &Call, limited: &Limited) -> Result<String, McpError> {
+    let session_id = call.view.tenant.session.id.as_str();
+    let mut decided = call.decide(
+        &Kind::ApiKey.uid(&call.view.key.id),
+        Action::AccessSession,
+        &Kind::Session.uid(session_id),
+        &call.context,
+    );
+    decided.record.notes =
+        serde_json::json!({ "rateLimited": rate_notes(&call.gw, limited) }).to_string();
+    let decision_id = decided.id().to_string();
+    let outcome = serde_json::json!({
+        "status": "denied",
+        "deniedBy": "rate_limit",
+        "limit": limited.level.name(),
+    });
+    if let Err(e) = call
+        .commit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
+        .await
+    {
+        tracing::error!(error = ?e, "cannot record a rate-limit refusal");
+        return Err(McpError::TrailUnavailable);
+    }
+    Ok(decision_id)
 }
 
 /// Decides `access_session` on the call's session; a denial is answered
@@ -285,25 +379,49 @@ pub async fn admit(call: &Call) -> Result<(), McpError> {
 /// key's org (the caller's trail, not the session owner's) and is decided
 /// on a slice holding only the key: nothing of the other org enters it, and
 /// any policy reading the session fails closed on the absent entity.
+///
+/// Such requests spend from the key's and its org's buckets too (one token
+/// per element: no session, no tool list), so they cannot fill the trail:
+/// over a bucket they answer 429, and only the first refusal of the window
+/// is recorded (this same record, its outcome `deniedBy: rate_limit`).
 async fn refuse_cross_org(
     gw: &Gateway,
     bundle: &PolicyBundle,
     key: &ApiKey,
     session_id: &str,
+    messages: &[Message],
 ) -> McpError {
+    let limited = spend_without_session(gw, key, messages).await;
+    if let Some(l) = &limited
+        && !l.first_in_window
+    {
+        return rate_limited(l, None);
+    }
+    let mut notes = serde_json::json!({
+        "reason": "the key's organization does not own this session",
+    });
+    let mut outcome = None;
+    if let Some(l) = &limited {
+        notes["rateLimited"] = rate_notes(gw, l);
+        outcome = Some(serde_json::json!({
+            "status": "denied", "deniedBy": "rate_limit", "limit": l.level.name(),
+        }));
+    }
     let refusal = Refusal {
         session_id,
         in_session: false,
         refused_by: "tenant_isolation",
-        notes: serde_json::json!({
-            "reason": "the key's organization does not own this session",
-        }),
+        notes,
+        outcome,
         trace: None,
     };
     match record_refusal(gw, bundle, key, refusal).await {
-        Ok(decision_id) => McpError::NotOwnSession {
-            session_id: session_id.to_string(),
-            decision_id,
+        Ok(decision_id) => match limited {
+            Some(l) => rate_limited(&l, Some(decision_id)),
+            None => McpError::NotOwnSession {
+                session_id: session_id.to_string(),
+                decision_id,
+            },
         },
         Err(e) => e,
     }
@@ -318,10 +436,12 @@ pub struct Refusal<'a> {
     /// Whether the record belongs to the session's trail (the key's org
     /// owns it) or only to the key's org (a cross-org refusal).
     pub in_session: bool,
-    /// `notes.refusedBy` and `outcome.deniedBy`.
+    /// `notes.refusedBy` and, by default, `outcome.deniedBy`.
     pub refused_by: &'static str,
     /// Further notes (an object).
     pub notes: serde_json::Value,
+    /// The outcome, when not `{"status": "denied", "deniedBy": refused_by}`.
+    pub outcome: Option<serde_json::Value>,
     /// The caller's trace context.
     pub trace: Option<&'a TraceContext>,
 }
@@ -369,13 +489,31 @@ pub async fn record_refusal(
         decided.record.notes = trace.noted(&decided.record.notes);
     }
     let decision_id = decided.id().to_string();
-    let outcome = serde_json::json!({ "status": "denied", "deniedBy": refusal.refused_by });
+    let outcome = refusal.outcome.unwrap_or_else(
+        || serde_json::json!({ "status": "denied", "deniedBy": refusal.refused_by }),
+    );
     let op = WriteOp::Decision(Box::new(decided.finish(outcome)));
     if let Err(e) = gw.store.writer().submit(vec![op]).await {
         tracing::error!(error = %e, refused_by = refusal.refused_by, "cannot record a refusal");
         return Err(McpError::TrailUnavailable);
     }
     Ok(decision_id)
+}
+
+/// Spends a request that reached no session of its org from the key's and
+/// the org's buckets: one token per element.
+async fn spend_without_session(
+    gw: &Gateway,
+    key: &ApiKey,
+    messages: &[Message],
+) -> Option<Limited> {
+    let who = Subjects {
+        org: &key.org_id,
+        agent: None,
+        key: &key.id,
+    };
+    let cost = u32::try_from(messages.len().max(1)).unwrap_or(u32::MAX);
+    gw.rate_limits.spend(who, cost).await.err()
 }
 
 fn resolve_error(e: ResolveError) -> McpError {

@@ -153,6 +153,13 @@ pub enum McpError {
     /// The key holds `streams.max_streams_per_key` streams already: 429.
     #[error("this key already holds {0} open streams (the limit); close one first")]
     TooManyStreams(usize),
+    /// A rate-limit bucket refused the request before any of it ran: 429
+    /// with `Retry-After`, -32029 with `error.data.retryAfterSeconds`.
+    #[error(
+        "rate limit exceeded: this {} may spend {} per second (burst {}); retry after {} s",
+        .0.level, .0.per_second, .0.burst, .0.retry_after_secs
+    )]
+    RateLimited(Box<RateRefusal>),
     /// The gateway or the stream is shutting down: 503.
     #[error("{0}")]
     Closing(&'static str),
@@ -237,6 +244,24 @@ pub enum McpError {
     StatelessOnly,
 }
 
+/// What a -32029 answer carries.
+#[derive(Debug, Clone)]
+pub struct RateRefusal {
+    /// The bucket that refused: `key`, `agent` or `org`.
+    pub level: &'static str,
+    /// Its rate.
+    pub per_second: u32,
+    /// Its burst.
+    pub burst: u32,
+    /// What the request would have cost.
+    pub cost: u32,
+    /// Whole seconds until it could pass.
+    pub retry_after_secs: u64,
+    /// The refusal's record, when this one was recorded (the first of its
+    /// subject in the window).
+    pub decision_id: Option<String>,
+}
+
 /// What a -32003 answer carries besides its message.
 #[derive(Debug, Clone)]
 pub struct Denial {
@@ -296,7 +321,7 @@ impl McpError {
             StorageUnavailable | TrailUnavailable | Closing(_) => StatusCode::SERVICE_UNAVAILABLE,
             InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             NoServerStream | StatelessOnly => StatusCode::METHOD_NOT_ALLOWED,
-            TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
+            TooManyStreams(_) | RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             MethodNotFound(_)
             | InvalidParams { .. }
             | UnknownTool(_)
@@ -348,6 +373,7 @@ impl McpError {
             InvalidParams { .. } | InvalidArguments { .. } | MissingMeta(_) => {
                 jsonrpc::INVALID_PARAMS
             }
+            RateLimited(_) => jsonrpc::RATE_LIMITED,
             Remote { code, .. } => *code,
         }
     }
@@ -383,6 +409,19 @@ impl McpError {
                 "freeBytes": s.free_bytes,
                 "minFreeBytes": s.min_free_bytes,
             }),
+            RateLimited(r) => {
+                let mut data = json!({
+                    "retryAfterSeconds": r.retry_after_secs,
+                    "limit": r.level,
+                    "perSecond": r.per_second,
+                    "burst": r.burst,
+                    "cost": r.cost,
+                });
+                if let (Some(id), Value::Object(map)) = (&r.decision_id, &mut data) {
+                    map.insert("decisionId".into(), id.as_str().into());
+                }
+                data
+            }
             MethodNotFound(method) => json!({ "method": echo(method) }),
             InvalidParams { field, .. } => json!({ "field": field }),
             UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": echo(tool) }),
@@ -478,6 +517,9 @@ impl McpError {
             }
             McpError::TooManyStreams(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            McpError::RateLimited(r) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs));
             }
             // The rest of the body is not read: the connection cannot carry
             // another request.

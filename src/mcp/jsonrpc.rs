@@ -38,6 +38,8 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// (In the server-error range the 2026-07-28 revision leaves to servers,
 /// -32000…-32019; -32020…-32099 are reserved for the specification.)
 pub const INSUFFICIENT_STORAGE: i64 = -32010;
+/// Over a rate limit (HTTP 429, `error.data.retryAfterSeconds`).
+pub const RATE_LIMITED: i64 = -32029;
 
 /// A JSON-RPC error object, as written on the wire (built only by
 /// [`super::error::McpError::rpc`]).

@@ -201,7 +201,7 @@ impl Listener {
     /// session can no longer be used.
     async fn visible_now(&self) -> Option<BTreeSet<String>> {
         let version = Some(protocol::MODERN.to_string());
-        let call = prepare(&self.gw, &self.session_id, &self.headers, version)
+        let call = prepare(&self.gw, &self.session_id, &self.headers, version, &[])
             .await
             .ok()?;
         let admitted = admit(&call).await;

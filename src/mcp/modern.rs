@@ -36,13 +36,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
-use super::call::{Call, Refusal, admit, prepare, record_refusal};
+use super::call::{Call, Refusal, admit, prepare, record_refusal, spend};
 use super::discover;
 use super::era::{META_SERVER_INFO, Modern};
 use super::error::McpError;
 use super::framing::framed;
 use super::headers::{self, Mismatch};
-use super::jsonrpc::{self, Answer, Reply};
+use super::jsonrpc::{self, Answer, Message, Reply};
 use super::{listen, protocol, tools_call, tools_list};
 use crate::gateway::Gateway;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
@@ -80,11 +80,25 @@ async fn answer(
     headers: &HeaderMap,
     request: Modern,
 ) -> Result<Response, McpError> {
-    let mut call = prepare(gw, session_id, headers, Some(protocol::MODERN.into())).await?;
+    // What the request costs against the rate limits: its method (the
+    // params play no part in the cost).
+    let costed = [Message::Notification {
+        method: request.method.clone(),
+        params: Value::Null,
+    }];
+    let mut call = prepare(
+        gw,
+        session_id,
+        headers,
+        Some(protocol::MODERN.into()),
+        &costed,
+    )
+    .await?;
     call.trace = request.trace.clone();
     if let Err(mismatch) = headers::validate(headers, &request, &call.view) {
         return Err(refuse(&call, mismatch).await);
     }
+    spend(&call, &costed).await?;
     admit(&call).await?;
     let Some(id) = request.id else {
         // The revision defines no client notifications over HTTP: accepted.
@@ -117,6 +131,7 @@ async fn refuse(call: &Call, mismatch: Mismatch) -> McpError {
             "header": echo(&mismatch.header),
             "reason": prefix(&mismatch.detail, MESSAGE_MAX_CHARS),
         }),
+        outcome: None,
         trace: call.trace.as_ref(),
     };
     match record_refusal(&call.gw, &call.bundle, &call.view.key, refusal).await {

@@ -50,7 +50,7 @@ pub async fn open_stream(
     admitted: Admitted,
     headers: HeaderMap,
 ) -> Result<Response, McpError> {
-    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
+    let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
     call.flush_deferred().await;
     let (id, rx) = gw
         .streams
@@ -106,7 +106,14 @@ pub async fn post_message(
 ) -> Result<Response, McpError> {
     let stream_id = query.stream_id.ok_or(McpError::MissingStreamId)?;
     let body = read_messages(&gw, body).await?;
-    let mut call = resolve(&gw, &session_id, &headers, admitted.version.clone()).await?;
+    let mut call = resolve(
+        &gw,
+        &session_id,
+        &headers,
+        admitted.version.clone(),
+        &body.messages,
+    )
+    .await?;
     // Only the key that opened the stream, on its session, may post to it;
     // anything else looks like a stream that does not exist.
     let entry = Uuid::parse_str(&stream_id)

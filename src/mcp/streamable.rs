@@ -53,7 +53,7 @@ pub async fn post_endpoint(
             return Ok(modern::serve(&gw, &session_id, &headers, *request).await);
         }
     };
-    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
+    let call = resolve(&gw, &session_id, &headers, admitted.version, &body.messages).await?;
     if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
         call.flush_deferred().await;
         return Err(refused);
@@ -164,7 +164,7 @@ pub async fn delete_endpoint(
     if admitted.version.as_deref().is_some_and(protocol::is_modern) {
         return Err(McpError::StatelessOnly);
     }
-    let call = resolve(&gw, &session_id, &headers, admitted.version).await?;
+    let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
     let refused = check_session_header(&gw, &headers, &session_id);
     call.flush_deferred().await;
     refused?;

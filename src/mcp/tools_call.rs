@@ -243,14 +243,8 @@ async fn decide(
 ) -> Result<Allowed, McpError> {
     let spec = tool.spec();
     let agent = call.agent_uid();
-    let typed: Option<PreparedContext> = call.bundle.typed_tool_context(
-        spec.action,
-        &spec.name,
-        &call.view.tenant.session.id,
-        &call.time,
-        args,
-    );
-    let context = typed.as_ref().unwrap_or(&call.context);
+    let own_context = tool_context(call, spec, args);
+    let context = own_context.as_ref().unwrap_or(&call.context);
     let mut decided = call.decide(&agent, spec.action, &Kind::Tool.uid(&spec.name), context);
     decided.record.notes = notes.to_string();
     if !decided.allowed() {
@@ -289,6 +283,35 @@ async fn decide(
         call: decided,
         write: Some(write),
     })
+}
+
+/// The context of the call's own decision when it is not the request's
+/// session context: with `args` when the schema types the tool, with
+/// `usage` when the deciding action's policies read `context.usage`. The
+/// call is counted for `context.usage` whenever the active set reads it
+/// anywhere (so a set that never reads it counts nothing); only calls that
+/// reach this decision count, whatever its verdict.
+fn tool_context(call: &Call, spec: &ToolSpec, args: &Value) -> Option<PreparedContext> {
+    let bundle = &call.bundle;
+    let session = &call.view.tenant.session;
+    if bundle.usage_reads.any() {
+        let usage = call
+            .gw
+            .rate_limits
+            .usage
+            .call(&session.org_id, &session.agent_id, &spec.name);
+        if bundle.tool_reads_usage(spec.action, &spec.name) {
+            return Some(bundle.prepare_tool_context_with_usage(
+                spec.action,
+                &spec.name,
+                &session.id,
+                &call.time,
+                args,
+                &usage,
+            ));
+        }
+    }
+    bundle.typed_tool_context(spec.action, &spec.name, &session.id, &call.time, args)
 }
 
 fn denial(tool: &str, decided: &Decided) -> Denial {

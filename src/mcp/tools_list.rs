@@ -2,25 +2,21 @@
 //! `view_tool`, assembled from each tool's entry serialized once.
 //!
 //! Tools of one remote peer are decided per equivalence class instead of
-//! once each. Two such tools are indistinguishable to any policy that
-//! does not name one of them: same type, same parents (the peer), same
-//! attributes, same context. Cedar can tell them apart only by their uid,
-//! which a policy can compare only with a literal. So a tool whose name
-//! appears as a string literal (or template link) in the active set is
-//! decided on its own, and every other tool of a peer shares one decision
-//! made on a representative (unless that decision carries errors, which
-//! may name the tool: the next one is then decided alone). Built-in tools
-//! are decided one by one.
+//! once each (`tool_classes`). Two such tools are indistinguishable to
+//! any policy that does not name one of them, so every unnamed tool of a
+//! peer shares one decision made on a representative (unless that decision
+//! carries errors, which may name the tool: the next one is then decided
+//! alone). Built-in tools are decided one by one.
 //!
 //! The list's decisions are recorded as one batched `view_tool` record
 //! (`audit::tool_list`) listing every tool with its verdict and each
 //! class with the tool it was decided on; replay decides each tool alone,
 //! so every record re-proves the sharing.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
 
 use super::call::Call;
+use super::tool_classes::Classes;
 use crate::store::WriteOp;
 use crate::tools::{ToolSpec, list_result};
 
@@ -34,7 +30,7 @@ pub fn tools_list(call: &Call) -> String {
 /// The session's tools Cedar lets the agent `view_tool`, in the session's
 /// order; their batched record is deferred to the request's commit.
 pub fn visible(call: &Call) -> Vec<&ToolSpec> {
-    let classes = Classes::of(call);
+    let classes = Classes::of(&call.gw, &call.bundle, &call.view);
     let mut list = call.tool_list();
     // The class each peer's unnamed tools share, once decided.
     let mut class_of_peer: HashMap<&str, usize> = HashMap::new();
@@ -60,26 +56,4 @@ pub fn visible(call: &Call) -> Vec<&ToolSpec> {
         call.defer([WriteOp::Decision(Box::new(record))]);
     }
     entries
-}
-
-/// The equivalence classes of a session's peer tools.
-struct Classes {
-    /// Tool names the active policy set names as literals.
-    named: Option<Arc<HashSet<String>>>,
-}
-
-impl Classes {
-    fn of(call: &Call) -> Classes {
-        let has_peer_tools = call.view.tools.iter().any(|t| t.spec().peer.is_some());
-        Classes {
-            named: has_peer_tools.then(|| call.gw.a2a.policy_literals(&call.bundle)),
-        }
-    }
-
-    /// The class a tool shares its decision with: its peer, unless the
-    /// policies name it (or it has no peer).
-    fn class_of<'t>(&self, name: &str, peer: Option<&'t str>) -> Option<&'t str> {
-        let named = self.named.as_ref()?;
-        peer.filter(|_| !named.contains(name))
-    }
 }

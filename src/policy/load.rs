@@ -487,7 +487,9 @@ pub fn bundle_from_sources(
         schema_text,
     );
     let session_determined = super::session_verdicts::SessionDetermined::of(&slices);
+    let usage_reads = super::usage_reads::UsageReaders::of(&slices, &pset);
     Ok(PolicyBundle {
+        usage_reads,
         slices,
         node_reads,
         session_determined,

@@ -108,7 +108,7 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
         }
         let _ = write!(
             body,
-            "  action {} in [{}] appliesTo {{\n    principal: [Agent],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args} }},\n  }};\n",
+            "  action {} in [{}] appliesTo {{\n    principal: [Agent],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args}, usage?: {{ callsLastMinute: Long, agentCallsLastMinute: Long, orgCallsLastMinute: Long }} }},\n  }};\n",
             quote(&tool.name),
             tool.group.name()
         );
