@@ -860,9 +860,9 @@ async fn subscriptions_listen_announces_tool_list_changes_and_is_bounded_per_key
         .await
         .into_iter()
         .filter(|d| {
-            d.record.action == "view_tool"
-                && d.record.decision == "deny"
-                && d.record.resource.contains("af_memory_remember")
+            common::listed_verdicts(&d.record)
+                .iter()
+                .any(|(tool, decision)| tool == "af_memory_remember" && decision == "deny")
         })
         .count();
     assert!(denied_views >= 1);

@@ -207,12 +207,12 @@ async fn a_tools_list_costs_the_decisions_it_makes() {
     let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
     let (status, _, body) = post(&g, &t, &list).await;
     assert_eq!(status, 200, "{body}");
-    let decisions = g
+    let decisions: usize = g
         .decisions()
         .await
         .iter()
-        .filter(|d| d.record.action == "view_tool")
-        .count();
+        .map(|d| common::listed_decisions(&d.record))
+        .sum();
     assert!(
         (6..=10).contains(&decisions),
         "the test needs a list of 6 to 10 decisions: {decisions}"

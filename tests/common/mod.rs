@@ -466,3 +466,35 @@ impl Drop for TestGateway {
         drop_database_of(self.dir.path());
     }
 }
+
+/// The tools of a batched `view_tool` record (one per `tools/list`), each
+/// with its decision (`allow` or `deny`); empty for any other record.
+pub fn listed_verdicts(record: &cedargate::store::decisions::NewDecision) -> Vec<(String, String)> {
+    let notes: Value = serde_json::from_str(&record.notes).unwrap_or(Value::Null);
+    let list = &notes["toolList"];
+    let Some(tools) = list["tools"].as_array() else {
+        return Vec::new();
+    };
+    tools
+        .iter()
+        .map(|entry| {
+            let verdict = entry[1].as_u64().unwrap_or(u64::MAX) as usize;
+            let decision = list["verdicts"][verdict]["decision"].as_str().unwrap_or("");
+            (
+                entry[0].as_str().unwrap_or("").to_string(),
+                decision.to_string(),
+            )
+        })
+        .collect()
+}
+
+/// How many Cedar decisions a batched `view_tool` record stands for: one
+/// per tool, except one per equivalence class of a peer's tools.
+pub fn listed_decisions(record: &cedargate::store::decisions::NewDecision) -> usize {
+    let notes: Value = serde_json::from_str(&record.notes).unwrap_or(Value::Null);
+    let list = &notes["toolList"];
+    let tools = list["tools"].as_array().map_or(0, Vec::len);
+    let classes = list["classes"].as_array().cloned().unwrap_or_default();
+    let classed: u64 = classes.iter().filter_map(|c| c["tools"].as_u64()).sum();
+    tools - classed as usize + classes.len()
+}
