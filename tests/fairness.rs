@@ -7,6 +7,13 @@
 //! ratio, with the default limits and the release build, is measured by
 //! `cargo bench --bench abuse` (figures in `benches/README.md`).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
 mod common;
 
 use std::sync::Arc;
