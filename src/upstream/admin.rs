@@ -62,9 +62,10 @@ pub struct Approve {
 pub struct RegisterServer {
     /// Name; its slug is the Cedar `McpServer` id and the default prefix.
     pub name: String,
-    /// `streamable-http`.
+    /// `streamable-http` or `sse`.
     pub transport: String,
-    /// The MCP endpoint (e.g. `https://host/mcp`).
+    /// The MCP endpoint (e.g. `https://host/mcp`); for `sse`, the event
+    /// stream (e.g. `https://host/sse`).
     pub url: String,
     /// Where the bearer credential for the upstream is found.
     pub auth: Option<PeerAuth>,
@@ -79,10 +80,11 @@ pub struct RegisterServer {
 
 /// Checks the registration; returns the endpoint, slug and prefix.
 fn check_input(req: &RegisterServer) -> Result<(reqwest::Url, String, String), AppError> {
-    if req.transport != registry::STREAMABLE_HTTP {
+    if req.transport != registry::STREAMABLE_HTTP && req.transport != registry::SSE {
         return Err(AppError::BadRequest(format!(
-            "`transport` must be `{}`, not `{}`",
+            "`transport` must be `{}` or `{}`, not `{}`",
             registry::STREAMABLE_HTTP,
+            registry::SSE,
             req.transport
         )));
     }

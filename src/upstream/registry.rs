@@ -20,8 +20,11 @@ use crate::store::db::Conn;
 use crate::store::upstreams::{self, ListingRecord, StoredUpstream};
 use crate::tools::ToolSpec;
 
-/// The one transport registrable through the API so far.
+/// The Streamable HTTP transport.
 pub const STREAMABLE_HTTP: &str = "streamable-http";
+
+/// The legacy HTTP+SSE transport (2024-11-05): `url` is the event stream.
+pub const SSE: &str = "sse";
 
 /// Health of a registered upstream.
 pub mod health {
@@ -257,7 +260,7 @@ pub struct ServerRow {
     pub slug: String,
     /// Display name.
     pub name: String,
-    /// `streamable-http`.
+    /// `streamable-http` or `sse`.
     pub transport: String,
     /// The MCP endpoint.
     pub url: String,
@@ -479,7 +482,7 @@ pub struct ServerTarget {
     pub url: String,
     /// The same, parsed once.
     pub endpoint: reqwest::Url,
-    /// `streamable-http`.
+    /// `streamable-http` or `sse`.
     pub transport: String,
     /// Credential source.
     pub auth: Option<PeerAuth>,
