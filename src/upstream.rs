@@ -5,7 +5,9 @@
 //!
 //! - [`registry`]: registered servers per org (stored rows, pinned tool
 //!   definitions, health) and the per-org tool set built from them;
-//! - [`client`]: the MCP client side of Streamable HTTP;
+//! - [`client`]: the MCP client, one interface over two transports
+//!   (Streamable HTTP, and HTTP+SSE in [`sse`]; what they share in
+//!   [`wire`]);
 //! - [`adapter`]: an upstream tool as a [`crate::tools::ToolAdapter`];
 //! - [`admin`]: the operator API under `/admin/orgs/{org}/mcp-servers`.
 //!
@@ -22,6 +24,8 @@ pub mod adapter;
 pub mod admin;
 pub mod client;
 pub mod registry;
+pub mod sse;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +35,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::store::{Store, StoreError};
-use client::{ClientError, Endpoint, Session};
+use client::{ClientError, Endpoint, Session, Transport};
 use registry::{Listing, OrgUpstreams, PinnedTool, ServerTarget};
 
 /// Most orgs whose tool sets are cached, and most upstreams with sessions.
@@ -157,6 +161,7 @@ impl Upstreams {
         let bearer = bearer(target)?;
         let ep = Endpoint {
             url: &target.endpoint,
+            transport: transport(target),
             bearer: bearer.as_deref(),
             max_bytes: MAX_RESPONSE_BYTES,
         };
@@ -174,8 +179,9 @@ impl Upstreams {
         }
     }
 
-    /// The session in `cell`, initializing one when there is none or when
-    /// the one there is `expired`.
+    /// The session in `cell`, initializing one when there is none, when
+    /// the one there is `expired`, or when its event stream ended (SSE: a
+    /// new stream, a new session).
     async fn session(
         &self,
         cell: &Mutex<Option<Session>>,
@@ -185,6 +191,7 @@ impl Upstreams {
         let mut guard = cell.lock().await;
         if let Some(s) = guard.as_ref()
             && Some(s) != expired
+            && s.is_live()
         {
             return Ok(s.clone());
         }
@@ -215,6 +222,7 @@ impl Upstreams {
         let bearer = bearer(target)?;
         let ep = Endpoint {
             url: &target.endpoint,
+            transport: transport(target),
             bearer: bearer.as_deref(),
             max_bytes: MAX_RESPONSE_BYTES,
         };
@@ -254,6 +262,15 @@ fn bearer(target: &ServerTarget) -> Result<Option<String>, ClientError> {
                 target.slug
             ))
         }),
+    }
+}
+
+/// The registered transport.
+fn transport(target: &ServerTarget) -> Transport {
+    if target.transport == registry::SSE {
+        Transport::Sse
+    } else {
+        Transport::StreamableHttp
     }
 }
 

@@ -1,9 +1,13 @@
 //! The gateway fronting a real upstream: the official reference server
 //! `@modelcontextprotocol/server-everything` (npm, pinned in
-//! `tests/upstreams/package-lock.json`) over Streamable HTTP, started here
-//! on a free loopback port. Its tools are listed through a governed
-//! session, `echo` answers the upstream's own result, and a call a policy
-//! denies never reaches it (its log shows no request for it).
+//! `tests/upstreams/package-lock.json`) over Streamable HTTP and over the
+//! legacy HTTP+SSE transport, started here on a free loopback port. Its
+//! tools are listed through a governed session, `echo` answers the
+//! upstream's own result, and a call a policy denies never reaches it (its
+//! log shows no request for it). Over SSE, the server is also stopped
+//! (calls answer -32202), restarted on the same port (the next call opens
+//! a new stream and session), and made slower than the call's budget
+//! (-32201).
 //!
 //! The server is installed by `tests/upstreams/setup.sh` (run by `.ci/run`,
 //! and here when missing). Without network, outside CI, the tests skip
@@ -65,24 +69,30 @@ fn installed() -> bool {
     }
 }
 
-/// `server-everything` over Streamable HTTP, with its log lines.
+/// `server-everything` over Streamable HTTP or SSE, with its log lines.
 struct Everything {
     url: String,
     log: Arc<Mutex<Vec<String>>>,
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
 }
 
 impl Everything {
     async fn start() -> Everything {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        Everything::start_on("streamableHttp", free_port()).await
+    }
+
+    /// `mode` is `streamableHttp` or `sse`.
+    async fn start_on(mode: &str, port: u16) -> Everything {
         let entry = upstreams_dir()
             .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
         let mut child = tokio::process::Command::new("node")
             .arg(entry)
-            .arg("streamableHttp")
+            .arg(mode)
             .env("PORT", port.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -102,17 +112,14 @@ impl Everything {
                 }
             });
         }
-        let url = format!("http://127.0.0.1:{port}/mcp");
+        let path = if mode == "sse" { "sse" } else { "mcp" };
+        let url = format!("http://127.0.0.1:{port}/{path}");
         for _ in 0..200 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
                 .is_ok()
             {
-                return Everything {
-                    url,
-                    log,
-                    _child: child,
-                };
+                return Everything { url, log, child };
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -128,8 +135,15 @@ impl Everything {
             .lock()
             .unwrap()
             .iter()
-            .filter(|l| l.contains("Received MCP POST request"))
+            .filter(|l| {
+                l.contains("Received MCP POST request") || l.contains("Client Message from")
+            })
             .count()
+    }
+
+    /// Stops the server (its connections close with it).
+    async fn stop(mut self) {
+        self.child.kill().await.unwrap();
     }
 }
 
@@ -211,4 +225,72 @@ async fn server_everything_over_streamable_http_is_governed() {
             json!([r#"Gateway::Tool::"everything.echo""#, "allow"]),
         ]
     );
+}
+
+#[tokio::test]
+async fn server_everything_over_sse_is_governed_and_recovers_from_a_dropped_stream() {
+    if !installed() {
+        return;
+    }
+    let port = free_port();
+    let up = Everything::start_on("sse", port).await;
+    let g = TestGateway::start_with_policy("extra.cedar", FORBID_SUM).await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(
+                json!({"name": "everything", "transport": "sse", "url": up.url, "timeoutMs": 1500}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    assert_eq!(server["health"], "healthy", "{server}");
+    assert_eq!(server["transport"], "sse");
+    let names = g.tool_names(&t).await;
+    for tool in ["everything.echo", "everything.get-sum"] {
+        assert!(names.contains(&tool.to_string()), "{names:?}");
+    }
+
+    let echo = json!({"content": [{"type": "text", "text": "Echo: hello"}]});
+    let body = g
+        .call_tool(&t, "everything.echo", json!({"message": "hello"}))
+        .await;
+    assert_eq!(body["result"], echo, "{body}");
+
+    let before = up.posts();
+    let body = g
+        .call_tool(&t, "everything.get-sum", json!({"a": 1, "b": 2}))
+        .await;
+    assert_eq!(body["error"]["code"], -32003, "{body}");
+    // Anything in flight would have been logged by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.posts(), before, "the denied call reached the upstream");
+
+    // Slower than the registration's budget.
+    let body = g
+        .call_tool(
+            &t,
+            "everything.trigger-long-running-operation",
+            json!({"duration": 30, "steps": 1}),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32201, "{body}");
+
+    // The server goes away: its stream drops, calls answer the transport code.
+    up.stop().await;
+    let body = g
+        .call_tool(&t, "everything.echo", json!({"message": "down"}))
+        .await;
+    assert_eq!(body["error"]["code"], -32202, "{body}");
+    assert_eq!(body["error"]["data"]["class"], "transport", "{body}");
+
+    // Back on the same port: a new stream, a new session, the call answered.
+    let up = Everything::start_on("sse", port).await;
+    let body = g
+        .call_tool(&t, "everything.echo", json!({"message": "hello"}))
+        .await;
+    assert_eq!(body["result"], echo, "{body}");
+    assert_eq!(up.posts(), 3, "initialize, initialized, the call");
 }

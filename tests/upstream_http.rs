@@ -48,6 +48,8 @@ struct Recorder {
     released: AtomicBool,
     /// Whether a tool `added` is listed too.
     extra: AtomicBool,
+    /// A tool of this name listed too, if any.
+    named: Mutex<Option<String>>,
 }
 
 /// A running recording upstream.
@@ -100,6 +102,12 @@ fn tools(rec: &Recorder) -> Value {
             .as_array_mut()
             .unwrap()
             .push(json!({"name": "added", "inputSchema": {"type": "object"}}));
+    }
+    if let Some(name) = rec.named.lock().unwrap().clone() {
+        listed
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": name, "inputSchema": {"type": "object"}}));
     }
     listed
 }
@@ -778,4 +786,150 @@ async fn a_server_that_approves_new_tools_by_hand_offers_nothing_unapproved() {
     let body = call(&g, &t, "strict.added", json!({})).await;
     assert_eq!(body["error"]["code"], -32601, "{body}");
     assert!(up.calls().is_empty());
+}
+
+#[tokio::test]
+async fn an_empty_prefix_exposes_the_upstream_names_unless_they_collide() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start().await;
+    let (status, plain) = register(
+        &g,
+        "acme",
+        json!({"name": "plain", "transport": "streamable-http", "url": up.url, "prefix": ""}),
+    )
+    .await;
+    assert_eq!(status, 201, "{plain}");
+    assert_eq!(plain["tools"][0]["tool"], "echo");
+    let names = g.tool_names(&t).await;
+    assert!(names.contains(&"echo".to_string()), "{names:?}");
+    let body = call(&g, &t, "echo", json!({"message": "hi"})).await;
+    assert_eq!(body["result"]["structuredContent"]["echo"], "hi", "{body}");
+    assert_eq!(up.calls()[0]["name"], "echo");
+
+    // Another server listing the same names without a prefix is refused.
+    let other = Upstream::start().await;
+    let (status, refused) = register(
+        &g,
+        "acme",
+        json!({"name": "twin", "transport": "streamable-http", "url": other.url, "prefix": ""}),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    let text = refused.to_string();
+    assert!(
+        text.contains("`echo`") && text.contains("MCP server `plain`"),
+        "{text}"
+    );
+    // So is one listing a built-in tool's name.
+    *other.rec.named.lock().unwrap() = Some("af_memory_recall".into());
+    let (status, refused) = register(
+        &g,
+        "acme",
+        json!({"name": "shadow", "transport": "streamable-http", "url": other.url, "prefix": "sh"}),
+    )
+    .await;
+    assert_eq!(status, 201, "a prefix keeps it apart: {refused}");
+    let (status, refused) = register(
+        &g,
+        "globex",
+        json!({"name": "shadow", "transport": "streamable-http", "url": other.url, "prefix": ""}),
+    )
+    .await;
+    assert_eq!(status, 404, "{refused}");
+    g.tenant("globex").await;
+    let (status, refused) = register(
+        &g,
+        "globex",
+        json!({"name": "shadow", "transport": "streamable-http", "url": other.url, "prefix": ""}),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("af_memory_recall` is a built-in tool"),
+        "{refused}"
+    );
+    // Nothing of the refused registrations was stored.
+    for (org, count) in [("acme", 2), ("globex", 0)] {
+        let (_, listed) = g
+            .admin(Method::GET, &format!("/admin/orgs/{org}/mcp-servers"), None)
+            .await;
+        assert_eq!(
+            listed["servers"].as_array().unwrap().len(),
+            count,
+            "{listed}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_that_brings_a_colliding_name_hides_that_tool() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start().await;
+    let (status, server) = register(
+        &g,
+        "acme",
+        json!({"name": "plain", "transport": "streamable-http", "url": up.url, "prefix": ""}),
+    )
+    .await;
+    assert_eq!(status, 201, "{server}");
+    let base = format!(
+        "/admin/orgs/acme/mcp-servers/{}",
+        server["id"].as_str().unwrap()
+    );
+    *up.rec.named.lock().unwrap() = Some("af_memory_recall".into());
+    let (status, refreshed) = admin_post(&g, &format!("{base}/refresh"), json!({})).await;
+    assert_eq!(status, 200, "{refreshed}");
+    assert_eq!(
+        refreshed["collisions"],
+        json!([{"tool": "af_memory_recall", "name": "af_memory_recall", "collidesWith": "a built-in tool"}])
+    );
+    let (_, shown) = g.admin(Method::GET, &base, None).await;
+    let entry = shown["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "af_memory_recall")
+        .unwrap()
+        .clone();
+    assert_eq!(entry["status"], "collision", "{shown}");
+    assert_eq!(entry["collidesWith"], "a built-in tool");
+    // The built-in keeps its name: the listing shows it once, with its own
+    // description, and a call reaches the built-in, not the upstream.
+    let (_, list) = g
+        .mcp(
+            &t,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    let recall: Vec<&Value> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "af_memory_recall")
+        .collect();
+    assert_eq!(recall.len(), 1);
+    assert!(
+        recall[0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Recall")
+    );
+    call(
+        &g,
+        &t,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "bug_fix"}),
+    )
+    .await;
+    assert!(up.calls().is_empty(), "{:?}", up.calls());
+    // The other tools stay; the collision clears when the name goes away.
+    assert!(g.tool_names(&t).await.contains(&"echo".to_string()));
+    *up.rec.named.lock().unwrap() = None;
+    let (_, again) = admin_post(&g, &format!("{base}/refresh"), json!({})).await;
+    assert_eq!(again["collisions"], json!([]));
+    assert_eq!(again["toolCount"], 7);
 }

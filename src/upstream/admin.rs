@@ -6,7 +6,8 @@
 //!   the upstream and lists its tools, then stores the registration with
 //!   its health (an unreachable upstream is stored as `unreachable`,
 //!   without tools; one answering something that is not MCP is refused
-//!   and nothing is stored);
+//!   and nothing is stored; one whose tool names collide with another tool
+//!   of the org is refused with 409, nothing stored);
 //! - `GET /orgs/{org}/mcp-servers` (health and tool counts),
 //!   `GET /orgs/{org}/mcp-servers/{id}` (with the pinned definitions),
 //!   `DELETE /orgs/{org}/mcp-servers/{id}`;
@@ -14,11 +15,13 @@
 //!   definition that changed since it was approved is held (not offered)
 //!   until `POST /orgs/{org}/mcp-servers/{id}/approve {"tools": [...]}`
 //!   (the upstream's or the gateway's names; no `tools`: every held one)
-//!   approves it.
+//!   approves it; a tool whose name now collides with another tool of
+//!   the org is hidden and listed in `collisions`.
 //!
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,9 +65,10 @@ pub struct Approve {
 pub struct RegisterServer {
     /// Name; its slug is the Cedar `McpServer` id and the default prefix.
     pub name: String,
-    /// `streamable-http`.
+    /// `streamable-http` or `sse`.
     pub transport: String,
-    /// The MCP endpoint (e.g. `https://host/mcp`).
+    /// The MCP endpoint (e.g. `https://host/mcp`); for `sse`, the event
+    /// stream (e.g. `https://host/sse`).
     pub url: String,
     /// Where the bearer credential for the upstream is found.
     pub auth: Option<PeerAuth>,
@@ -79,10 +83,11 @@ pub struct RegisterServer {
 
 /// Checks the registration; returns the endpoint, slug and prefix.
 fn check_input(req: &RegisterServer) -> Result<(reqwest::Url, String, String), AppError> {
-    if req.transport != registry::STREAMABLE_HTTP {
+    if req.transport != registry::STREAMABLE_HTTP && req.transport != registry::SSE {
         return Err(AppError::BadRequest(format!(
-            "`transport` must be `{}`, not `{}`",
+            "`transport` must be `{}` or `{}`, not `{}`",
             registry::STREAMABLE_HTTP,
+            registry::SSE,
             req.transport
         )));
     }
@@ -198,6 +203,45 @@ fn apply(row: &mut ServerRow, listing: Listing) -> (Listing, Vec<registry::HeldC
     (listing, changes)
 }
 
+/// Every tool name of the org outside the server `except` (gateway name →
+/// what has it): built-in tools, A2A tools and their aliases, and the
+/// other registered servers' tools (a colliding one of theirs excepted).
+async fn taken_names(
+    gw: &Gateway,
+    org: &str,
+    except: &str,
+) -> Result<HashMap<String, String>, AppError> {
+    let mut taken = HashMap::new();
+    for spec in gw.catalog.all() {
+        taken.insert(spec.name.clone(), "a built-in tool".to_string());
+    }
+    let peers = gw.a2a.org(org).await?;
+    for tool in peers.tools.iter() {
+        let owner = format!("a tool of A2A agent `{}`", tool.target.slug);
+        taken.insert(tool.spec.name.clone(), owner);
+    }
+    for alias in peers.aliases.keys() {
+        taken.insert(alias.clone(), "an A2A tool alias".to_string());
+    }
+    let o = org.to_string();
+    let rows = gw.store.read(move |c| registry::list(c, &o)).await?;
+    for row in rows.iter().filter(|r| r.id != except) {
+        for tool in row.tools.iter().filter(|t| t.collides_with.is_none()) {
+            let owner = format!("a tool of MCP server `{}`", row.slug);
+            taken.insert(row.tool_name(&tool.name), owner);
+        }
+    }
+    Ok(taken)
+}
+
+/// The API view of collisions.
+fn collisions_json(collisions: &[registry::Collision]) -> Value {
+    collisions
+        .iter()
+        .map(|c| json!({ "tool": c.tool, "name": c.name, "collidesWith": c.with }))
+        .collect()
+}
+
 /// The API view of held changes.
 fn changes_json(changes: &[registry::HeldChange]) -> Value {
     changes
@@ -240,6 +284,17 @@ async fn register(
         )));
     }
     let (_, changes) = apply(&mut row, listing);
+    let taken = taken_names(&gw, &org, &row.id).await?;
+    let collisions = registry::mark_collisions(&mut row, &taken);
+    if let Some(first) = collisions.first() {
+        return Err(AppError::Conflict(format!(
+            "{} of the server's tool names already exist in org `{org}` (`{}` is {}); \
+             register it with another `prefix`",
+            collisions.len(),
+            first.name,
+            first.with
+        )));
+    }
     let stored = row.clone();
     gw.store.read(move |c| registry::insert(c, &stored)).await?;
     coherence::changed(&gw, &org).await;
@@ -290,7 +345,18 @@ async fn refresh(
 ) -> Result<impl IntoResponse, AppError> {
     let mut row = find(&gw, &org, &id).await?;
     let listing = gw.upstreams.list_tools(&target(&row)?).await;
-    let (recorded, changes) = apply(&mut row, listing);
+    let (mut recorded, changes) = apply(&mut row, listing);
+    let taken = taken_names(&gw, &org, &row.id).await?;
+    let collisions = registry::mark_collisions(&mut row, &taken);
+    if let Listing::Listed { tools, .. } = &mut recorded {
+        tools.clone_from(&row.tools);
+    }
+    for c in &collisions {
+        tracing::warn!(
+            upstream = %row.slug, org = %org, tool = %c.name, with = %c.with,
+            "upstream tool name collides; tool hidden"
+        );
+    }
     let i = id.clone();
     gw.store
         .read(move |c| registry::record_listing(c, &i, &recorded))
@@ -298,6 +364,7 @@ async fn refresh(
     coherence::changed(&gw, &org).await;
     let mut api = row.to_api(true);
     api["heldChanges"] = changes_json(&changes);
+    api["collisions"] = collisions_json(&collisions);
     Ok(Json(api))
 }
 

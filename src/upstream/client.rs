@@ -1,97 +1,95 @@
-//! The gateway as an MCP client of one upstream over Streamable HTTP:
-//! `initialize` (offering the newest version the gateway speaks and
-//! accepting any it supports), `notifications/initialized`, then requests
-//! carrying `Mcp-Session-Id` and `MCP-Protocol-Version`. An answer may be a
-//! JSON body or an SSE stream; the stream is read until the response to
-//! the request arrives, never past `max_bytes`.
+//! The gateway as an MCP client of one upstream, over either transport
+//! behind one interface ([`initialize`], [`request`]):
+//!
+//! - **Streamable HTTP**: each message is POSTed to the endpoint, requests
+//!   carrying `Mcp-Session-Id` and `MCP-Protocol-Version`; an answer may be
+//!   a JSON body or an SSE stream, read until the response to the request
+//!   arrives, never past `max_bytes`;
+//! - **HTTP+SSE** (the 2024-11-05 transport, [`super::sse`]): the session
+//!   owns a long-lived event stream; messages are POSTed to the endpoint
+//!   it names and responses are matched from the stream by id.
+//!
+//! Both initialize the same way (`initialize` offering the newest version
+//! the gateway speaks and accepting any it supports, then
+//! `notifications/initialized`) and fail with the same classes.
 //!
 //! **Architecture Invariant:** the only credential sent is the upstream's
 //! own bearer token, resolved by the caller; nothing of the agent's request
 //! (its key, its headers) is forwarded.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 
+use super::sse;
 use crate::mcp::protocol;
 
-/// Gateway-side failure codes, shared with the A2A bridge.
-pub mod codes {
-    /// The upstream did not answer within the budget.
-    pub const TIMEOUT: i64 = -32201;
-    /// The upstream could not be reached (or answered an HTTP error).
-    pub const TRANSPORT: i64 = -32202;
-    /// The upstream answered something that is not a usable MCP answer.
-    pub const INVALID_RESPONSE: i64 = -32203;
+pub use super::wire::{ClientError, codes};
+use super::wire::{event_end, event_message, too_large, transport};
+
+/// How the upstream is spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Streamable HTTP: one POST per message.
+    StreamableHttp,
+    /// HTTP+SSE: `GET` opens the session's stream, messages are POSTed to
+    /// the endpoint it names.
+    Sse,
 }
 
 /// Where and how to reach one upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct Endpoint<'a> {
-    /// The MCP endpoint.
+    /// The MCP endpoint (for SSE, the URL of the event stream).
     pub url: &'a reqwest::Url,
+    /// The transport.
+    pub transport: Transport,
     /// The upstream's own bearer token, if it needs one.
     pub bearer: Option<&'a str>,
     /// Largest answer accepted, in bytes.
     pub max_bytes: usize,
 }
 
+/// How a session's messages travel.
+#[derive(Debug, Clone)]
+enum Link {
+    /// One POST each.
+    Http,
+    /// POSTs answered on the session's event stream.
+    Sse(Arc<sse::Stream>),
+}
+
 /// An initialized upstream session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Session {
-    /// `Mcp-Session-Id` the upstream assigned (None: a stateless server).
+    /// `Mcp-Session-Id` the upstream assigned (None: a stateless server,
+    /// or the SSE transport).
     pub id: Option<String>,
     /// The protocol version both sides agreed on.
     pub version: String,
+    link: Link,
 }
 
-/// Why a request to an upstream failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ClientError {
-    /// No answer within the budget (-32201).
-    #[error("the upstream did not answer within {0} ms")]
-    Timeout(u64),
-    /// Connection failure or HTTP error (-32202).
-    #[error("{0}")]
-    Transport(String),
-    /// Not a usable MCP answer (-32203).
-    #[error("{0}")]
-    Invalid(String),
-    /// The upstream answered 404 to a request carrying its session id: the
-    /// session expired (the caller initializes again).
-    #[error("the upstream session expired")]
-    Expired,
-    /// The upstream answered a JSON-RPC error (passed on as it is).
-    #[error("{message}")]
-    Remote {
-        /// Its code.
-        code: i64,
-        /// Its message.
-        message: String,
-        /// Its `data`, if any.
-        data: Value,
-    },
-}
-
-impl ClientError {
-    /// The JSON-RPC code the caller gets.
-    pub fn code(&self) -> i64 {
-        match self {
-            ClientError::Timeout(_) => codes::TIMEOUT,
-            ClientError::Transport(_) | ClientError::Expired => codes::TRANSPORT,
-            ClientError::Invalid(_) => codes::INVALID_RESPONSE,
-            ClientError::Remote { code, .. } => *code,
-        }
+impl PartialEq for Session {
+    fn eq(&self, other: &Session) -> bool {
+        let same_link = match (&self.link, &other.link) {
+            (Link::Http, Link::Http) => true,
+            (Link::Sse(a), Link::Sse(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_link && self.id == other.id && self.version == other.version
     }
+}
 
-    /// The failure class recorded with the call.
-    pub fn class(&self) -> &'static str {
-        match self {
-            ClientError::Timeout(_) => "timeout",
-            ClientError::Transport(_) | ClientError::Expired => "transport",
-            ClientError::Invalid(_) => "invalid-response",
-            ClientError::Remote { .. } => "upstream-error",
+impl Session {
+    /// Whether the session can still carry requests (an SSE session whose
+    /// stream ended cannot).
+    pub fn is_live(&self) -> bool {
+        match &self.link {
+            Link::Http => true,
+            Link::Sse(stream) => stream.is_open(),
         }
     }
 }
@@ -105,14 +103,21 @@ struct Posted {
     message: Option<Value>,
 }
 
-/// Opens a session: `initialize`, then `notifications/initialized`.
+/// Opens a session: for SSE its event stream first, then `initialize` and
+/// `notifications/initialized`.
 pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Session, ClientError> {
+    let link = match ep.transport {
+        Transport::StreamableHttp => Link::Http,
+        Transport::Sse => Link::Sse(Arc::new(
+            sse::open(http, ep.url, ep.bearer, ep.max_bytes).await?,
+        )),
+    };
     let params = json!({
         "protocolVersion": protocol::LATEST,
         "capabilities": {},
         "clientInfo": { "name": "cedargate", "version": env!("CARGO_PKG_VERSION") },
     });
-    let (posted, result) = exchange(http, ep, None, "initialize", params).await?;
+    let (posted, result) = exchange(http, ep, &link, None, "initialize", params).await?;
     let version = result
         .get("protocolVersion")
         .and_then(Value::as_str)
@@ -127,9 +132,10 @@ pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Sess
     let session = Session {
         id: posted.session_id,
         version,
+        link,
     };
     let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-    post(http, ep, Some(&session), &note, None).await?;
+    send(http, ep, &session.link, Some(&session), &note, None).await?;
     Ok(session)
 }
 
@@ -141,7 +147,7 @@ pub async fn request(
     method: &str,
     params: Value,
 ) -> Result<Value, ClientError> {
-    exchange(http, ep, Some(session), method, params)
+    exchange(http, ep, &session.link, Some(session), method, params)
         .await
         .map(|(_, result)| result)
 }
@@ -150,13 +156,14 @@ pub async fn request(
 async fn exchange(
     http: &reqwest::Client,
     ep: Endpoint<'_>,
+    link: &Link,
     session: Option<&Session>,
     method: &str,
     params: Value,
 ) -> Result<(Posted, Value), ClientError> {
     let id = Value::from(NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-    let mut posted = post(http, ep, session, &body, Some(&id)).await?;
+    let mut posted = send(http, ep, link, session, &body, Some(&id)).await?;
     let Some(message) = posted.message.take() else {
         return Err(ClientError::Invalid(format!(
             "the upstream accepted `{method}` without answering it"
@@ -164,6 +171,34 @@ async fn exchange(
     };
     let result = response_result(message)?;
     Ok((posted, result))
+}
+
+/// Sends one message over the session's link; for a request (`expect` =
+/// its id) brings back the response: from the POST's answer, or (SSE)
+/// from the event stream when the POST was only accepted.
+async fn send(
+    http: &reqwest::Client,
+    ep: Endpoint<'_>,
+    link: &Link,
+    session: Option<&Session>,
+    body: &Value,
+    expect: Option<&Value>,
+) -> Result<Posted, ClientError> {
+    let Link::Sse(stream) = link else {
+        return post(http, ep, session, body, expect).await;
+    };
+    let waiter = expect.map(|id| stream.expect(id)).transpose()?;
+    let to_stream = Endpoint {
+        url: &stream.post_url,
+        ..ep
+    };
+    let mut posted = post(http, to_stream, None, body, expect).await?;
+    if posted.message.is_none()
+        && let Some(waiter) = waiter
+    {
+        posted.message = Some(waiter.answer().await?);
+    }
+    Ok(posted)
 }
 
 /// The `result` of a JSON-RPC response, or its error as [`ClientError::Remote`].
@@ -190,7 +225,9 @@ fn response_result(mut message: Value) -> Result<Value, ClientError> {
     }
 }
 
-/// POSTs one message; for a request (`expect` = its id) reads the response.
+/// POSTs one message; for a request (`expect` = its id) reads the response
+/// (none when the upstream only accepted it: 202, or a legacy endpoint
+/// that does not answer JSON).
 async fn post(
     http: &reqwest::Client,
     ep: Endpoint<'_>,
@@ -215,7 +252,10 @@ async fn post(
     let resp = req.send().await.map_err(|e| transport(&e))?;
     let status = resp.status();
     let session_id = header(resp.headers(), "mcp-session-id");
-    if status == reqwest::StatusCode::NOT_FOUND && session.is_some_and(|s| s.id.is_some()) {
+    let legacy = ep.transport == Transport::Sse;
+    if status == reqwest::StatusCode::NOT_FOUND
+        && (legacy || session.is_some_and(|s| s.id.is_some()))
+    {
         return Err(ClientError::Expired);
     }
     if !status.is_success() {
@@ -224,15 +264,16 @@ async fn post(
             status.as_u16()
         )));
     }
-    let Some(expect) = expect else {
+    let content_type = header(resp.headers(), "content-type").unwrap_or_default();
+    let accepted_only = status == reqwest::StatusCode::ACCEPTED
+        || (legacy && !content_type.starts_with("application/json"));
+    let Some(expect) = expect.filter(|_| !accepted_only) else {
         return Ok(Posted {
             session_id,
             message: None,
         });
     };
-    let is_sse =
-        header(resp.headers(), "content-type").is_some_and(|t| t.starts_with("text/event-stream"));
-    let message = if is_sse {
+    let message = if content_type.starts_with("text/event-stream") {
         read_sse(resp, expect, ep.max_bytes).await?
     } else {
         let bytes = read_limited(resp, ep.max_bytes).await?;
@@ -250,19 +291,6 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-}
-
-/// A connection failure, named by its innermost cause.
-fn transport(e: &reqwest::Error) -> ClientError {
-    let mut source: &dyn std::error::Error = e;
-    while let Some(next) = source.source() {
-        source = next;
-    }
-    ClientError::Transport(format!("cannot reach the upstream: {source}"))
-}
-
-fn too_large(max: usize) -> ClientError {
-    ClientError::Invalid(format!("the upstream's answer is larger than {max} bytes"))
 }
 
 async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, ClientError> {
@@ -304,30 +332,6 @@ async fn read_sse(
     Err(ClientError::Invalid(
         "the upstream's event stream ended without the response".into(),
     ))
-}
-
-/// The end (after the blank line) of the first complete event in `buf`.
-fn event_end(buf: &[u8]) -> Option<usize> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The JSON message in an event's `data:` lines, if it holds one.
-fn event_message(event: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(event).ok()?;
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.strip_prefix(' ').unwrap_or(d))
-        .collect();
-    if data.is_empty() {
-        return None;
-    }
-    serde_json::from_str(&data.join("\n")).ok()
 }
 
 #[cfg(test)]

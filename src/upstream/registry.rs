@@ -20,8 +20,11 @@ use crate::store::db::Conn;
 use crate::store::upstreams::{self, ListingRecord, StoredUpstream};
 use crate::tools::ToolSpec;
 
-/// The one transport registrable through the API so far.
+/// The Streamable HTTP transport.
 pub const STREAMABLE_HTTP: &str = "streamable-http";
+
+/// The legacy HTTP+SSE transport (2024-11-05): `url` is the event stream.
+pub const SSE: &str = "sse";
 
 /// Health of a registered upstream.
 pub mod health {
@@ -48,6 +51,9 @@ pub struct PinnedTool {
     /// tool of a server that approves new tools by hand): the tool is not
     /// offered until it is approved.
     pub held: Option<Held>,
+    /// What else in the org already has the tool's gateway name (set at
+    /// each listing): the tool is not offered while it collides.
+    pub collides_with: Option<String>,
 }
 
 /// A definition waiting for an operator's approval.
@@ -82,12 +88,13 @@ impl PinnedTool {
             definition,
             hash,
             held: None,
+            collides_with: None,
         })
     }
 
-    /// Whether the tool is offered: approved, and nothing held.
+    /// Whether the tool is offered: approved, nothing held, no collision.
     pub fn offered(&self) -> bool {
-        self.held.is_none() && !self.hash.is_empty()
+        self.held.is_none() && !self.hash.is_empty() && self.collides_with.is_none()
     }
 
     fn to_json(&self) -> Value {
@@ -97,6 +104,9 @@ impl PinnedTool {
                 "held".into(),
                 json!({ "hash": h.hash, "definition": h.definition, "seenAt": h.seen_at }),
             );
+        }
+        if let (Some(c), Value::Object(map)) = (&self.collides_with, &mut v) {
+            map.insert("collidesWith".into(), c.clone().into());
         }
         v
     }
@@ -115,6 +125,10 @@ impl PinnedTool {
             hash: v.get("hash")?.as_str()?.to_string(),
             definition: v.get("definition")?.clone(),
             held,
+            collides_with: v
+                .get("collidesWith")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 }
@@ -152,6 +166,7 @@ pub fn merge(
                 definition: Value::Null,
                 hash: String::new(),
                 held: None,
+                collides_with: None,
             },
         };
         let already = before
@@ -172,6 +187,45 @@ pub fn merge(
         out.push(pin);
     }
     (out, changes)
+}
+
+/// A tool whose gateway name something else of the org already has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    /// The upstream's name for the tool.
+    pub tool: String,
+    /// The gateway's name for it.
+    pub name: String,
+    /// What has that name already.
+    pub with: String,
+}
+
+/// Marks each tool of `row` whose gateway name is in `taken` (gateway
+/// name → what has it) as colliding, clears the mark of the others, and
+/// returns the collisions.
+pub fn mark_collisions(row: &mut ServerRow, taken: &HashMap<String, String>) -> Vec<Collision> {
+    let prefix = row.prefix.clone();
+    let mut out = Vec::new();
+    for tool in &mut row.tools {
+        let name = gateway_name(&prefix, &tool.name);
+        tool.collides_with = taken.get(&name).cloned();
+        if let Some(with) = &tool.collides_with {
+            out.push(Collision {
+                tool: tool.name.clone(),
+                name,
+                with: with.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn gateway_name(prefix: &str, tool: &str) -> String {
+    if prefix.is_empty() {
+        tool.to_string()
+    } else {
+        format!("{prefix}.{tool}")
+    }
 }
 
 /// Approves the held definitions of `names` (the upstream's or the
@@ -195,11 +249,7 @@ pub fn approve(row: &mut ServerRow, names: Option<&[String]>) -> Result<usize, V
     let prefix = row.prefix.clone();
     let mut approved = 0;
     for tool in &mut row.tools {
-        let gateway_name = if prefix.is_empty() {
-            tool.name.clone()
-        } else {
-            format!("{prefix}.{}", tool.name)
-        };
+        let gateway_name = gateway_name(&prefix, &tool.name);
         let selected =
             names.is_none_or(|n| n.iter().any(|n| *n == tool.name || *n == gateway_name));
         if selected && let Some(held) = tool.held.take() {
@@ -257,7 +307,7 @@ pub struct ServerRow {
     pub slug: String,
     /// Display name.
     pub name: String,
-    /// `streamable-http`.
+    /// `streamable-http` or `sse`.
     pub transport: String,
     /// The MCP endpoint.
     pub url: String,
@@ -286,11 +336,7 @@ pub struct ServerRow {
 impl ServerRow {
     /// The gateway's name for the upstream tool `tool`.
     pub fn tool_name(&self, tool: &str) -> String {
-        if self.prefix.is_empty() {
-            tool.to_string()
-        } else {
-            format!("{}.{tool}", self.prefix)
-        }
+        gateway_name(&self.prefix, tool)
     }
 
     /// The API view: where secrets live, never their values. `detail`
@@ -323,7 +369,14 @@ impl ServerRow {
                     json!({
                         "name": t.name,
                         "tool": self.tool_name(&t.name),
-                        "status": if t.offered() { "approved" } else { "held" },
+                        "status": if t.collides_with.is_some() {
+                            "collision"
+                        } else if t.offered() {
+                            "approved"
+                        } else {
+                            "held"
+                        },
+                        "collidesWith": t.collides_with,
                         "hash": t.hash,
                         "definition": t.definition,
                         "held": t.held.as_ref().map(|h| json!({
@@ -479,7 +532,7 @@ pub struct ServerTarget {
     pub url: String,
     /// The same, parsed once.
     pub endpoint: reqwest::Url,
-    /// `streamable-http`.
+    /// `streamable-http` or `sse`.
     pub transport: String,
     /// Credential source.
     pub auth: Option<PeerAuth>,

@@ -1,0 +1,263 @@
+//! The legacy HTTP+SSE transport (protocol 2024-11-05) as the client
+//! sees it: `GET <url>` opens a long-lived event stream whose first
+//! `endpoint` event names where messages are POSTed; responses come back
+//! on that stream (the POST answers 202) and are matched to their request
+//! by id. A server that answers the POST with the JSON-RPC response in its
+//! body (seed 004's shape) is read the same way as Streamable HTTP.
+//!
+//! Decisions:
+//! - the `endpoint` must be on the stream's own origin (scheme, host,
+//!   port): the upstream's credential is never sent to a host it names;
+//! - the stream is read by one task per session; an event larger than the
+//!   answer bound closes the stream (its pending requests fail -32203);
+//! - when the stream ends, requests waiting on it fail -32202 (never
+//!   resent: the upstream may have run them), and the session is dead: the
+//!   next request opens a new stream and initializes again;
+//! - requests the upstream sends on the stream (sampling, roots, ping) are
+//!   not answered: the gateway offers no client capabilities.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use reqwest::header::ACCEPT;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::wire::{ClientError, event_end, event_message, too_large, transport};
+
+/// Responses waited for, by request id (as JSON text).
+type Pending = HashMap<String, oneshot::Sender<Result<Value, ClientError>>>;
+
+/// What the reading task and the senders share.
+#[derive(Debug, Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands a response to the request waiting for it.
+    fn deliver(&self, message: Value) {
+        let Some(id) = message
+            .get("id")
+            .filter(|_| message.get("result").is_some() || message.get("error").is_some())
+        else {
+            return;
+        };
+        if let Some(tx) = self.pending().remove(&id.to_string()) {
+            let _ = tx.send(Ok(message));
+        }
+    }
+
+    /// Marks the stream dead and fails every waiting request.
+    fn close(&self, reason: &ClientError) {
+        self.closed.store(true, Ordering::SeqCst);
+        for (_, tx) in self.pending().drain() {
+            let _ = tx.send(Err(reason.clone()));
+        }
+    }
+}
+
+/// One open event stream and the endpoint its messages are POSTed to.
+#[derive(Debug)]
+pub struct Stream {
+    /// Where messages go (from the `endpoint` event).
+    pub post_url: reqwest::Url,
+    shared: Arc<Shared>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// A registered wait for one response.
+pub struct Waiter<'a> {
+    stream: &'a Stream,
+    key: String,
+    rx: Option<oneshot::Receiver<Result<Value, ClientError>>>,
+}
+
+impl Waiter<'_> {
+    /// The response, when the stream brings it.
+    pub async fn answer(mut self) -> Result<Value, ClientError> {
+        let Some(rx) = self.rx.take() else {
+            return Err(closed());
+        };
+        rx.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+impl Drop for Waiter<'_> {
+    /// A request given up (timed out, or answered in the POST body) stops
+    /// being waited for.
+    fn drop(&mut self) {
+        self.stream.shared.pending().remove(&self.key);
+    }
+}
+
+fn closed() -> ClientError {
+    ClientError::Transport("the upstream's event stream closed before the answer".into())
+}
+
+impl Stream {
+    /// Whether the stream is still being read.
+    pub fn is_open(&self) -> bool {
+        !self.shared.closed.load(Ordering::SeqCst)
+    }
+
+    /// Registers a wait for the response to `id` (before it is sent, so a
+    /// fast answer is not missed); a dead stream means the session expired.
+    pub fn expect(&self, id: &Value) -> Result<Waiter<'_>, ClientError> {
+        if !self.is_open() {
+            return Err(ClientError::Expired);
+        }
+        let (tx, rx) = oneshot::channel();
+        let key = id.to_string();
+        self.shared.pending().insert(key.clone(), tx);
+        Ok(Waiter {
+            stream: self,
+            key,
+            rx: Some(rx),
+        })
+    }
+}
+
+/// Opens the stream at `url` and waits for its `endpoint` event.
+pub async fn open(
+    http: &reqwest::Client,
+    url: &reqwest::Url,
+    bearer: Option<&str>,
+    max_bytes: usize,
+) -> Result<Stream, ClientError> {
+    let mut req = http.get(url.clone()).header(ACCEPT, "text/event-stream");
+    if let Some(token) = bearer {
+        req = req.bearer_auth(token);
+    }
+    let mut resp = req.send().await.map_err(|e| transport(&e))?;
+    if !resp.status().is_success() {
+        return Err(ClientError::Transport(format!(
+            "the upstream answered HTTP {} to its event stream request",
+            resp.status().as_u16()
+        )));
+    }
+    let is_sse = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    if !is_sse {
+        return Err(ClientError::Invalid(
+            "the upstream's SSE URL did not answer an event stream".into(),
+        ));
+    }
+    let mut buffer = Vec::new();
+    let endpoint = loop {
+        if let Some(end) = event_end(&buffer) {
+            let event: Vec<u8> = buffer.drain(..end).collect();
+            if let Some(data) = endpoint_data(&event) {
+                break data;
+            }
+            continue;
+        }
+        if buffer.len() > max_bytes {
+            return Err(too_large(max_bytes));
+        }
+        match resp.chunk().await.map_err(|e| transport(&e))? {
+            Some(chunk) => buffer.extend_from_slice(&chunk),
+            None => {
+                return Err(ClientError::Invalid(
+                    "the upstream's event stream ended without an `endpoint` event".into(),
+                ));
+            }
+        }
+    };
+    let post_url = same_origin(url, &endpoint)?;
+    let shared = Arc::new(Shared::default());
+    let reader = tokio::spawn(read(resp, buffer, Arc::clone(&shared), max_bytes));
+    Ok(Stream {
+        post_url,
+        shared,
+        reader,
+    })
+}
+
+/// The data of an `endpoint` event.
+fn endpoint_data(event: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(event).ok()?;
+    let mut name = None;
+    let mut data = Vec::new();
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("event:") {
+            name = Some(n.trim());
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push(d.strip_prefix(' ').unwrap_or(d));
+        }
+    }
+    (name == Some("endpoint")).then(|| data.join("\n").trim().to_string())
+}
+
+/// The endpoint, resolved against the stream's URL, on the same origin.
+fn same_origin(base: &reqwest::Url, endpoint: &str) -> Result<reqwest::Url, ClientError> {
+    let url = base.join(endpoint).map_err(|e| {
+        ClientError::Invalid(format!("the upstream's `endpoint` is not a URL: {e}"))
+    })?;
+    if url.origin() != base.origin() {
+        return Err(ClientError::Invalid(format!(
+            "the upstream's `endpoint` {url} is not on the origin of its event stream"
+        )));
+    }
+    Ok(url)
+}
+
+/// Reads the stream to its end, handing each response to its request.
+async fn read(mut resp: reqwest::Response, mut buffer: Vec<u8>, shared: Arc<Shared>, max: usize) {
+    let reason = loop {
+        while let Some(end) = event_end(&buffer) {
+            let event: Vec<u8> = buffer.drain(..end).collect();
+            if let Some(message) = event_message(&event) {
+                shared.deliver(message);
+            }
+        }
+        if buffer.len() > max {
+            break too_large(max);
+        }
+        match resp.chunk().await {
+            Ok(Some(chunk)) => buffer.extend_from_slice(&chunk),
+            Ok(None) => break closed(),
+            Err(e) => break transport(&e),
+        }
+    };
+    tracing::info!(error = %reason, "upstream event stream closed");
+    shared.close(&reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_event_is_read_and_kept_on_its_origin() {
+        let event = b"event: endpoint\ndata: /message?sessionId=abc\n\n";
+        assert_eq!(
+            endpoint_data(event).as_deref(),
+            Some("/message?sessionId=abc")
+        );
+        assert_eq!(endpoint_data(b"event: message\ndata: {}\n\n"), None);
+        let base = reqwest::Url::parse("http://127.0.0.1:9/sse").unwrap();
+        assert_eq!(
+            same_origin(&base, "/messages/?session_id=1")
+                .unwrap()
+                .as_str(),
+            "http://127.0.0.1:9/messages/?session_id=1"
+        );
+        assert!(same_origin(&base, "http://elsewhere/messages/").is_err());
+    }
+}
