@@ -273,6 +273,57 @@ async fn an_unsupported_version_answers_32022_with_the_supported_list() {
 }
 
 #[tokio::test]
+async fn refusals_before_the_session_carry_the_request_id() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    // An unsupported header version, with the body's id.
+    let body = request(101, "server/discover", json!({}));
+    let headers = with(
+        &standard_headers(&body),
+        "mcp-protocol-version",
+        Some("2099-01-01"),
+    );
+    let a = post(&g, &t, &headers, &body).await;
+    assert_eq!((a.status, code(&a.body)), (400, -32022), "{}", a.body);
+    assert_eq!(a.body["id"], 101, "{}", a.body);
+    // The same for an older client.
+    let legacy = json!({"jsonrpc": "2.0", "id": "x", "method": "ping"});
+    let a = post(
+        &g,
+        &t,
+        &[("mcp-protocol-version".into(), "2099-01-01".into())],
+        &legacy,
+    )
+    .await;
+    assert_eq!(
+        (a.status, code(&a.body), &a.body["id"]),
+        (400, -32022, &json!("x"))
+    );
+    // A missing `_meta` field.
+    let mut body = request(102, "server/discover", json!({}));
+    body["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/protocolVersion");
+    let a = modern(&g, &t, &body).await;
+    assert_eq!((a.status, code(&a.body)), (400, -32602), "{}", a.body);
+    assert_eq!(a.body["id"], 102, "{}", a.body);
+}
+
+#[tokio::test]
+async fn a_meta_version_that_contradicts_the_header_is_a_recorded_mismatch() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let mut body = request(302, "server/discover", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    let a = modern(&g, &t, &body).await;
+    assert_eq!((a.status, code(&a.body)), (400, -32020), "{}", a.body);
+    assert_eq!(a.body["id"], 302, "{}", a.body);
+    assert_eq!(a.body["error"]["data"]["header"], "MCP-Protocol-Version");
+    assert_eq!(header_refusals(&g).await.len(), 1);
+}
+
+#[tokio::test]
 async fn missing_meta_fields_answer_32602_with_400() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;

@@ -5,7 +5,11 @@
 //! messages.
 //!
 //! [`Admitted`] is an axum extractor, so a route cannot forget the header
-//! checks: they run before its handler body does.
+//! checks: they run before its handler body does. [`AdmittedPost`] (the
+//! Streamable HTTP POST) checks `Origin` and `Host` the same way but keeps
+//! an unsupported `MCP-Protocol-Version` for the handler to answer once the
+//! body is read, so the -32022 carries the request's id (still before any
+//! credential is looked at).
 
 use std::sync::Arc;
 
@@ -45,6 +49,29 @@ impl FromRequestParts<Arc<Gateway>> for Admitted {
         check_origin_and_host(gw, &parts.headers)?;
         Ok(Admitted {
             version: header_version(&parts.headers)?,
+        })
+    }
+}
+
+/// A Streamable HTTP POST whose `Origin` and `Host` were accepted; its
+/// `MCP-Protocol-Version` is judged by the handler (see the module doc).
+#[derive(Debug)]
+pub struct AdmittedPost {
+    /// The version `MCP-Protocol-Version` asked for, if it was sent, or
+    /// the refusal of an unsupported one.
+    pub version: Result<Option<String>, McpError>,
+}
+
+impl FromRequestParts<Arc<Gateway>> for AdmittedPost {
+    type Rejection = McpError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        gw: &Arc<Gateway>,
+    ) -> Result<Self, Self::Rejection> {
+        check_origin_and_host(gw, &parts.headers)?;
+        Ok(AdmittedPost {
+            version: header_version(&parts.headers),
         })
     }
 }

@@ -9,11 +9,14 @@
 //! body without that `_meta` field, or one naming a legacy version. A
 //! `_meta` version the gateway does not speak answers 400 with -32022 and
 //! the supported list, before any credential is looked at (the list is
-//! public, `/.well-known/mcp.json` shows it too).
+//! public, `/.well-known/mcp.json` shows it too), unless the header says
+//! 2026-07-28: then the two disagree, and header validation answers
+//! -32020 (recorded) as for any other mismatch.
 //!
 //! A modern body carries exactly one message (no batches); a request
 //! carries `protocolVersion` and `clientCapabilities` (an object) in
-//! `_meta`, else 400 with -32602. `traceparent` and `tracestate` are kept
+//! `_meta`, else 400 with -32602. These refusals answer with the request's
+//! id ([`single_id`]), as every error of a request whose id could be read. `traceparent` and `tracestate` are kept
 //! when well-formed (W3C Trace Context, version `00`) and silently dropped
 //! otherwise: they reach the decision records and the log span, never an
 //! answer.
@@ -69,15 +72,16 @@ pub fn classify(headers: &HeaderMap, body: Messages) -> Result<Classified, McpEr
         .and_then(|m| m.get(META_VERSION))
         .and_then(Value::as_str)
         .map(str::to_string);
-    if let Some(v) = &meta_version
-        && !protocol::is_supported(v)
-    {
-        return Err(McpError::UnsupportedVersion(v.clone()));
-    }
     let header_modern = headers
         .get(PROTOCOL_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(protocol::is_modern);
+    if let Some(v) = &meta_version
+        && !protocol::is_supported(v)
+        && !header_modern
+    {
+        return Err(McpError::UnsupportedVersion(v.clone()));
+    }
     if !header_modern && !meta_version.as_deref().is_some_and(protocol::is_modern) {
         return Ok(Classified::Legacy(body));
     }
@@ -94,6 +98,18 @@ pub fn classify(headers: &HeaderMap, body: Messages) -> Result<Classified, McpEr
         });
     };
     modern(message).map(|m| Classified::Modern(Box::new(m)))
+}
+
+/// The id of a body's one request (`None` for a batch, a notification or
+/// an invalid message): the id a refusal of the whole body answers with.
+pub fn single_id(body: &Messages) -> Option<Id> {
+    if body.batch {
+        return None;
+    }
+    match body.messages.first()? {
+        Message::Request { id, .. } => Some(id.clone()),
+        _ => None,
+    }
 }
 
 /// `params._meta` of a body holding one message.

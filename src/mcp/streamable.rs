@@ -23,7 +23,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::admission::{Admitted, PROTOCOL_HEADER, read_messages};
+use super::admission::{Admitted, AdmittedPost, PROTOCOL_HEADER, read_messages};
 use super::call::resolve;
 use super::dispatch::answer;
 use super::era::{self, Classified};
@@ -43,17 +43,24 @@ pub const SESSION_HEADER: &str = "mcp-session-id";
 pub async fn post_endpoint(
     State(gw): State<Arc<Gateway>>,
     Path(session_id): Path<String>,
-    admitted: Admitted,
+    admitted: AdmittedPost,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, McpError> {
-    let body = match era::classify(&headers, read_messages(&gw, body).await?)? {
-        Classified::Legacy(body) => body,
-        Classified::Modern(request) => {
+    let messages = read_messages(&gw, body).await?;
+    let id = era::single_id(&messages);
+    let version = match admitted.version {
+        Ok(version) => version,
+        Err(refused) => return Ok(refused.modern_response(id.as_ref())),
+    };
+    let body = match era::classify(&headers, messages) {
+        Ok(Classified::Legacy(body)) => body,
+        Ok(Classified::Modern(request)) => {
             return Ok(modern::serve(&gw, &session_id, &headers, *request).await);
         }
+        Err(refused) => return Ok(refused.modern_response(id.as_ref())),
     };
-    let call = resolve(&gw, &session_id, &headers, admitted.version, &body.messages).await?;
+    let call = resolve(&gw, &session_id, &headers, version, &body.messages).await?;
     if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
         call.flush_deferred().await;
         return Err(refused);
