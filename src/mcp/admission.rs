@@ -46,9 +46,9 @@ impl FromRequestParts<Arc<Gateway>> for Admitted {
         parts: &mut Parts,
         gw: &Arc<Gateway>,
     ) -> Result<Self, Self::Rejection> {
-        check_origin_and_host(gw, &parts.headers)?;
+        let post = AdmittedPost::from_request_parts(parts, gw).await?;
         Ok(Admitted {
-            version: header_version(&parts.headers)?,
+            version: post.version?,
         })
     }
 }

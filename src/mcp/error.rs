@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::jsonrpc::{self, Id, RpcError};
 use super::protocol;
+use super::streams::OpenError;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
 
 /// One rejected argument, as `error.data.errors` lists it.
@@ -539,5 +540,14 @@ impl IntoResponse for McpError {
     fn into_response(self) -> Response {
         let (id, status, rpc) = (self.id(), self.status(), self.rpc());
         self.response(&id, status, &rpc)
+    }
+}
+
+impl From<OpenError> for McpError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::TooMany(max) => McpError::TooManyStreams(max),
+            OpenError::Closed => McpError::Closing("the gateway is shutting down"),
+        }
     }
 }

@@ -40,7 +40,7 @@ use super::discover::server_info;
 use super::era::META_SERVER_INFO;
 use super::error::McpError;
 use super::jsonrpc::Id;
-use super::streams::{OpenError, Registration};
+use super::streams::Registration;
 use super::{protocol, tools_list};
 use crate::gateway::Gateway;
 
@@ -71,13 +71,7 @@ pub async fn open(
 ) -> Result<Response, McpError> {
     let gw = Arc::clone(&call.gw);
     let session_id = call.view.tenant.session.id.clone();
-    let (stream_id, rx) = gw
-        .streams
-        .open(&session_id, &call.view.key.id)
-        .map_err(|e| match e {
-            OpenError::TooMany(max) => McpError::TooManyStreams(max),
-            OpenError::Closed => McpError::Closing("the gateway is shutting down"),
-        })?;
+    let (stream_id, rx) = gw.streams.open(&session_id, &call.view.key.id)?;
     let registration = Registration {
         streams: gw.streams.clone(),
         id: stream_id,

@@ -35,7 +35,7 @@ use super::call::{Call, resolve};
 use super::dispatch::answer;
 use super::error::McpError;
 use super::jsonrpc::{self, Answer, Id, Message};
-use super::streams::{Entry, OpenError, Registration};
+use super::streams::{Entry, Registration};
 use crate::gateway::Gateway;
 
 /// The protocol revision this transport belongs to: what a stream speaks
@@ -52,13 +52,7 @@ pub async fn open_stream(
 ) -> Result<Response, McpError> {
     let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
     call.flush_deferred().await;
-    let (id, rx) = gw
-        .streams
-        .open(&session_id, &call.view.key.id)
-        .map_err(|e| match e {
-            OpenError::TooMany(max) => McpError::TooManyStreams(max),
-            OpenError::Closed => McpError::Closing("the gateway is shutting down"),
-        })?;
+    let (id, rx) = gw.streams.open(&session_id, &call.view.key.id)?;
     let registration = Registration {
         streams: gw.streams.clone(),
         id,
