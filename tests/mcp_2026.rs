@@ -738,6 +738,33 @@ async fn trace_context_reaches_every_decision_record_of_the_request() {
     }
 }
 
+/// A legacy client that sends a trace context in a single message's
+/// `_meta` is traced too (a batch is not: its messages may belong to
+/// different traces).
+#[tokio::test]
+async fn a_legacy_request_with_a_trace_context_is_traced() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "af_memory_remember", "arguments": {"content": "traced"},
+        "_meta": {"traceparent": TRACEPARENT}}});
+    let (status, body) = g.mcp(&t, call.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let trail = g.decisions().await;
+    assert!(trail.len() >= 3, "access_session, view_tool, call_tool");
+    for d in &trail {
+        assert_eq!(notes(d)["traceparent"], TRACEPARENT, "{}", d.record.action);
+    }
+    let before = trail.len();
+    let (status, body) = g.mcp(&t, json!([call])).await;
+    assert_eq!(status, 200, "{body}");
+    let trail = g.decisions().await;
+    assert!(trail.len() > before);
+    for d in &trail[before..] {
+        assert!(notes(d).get("traceparent").is_none(), "{}", d.record.notes);
+    }
+}
+
 #[tokio::test]
 async fn a_2025_11_25_client_is_unchanged() {
     let g = TestGateway::start().await;

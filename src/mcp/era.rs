@@ -125,6 +125,14 @@ fn single_meta(body: &Messages) -> Option<&Map<String, Value>> {
     }
 }
 
+/// The W3C trace context of a legacy body holding one message (its
+/// `params._meta`), so older clients that send one are traced too. A batch
+/// has none: its messages may belong to different traces, and one record
+/// set cannot carry several.
+pub fn legacy_trace(body: &Messages) -> Option<TraceContext> {
+    single_meta(body).and_then(trace_context)
+}
+
 /// Reads a modern message and checks its required `_meta` fields.
 fn modern(message: Message) -> Result<Modern, McpError> {
     let (id, method, params) = match message {

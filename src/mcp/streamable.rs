@@ -60,7 +60,8 @@ pub async fn post_endpoint(
         }
         Err(refused) => return Ok(refused.modern_response(id.as_ref())),
     };
-    let call = resolve(&gw, &session_id, &headers, version, &body.messages).await?;
+    let mut call = resolve(&gw, &session_id, &headers, version, &body.messages).await?;
+    call.trace = era::legacy_trace(&body);
     if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
         call.flush_deferred().await;
         return Err(refused);
