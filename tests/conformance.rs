@@ -95,34 +95,11 @@ fn suite_dir() -> PathBuf {
 /// Runs the installer once per test binary.
 fn installed() -> bool {
     static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = SETUP.get_or_init(|| {
-        let out = std::process::Command::new("bash")
-            .arg(suite_dir().join("setup.sh"))
-            .output()
-            .map_err(|e| format!("cannot run setup.sh: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "setup.sh failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    });
-    match result {
-        Ok(()) => true,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("the MCP conformance suite could not be installed: {e}")
-        }
-        Err(e) => {
-            eprintln!(
-                "SKIPPED: the MCP conformance suite could not be installed (set CI=true to fail): {e}"
-            );
-            false
-        }
-    }
+    common::setup::install_once(
+        &SETUP,
+        &suite_dir().join("setup.sh"),
+        "the MCP conformance suite",
+    )
 }
 
 /// What the agent under test may see: only the fixture upstream's tool.

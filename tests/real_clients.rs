@@ -46,34 +46,11 @@ fn clients_dir() -> PathBuf {
 /// Runs the installer once per test binary.
 fn installed() -> bool {
     static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = SETUP.get_or_init(|| {
-        let out = std::process::Command::new("bash")
-            .arg(clients_dir().join("install.sh"))
-            .output()
-            .map_err(|e| format!("cannot run install.sh: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "install.sh failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    });
-    match result {
-        Ok(()) => true,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("real MCP clients could not be installed: {e}")
-        }
-        Err(e) => {
-            eprintln!(
-                "SKIPPED: real MCP clients could not be installed (set CI=true to fail): {e}"
-            );
-            false
-        }
-    }
+    common::setup::install_once(
+        &SETUP,
+        &clients_dir().join("install.sh"),
+        "real MCP clients",
+    )
 }
 
 /// What a client process did.

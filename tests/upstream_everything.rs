@@ -39,34 +39,11 @@ fn upstreams_dir() -> PathBuf {
 /// Runs the installer once per test binary.
 fn installed() -> bool {
     static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = SETUP.get_or_init(|| {
-        let out = std::process::Command::new("bash")
-            .arg(upstreams_dir().join("setup.sh"))
-            .output()
-            .map_err(|e| format!("cannot run setup.sh: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "setup.sh failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    });
-    match result {
-        Ok(()) => true,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("upstream MCP servers could not be installed: {e}")
-        }
-        Err(e) => {
-            eprintln!(
-                "SKIPPED: upstream MCP servers could not be installed (set CI=true to fail): {e}"
-            );
-            false
-        }
-    }
+    common::setup::install_once(
+        &SETUP,
+        &upstreams_dir().join("setup.sh"),
+        "upstream MCP servers",
+    )
 }
 
 /// `server-everything` over Streamable HTTP or SSE, with its log lines.

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod pg;
 pub mod sdk_peer;
+pub mod setup;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

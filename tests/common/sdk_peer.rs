@@ -16,33 +16,12 @@ pub fn peers_dir() -> PathBuf {
 /// Runs the installer once per test binary; None when it failed outside CI.
 pub fn installed() -> Option<()> {
     static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = RESULT.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(peers_dir().join("setup.sh"))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run setup.sh: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "setup.sh failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    });
-    match result {
-        Ok(()) => Some(()),
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("the reference A2A SDKs could not be installed: {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED (not in CI): the reference A2A SDKs could not be installed: {e}");
-            None
-        }
-    }
+    super::setup::install_once(
+        &RESULT,
+        &peers_dir().join("setup.sh"),
+        "the reference A2A SDKs",
+    )
+    .then_some(())
 }
 
 /// A peer process; killed on drop.
