@@ -224,7 +224,8 @@ impl Writer {
     /// (CLI, outside the runtime).
     pub fn submit_blocking(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
         let (ack, done) = oneshot::channel();
-        let job = budget::block_on(self.job(ops, Some(ack)))?;
+        // Callers outside the runtime (the CLI) wait for permits on their thread.
+        let job = futures_executor::block_on(self.job(ops, Some(ack)))?;
         self.tx.blocking_send(job).map_err(|_| stopped())?;
         acknowledged(done.blocking_recv())
     }
