@@ -58,6 +58,16 @@ fn apply(gw: &Gateway, change: &Change) {
     }
 }
 
+/// Whether the termination a notification announced is still stored: a
+/// resume committed since then removed it. A store that cannot answer
+/// counts as stored (refusing a stale id is the safe side).
+fn still_terminated(gw: &Gateway, sid: &str) -> bool {
+    let sid = sid.to_string();
+    gw.store
+        .read_blocking(move |c| crate::store::terminations::is_stored(c, &sid))
+        .unwrap_or(true)
+}
+
 /// Listens for other instances' changes (PostgreSQL only).
 pub fn start_listener(gw: &Arc<Gateway>) -> Option<Listener> {
     let Location::Postgres(target) = gw.store.location() else {
@@ -78,6 +88,13 @@ pub fn start_listener(gw: &Arc<Gateway>) -> Option<Listener> {
                 Ok(ids) => ids.iter().for_each(|sid| gw.terminated.remember(sid)),
                 Err(e) => tracing::warn!(error = %e, "cannot reload MCP session terminations"),
             }
+        }
+        if let Change::McpTerminated(sid) = &change
+            && !still_terminated(&gw, sid)
+        {
+            // A notification overtaken by a resume (this instance's own
+            // DELETE then `initialize`, say) must not mark it again.
+            return true;
         }
         apply(&gw, &change);
         true

@@ -14,6 +14,16 @@ pub fn load_since(conn: &mut Conn, since: &str) -> Result<Vec<String>, StoreErro
     )
 }
 
+/// Whether a termination of `session_id` is stored now.
+pub fn is_stored(conn: &mut Conn, session_id: &str) -> Result<bool, StoreError> {
+    let rows: Vec<String> = conn.query_map(
+        "SELECT session_id FROM mcp_terminations WHERE session_id = ?1",
+        crate::params![session_id],
+        |r| r.get(0),
+    )?;
+    Ok(!rows.is_empty())
+}
+
 /// Stores a termination (replacing an older one of the same session).
 pub fn terminate_op(session_id: &str, at: &str) -> WriteOp {
     WriteOp::Exec {
