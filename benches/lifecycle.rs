@@ -376,7 +376,7 @@ fn replay_throughput(root: &Path, shipped_dir: &Path, large: PolicyBundle, recor
             .read_blocking(|c| {
                 replay::replay(c, &DecisionFilter::default(), &against).map_err(|e| match e {
                     replay::ReplayError::Store(s) => s,
-                    replay::ReplayError::Filter(f) => cedargate::store::StoreError::Invalid(f),
+                    e => cedargate::store::StoreError::Invalid(e.to_string()),
                 })
             })
             .unwrap_or_else(|e| panic!("{e}"));

@@ -10,6 +10,7 @@ use serde_json::json;
 
 pub mod lifecycle;
 pub mod trail;
+pub mod upstreams;
 
 use crate::config::{Config, LogFormat};
 use crate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject, OpenSession};
@@ -48,6 +49,10 @@ pub enum Command {
     /// Manage sessions.
     #[command(subcommand)]
     Session(SessionCmd),
+    /// Manage an org's upstream MCP servers (through a running gateway's
+    /// admin API).
+    #[command(subcommand)]
+    McpServer(upstreams::McpServerCmd),
     /// Read and verify the decision trail.
     #[command(subcommand)]
     Audit(AuditCmd),
@@ -301,6 +306,7 @@ pub fn main() -> ExitCode {
         Command::Audit(AuditCmd::Export(args)) => lifecycle::export(&config, &args),
         Command::Audit(AuditCmd::Verify(args)) => lifecycle::verify(&config, &args),
         Command::Audit(AuditCmd::Archive(args)) => trail::archive(&config, &args),
+        Command::McpServer(cmd) => upstreams::run(&config, cmd),
         other => match operate(&config, other) {
             Ok(code) => code,
             Err(e) => {
@@ -362,6 +368,7 @@ fn serve(config: Config) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        say(&console_line(&gw.config));
         if demo {
             match crate::demo::ensure(&gw).await {
                 Ok(Some(creds)) => say(&crate::demo::banner(&gw.config.base_url(), &creds)),
@@ -381,6 +388,16 @@ fn serve(config: Config) -> ExitCode {
             }
         }
     })
+}
+
+/// The start-up banner's console line: its URL, or how to enable it.
+fn console_line(config: &Config) -> String {
+    if crate::console::enabled(config) {
+        format!("Console URL: {}{}", config.base_url(), crate::console::PATH)
+    } else {
+        "Console: off (set CEDARGATE_ADMIN_TOKEN or CEDARGATE_AUDITOR_TOKEN to serve it at /console)"
+            .into()
+    }
 }
 
 /// Prints to stdout, ignoring a closed pipe (a server must not die because
@@ -513,6 +530,7 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         Command::Serve(_)
         | Command::Policy(_)
         | Command::Schema(_)
+        | Command::McpServer(_)
         | Command::Audit(
             AuditCmd::Verify(_) | AuditCmd::Replay(_) | AuditCmd::Export(_) | AuditCmd::Archive(_),
         ) => {}

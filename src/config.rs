@@ -34,6 +34,12 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Bearer token for `/admin/*`. Without one the admin API is not served.
     pub admin_token: Option<String>,
+    /// Read-only token of the web console (`/console`): auditors read the
+    /// trail and run replays and what-ifs, never change anything. Without
+    /// it and without `admin_token` the console is not served.
+    pub auditor_token: Option<String>,
+    /// The web console's bounds (sign-in lifetime, replay limits).
+    pub console: ConsoleConfig,
     /// Create (once) and print a demo tenant at start-up.
     pub demo_tenant: bool,
     /// Request limits.
@@ -52,12 +58,47 @@ pub struct Config {
     pub lifecycle: LifecycleConfig,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
     pub a2a: A2aConfig,
+    /// Background listing of registered upstream MCP servers.
+    pub upstream_refresh: UpstreamRefreshConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
     /// The MCP endpoint's protocol 2026-07-28 settings.
     pub mcp: McpConfig,
     /// Retention of the decision trail (periodic archives; off by default).
     pub audit: AuditConfig,
+    /// Upstream MCP servers run as child processes over stdio, each for
+    /// one org (`[[upstreams]]`); the admin API never declares these.
+    pub upstreams: Vec<DeclaredUpstream>,
+}
+
+/// One `[[upstreams]]` entry: a stdio MCP server the gateway starts for an
+/// org. See `src/upstream/README.md` (Transports, Declared servers). Its
+/// `Debug` shows the names of `env`, never the values (they may be secrets).
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeclaredUpstream {
+    /// The org whose sessions see its tools.
+    pub org: String,
+    /// Name; its slug is the Cedar `McpServer` id and the default prefix.
+    pub name: String,
+    /// The program (looked up on `PATH`).
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Its environment, on top of `PATH`, `HOME`, `LANG`, `LC_ALL`, `TZ`
+    /// and `TMPDIR` (nothing else of the gateway's environment is passed).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Tool name prefix (default: the slug; `""`: the upstream's names).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Budget of one call, in milliseconds (default 30,000).
+    #[serde(default, alias = "timeout_ms")]
+    pub timeout_ms: Option<u64>,
+    /// Whether tools first seen are offered at once (default true).
+    #[serde(default, alias = "approve_new_tools")]
+    pub approve_new_tools: Option<bool>,
 }
 
 /// Retention of the decision trail (`[audit]`). Off by default: an
@@ -90,6 +131,36 @@ impl Default for AuditConfig {
             archive_dir: None,
             archive_format: crate::audit::export::Format::Jsonl,
             archive_interval_secs: 3600,
+        }
+    }
+}
+
+/// The web console (`[console]`). See `src/console/README.md`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Seconds a console sign-in lasts (then the token is asked again).
+    pub session_ttl_secs: u64,
+    /// Most records one console replay may cover; a wider window is
+    /// refused before anything runs.
+    pub replay_max_records: u64,
+    /// Longest time window of one console replay, in hours.
+    pub replay_max_window_hours: u64,
+    /// Console replays running at once (gateway-wide).
+    pub replay_jobs: usize,
+    /// Directory whose subdirectories are the candidate policy sets the
+    /// console offers (default `{data_dir}/candidates`).
+    pub candidates_dir: Option<PathBuf>,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            session_ttl_secs: 8 * 3600,
+            replay_max_records: 1_000_000,
+            replay_max_window_hours: 31 * 24,
+            replay_jobs: 2,
+            candidates_dir: None,
         }
     }
 }
@@ -207,6 +278,29 @@ impl Default for A2aConfig {
             card_timeout_ms: 5_000,
             max_card_bytes: 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Background listing of registered upstream MCP servers
+/// (`[upstream_refresh]`): a changed tool definition is held without an
+/// operator asking.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamRefreshConfig {
+    /// Seconds between background listings of every registered server
+    /// (0: never; `POST …/refresh` and `list_changed` still list).
+    pub interval_secs: u64,
+    /// After an upstream's `notifications/tools/list_changed`, how long
+    /// further ones are gathered into the same listing.
+    pub list_changed_debounce_ms: u64,
+}
+
+impl Default for UpstreamRefreshConfig {
+    fn default() -> Self {
+        UpstreamRefreshConfig {
+            interval_secs: 300,
+            list_changed_debounce_ms: 500,
         }
     }
 }
@@ -414,6 +508,21 @@ impl Default for RateLimitConfig {
     }
 }
 
+impl std::fmt::Debug for DeclaredUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeclaredUpstream")
+            .field("org", &self.org)
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("prefix", &self.prefix)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("approve_new_tools", &self.approve_new_tools)
+            .finish()
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -425,6 +534,8 @@ impl Default for Config {
             schema_file: PathBuf::from("schemas/gateway.cedarschema"),
             log_format: LogFormat::Human,
             admin_token: None,
+            auditor_token: None,
+            console: ConsoleConfig::default(),
             demo_tenant: true,
             limits: Limits::default(),
             http: HttpSecurity::default(),
@@ -433,9 +544,11 @@ impl Default for Config {
             cache_ttl_secs: 30,
             lifecycle: LifecycleConfig::default(),
             a2a: A2aConfig::default(),
+            upstream_refresh: UpstreamRefreshConfig::default(),
             graph: GraphConfig::default(),
             mcp: McpConfig::default(),
             audit: AuditConfig::default(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -625,6 +738,35 @@ mod tests {
                 Ok(())
             });
         }
+    }
+
+    #[test]
+    fn declared_upstreams_are_read_from_the_file() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "gw.toml",
+                "[[upstreams]]\norg = \"acme\"\nname = \"files\"\ncommand = \"npx\"\nargs = [\"-y\", \"srv\"]\nenv = { TOKEN = \"t\" }\ntimeoutMs = 5000\napproveNewTools = false\n",
+            )?;
+            let c = Config::load(Some(Path::new("gw.toml"))).map_err(|e| e.to_string())?;
+            let d = &c.upstreams[0];
+            assert_eq!((d.org.as_str(), d.command.as_str()), ("acme", "npx"));
+            assert_eq!(d.args, ["-y", "srv"]);
+            assert_eq!(d.env.get("TOKEN").map(String::as_str), Some("t"));
+            assert_eq!(
+                (d.timeout_ms, d.approve_new_tools),
+                (Some(5000), Some(false))
+            );
+            assert!(
+                !format!("{c:?}").contains("\"t\""),
+                "env values stay out of Debug"
+            );
+            jail.create_file(
+                "bad.toml",
+                "[[upstreams]]\norg = \"acme\"\nname = \"x\"\ncommand = \"npx\"\nurl = \"http://h\"\n",
+            )?;
+            assert!(Config::load(Some(Path::new("bad.toml"))).is_err());
+            Ok(())
+        });
     }
 
     #[test]

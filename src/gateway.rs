@@ -140,12 +140,17 @@ impl Gateway {
     ) -> Result<Self, GatewayError> {
         let ttl = Duration::from_secs(config.cache_ttl_secs.max(1));
         let a2a = Arc::new(A2a::new(config.a2a.clone(), store.clone(), ttl)?);
-        let upstreams = Arc::new(Upstreams::new(store.clone(), ttl)?);
+        let lifecycle = crate::lifecycle::Lifecycle::new(&catalog, store.writer().clone());
+        let upstreams = Arc::new(Upstreams::new(
+            store.clone(),
+            ttl,
+            &config.upstreams,
+            lifecycle.metrics.upstreams.clone(),
+        )?);
         let graphs = Arc::new(crate::graph::from_config(&config.graph)?);
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
         }
-        let lifecycle = crate::lifecycle::Lifecycle::new(&catalog, store.writer().clone());
         let pep = Pep::new(bundle);
         pep.set_observer(lifecycle.observer());
         Ok(Gateway {
@@ -282,7 +287,7 @@ impl Gateway {
             })
             .collect();
         let server_entities: Vec<_> = servers
-            .servers
+            .healthy
             .iter()
             .map(|s| entities::McpServerEntity {
                 slug: s.slug.clone(),

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod console;
 pub mod daemon;
 pub mod demo;
 pub mod discovery;

@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod reload;
 pub mod shadow;
+pub mod upstream_types;
 pub mod watch;
 
 use std::path::Path;
@@ -152,8 +153,13 @@ pub struct Lifecycle {
     pub metrics: Arc<Metrics>,
     /// Shadow evaluation.
     pub shadow: Arc<shadow::Shadow>,
-    /// The tools whose arguments are typed (fixed for the process).
-    pub tools: Vec<ToolSchema>,
+    /// The catalog's tools (fixed for the process).
+    catalog_tools: Vec<ToolSchema>,
+    /// The upstream MCP tools typed from every org's approved pins (see
+    /// [`upstream_types`]); replaced when the registry changes.
+    upstream_tools: Mutex<Vec<ToolSchema>>,
+    /// Wakes the task that rebuilds `upstream_tools` after a registry change.
+    pub(crate) upstreams_changed: Arc<tokio::sync::Notify>,
     status: Mutex<ReloadStatus>,
     /// One reload at a time, so two triggers never race on the swap.
     reload_lock: tokio::sync::Mutex<()>,
@@ -166,10 +172,46 @@ impl Lifecycle {
         Lifecycle {
             shadow: Arc::new(shadow::Shadow::new(Arc::clone(&metrics), writer)),
             metrics,
-            tools: tool_schemas(catalog),
+            catalog_tools: tool_schemas(catalog),
+            upstream_tools: Mutex::new(Vec::new()),
+            upstreams_changed: Arc::new(tokio::sync::Notify::new()),
             status: Mutex::new(ReloadStatus::default()),
             reload_lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The tools whose arguments the effective schema types now: the
+    /// catalog's, then the upstream tools of every org.
+    pub fn tools(&self) -> Vec<ToolSchema> {
+        let mut tools = self.catalog_tools.clone();
+        if let Ok(upstream) = self.upstream_tools.lock() {
+            tools.extend(upstream.iter().cloned());
+        }
+        tools
+    }
+
+    /// Replaces the upstream tools; false when they were already these.
+    pub(crate) fn set_upstream_tools(&self, tools: Vec<ToolSchema>) -> bool {
+        let Ok(mut current) = self.upstream_tools.lock() else {
+            return false;
+        };
+        let same = current.len() == tools.len()
+            && current
+                .iter()
+                .zip(&tools)
+                .all(|(a, b)| a.name == b.name && a.input_schema == b.input_schema);
+        if same {
+            return false;
+        }
+        *current = tools;
+        true
+    }
+
+    /// Notes a registry change: the upstream tool types are rebuilt (and
+    /// the policy set re-validated) by the task [`upstream_types::start`]
+    /// runs, debounced.
+    pub fn registry_changed(&self) {
+        self.upstreams_changed.notify_one();
     }
 
     /// The observer to install on the PEP.

@@ -27,6 +27,7 @@ pub mod call;
 pub mod cost;
 pub mod discover;
 pub mod dispatch;
+pub mod entries;
 pub mod era;
 pub mod error;
 pub mod framing;

@@ -1,8 +1,10 @@
 //! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
 //! decisions by action and outcome, decision latency, policy reloads by
 //! result, the active policy set, shadow-mode divergences, the free space
-//! of the trail's disk and its guard, trail archives by result, and what
-//! the durable write queue holds (records and bytes, now and at most).
+//! of the trail's disk and its guard, trail archives by result, what the
+//! durable write queue holds (records and bytes, now and at most), and per
+//! upstream MCP server its requests by outcome, their latency and its
+//! health (labelled `upstream="<org>/<slug>"`, bounded by the registry).
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -16,6 +18,70 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+/// `upstream` (`<org>/<slug>`), `outcome` (`ok`, `tool_error`, or the
+/// failure class: `timeout`, `transport`, `invalid-response`,
+/// `upstream-error`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamCallLabels {
+    pub upstream: String,
+    pub method: String,
+    pub outcome: String,
+}
+
+/// `upstream` (`<org>/<slug>`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: String,
+}
+
+/// The per-upstream families; the upstream runtime holds a clone (the
+/// families share their series) and counts every request it sends.
+#[derive(Debug, Clone)]
+pub struct UpstreamMetrics {
+    /// Requests sent upstream (`tools/call`, `resources/read`, …) by outcome.
+    pub requests: Family<UpstreamCallLabels, Counter>,
+    /// Time from the request's slot to its answer.
+    pub seconds: Family<UpstreamLabel, Histogram>,
+    /// 1 while the registry says healthy, 0 otherwise (set at each scrape).
+    pub healthy: Family<UpstreamLabel, Gauge>,
+}
+
+impl UpstreamMetrics {
+    /// Counts one request to `upstream` and its duration.
+    pub fn request(&self, upstream: &str, method: &str, outcome: &str, seconds: f64) {
+        self.requests
+            .get_or_create(&UpstreamCallLabels {
+                upstream: upstream.to_string(),
+                method: method.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        self.seconds
+            .get_or_create(&UpstreamLabel {
+                upstream: upstream.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// Sets every registered upstream's health (`(upstream, healthy)`),
+    /// forgetting the ones no longer registered.
+    pub fn health(&self, upstreams: &[(String, bool)]) {
+        self.healthy.clear();
+        for (upstream, healthy) in upstreams {
+            self.healthy
+                .get_or_create(&UpstreamLabel {
+                    upstream: upstream.clone(),
+                })
+                .set(i64::from(*healthy));
+        }
+    }
+}
+
+fn upstream_histogram() -> Histogram {
+    // 100 µs … ~52 s.
+    Histogram::new(exponential_buckets(1e-4, 2.0, 20))
+}
 
 /// `action`, `outcome` (`allow` / `deny`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +161,8 @@ pub struct Metrics {
     /// Write queue: records and bytes held now, at most since start, and
     /// the bounds (`limits.write_queue_records|bytes`), set at each scrape.
     write_queue: [Family<QueueLabel, Gauge>; 3],
+    /// Per upstream MCP server (cloned into the upstream runtime).
+    pub upstreams: UpstreamMetrics,
     active_hash: Mutex<Option<String>>,
 }
 
@@ -198,8 +266,29 @@ impl Metrics {
             "Bounds of the durable write queue (a single larger job passes alone)",
             write_queue_limit.clone(),
         );
+        let upstreams = UpstreamMetrics {
+            requests: Family::default(),
+            seconds: Family::new_with_constructor(upstream_histogram as fn() -> Histogram),
+            healthy: Family::default(),
+        };
+        registry.register(
+            "upstream_requests",
+            "Requests sent to upstream MCP servers, by upstream, method and outcome",
+            upstreams.requests.clone(),
+        );
+        registry.register(
+            "upstream_request_duration_seconds",
+            "Time an upstream MCP server took to answer a request (slot wait included)",
+            upstreams.seconds.clone(),
+        );
+        registry.register(
+            "upstream_healthy",
+            "1 while the registry says the upstream MCP server is healthy, else 0",
+            upstreams.healthy.clone(),
+        );
         Metrics {
             registry,
+            upstreams,
             disk_free,
             disk_min_free,
             disk_guard_tripped,

@@ -7,6 +7,7 @@
 //! request that cannot be built, all deny.
 
 pub mod action_slices;
+pub mod describe;
 pub mod entities;
 mod extension_values;
 pub mod fmt;
@@ -54,11 +55,15 @@ pub enum Action {
     ReadNode,
     /// The knowledge graph of a project is written.
     WriteNode,
+    /// An upstream MCP server's resource is listed or read.
+    ReadResource,
+    /// An upstream MCP server's prompt is listed or fetched.
+    GetPrompt,
 }
 
 impl Action {
     /// Every action, in vocabulary order.
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 9] = [
         Action::AccessSession,
         Action::CreateSession,
         Action::ViewTool,
@@ -66,6 +71,8 @@ impl Action {
         Action::A2aInvoke,
         Action::ReadNode,
         Action::WriteNode,
+        Action::ReadResource,
+        Action::GetPrompt,
     ];
 
     /// The action's Cedar id.
@@ -78,6 +85,8 @@ impl Action {
             Action::A2aInvoke => "a2a_invoke",
             Action::ReadNode => "read_node",
             Action::WriteNode => "write_node",
+            Action::ReadResource => "read_resource",
+            Action::GetPrompt => "get_prompt",
         }
     }
 
@@ -134,6 +143,10 @@ pub enum Kind {
     Tool,
     /// `Gateway::GraphNode`
     GraphNode,
+    /// `Gateway::Resource`
+    Resource,
+    /// `Gateway::Prompt`
+    Prompt,
 }
 
 impl Kind {
@@ -151,6 +164,8 @@ impl Kind {
             Kind::McpServer => "McpServer",
             Kind::Tool => "Tool",
             Kind::GraphNode => "GraphNode",
+            Kind::Resource => "Resource",
+            Kind::Prompt => "Prompt",
         }
     }
 
@@ -174,6 +189,8 @@ impl Kind {
             Kind::McpServer => &names.mcp_server,
             Kind::Tool => &names.tool,
             Kind::GraphNode => &names.graph_node,
+            Kind::Resource => &names.resource,
+            Kind::Prompt => &names.prompt,
         };
         Uid(EntityUid::from_type_name_and_id(
             ty.clone(),
@@ -195,6 +212,8 @@ struct TypeNames {
     mcp_server: EntityTypeName,
     tool: EntityTypeName,
     graph_node: EntityTypeName,
+    resource: EntityTypeName,
+    prompt: EntityTypeName,
     action: EntityTypeName,
 }
 
@@ -220,6 +239,8 @@ fn type_names() -> &'static TypeNames {
             mcp_server: t("McpServer"),
             tool: t("Tool"),
             graph_node: t("GraphNode"),
+            resource: t("Resource"),
+            prompt: t("Prompt"),
             action: t("Action"),
         }
     });

@@ -9,12 +9,19 @@
 //! decision, and a flip names the tool as its resource; the record counts
 //! once in `records` and is identical when all its tools are.
 //!
+//! Records of operator actions taken in the web console
+//! (`console:*` actions) are not Cedar decisions: replay skips them.
+//!
+//! [`replay_with`] reports progress and can be cancelled between pages
+//! (the web console's replays); [`replay`] runs to the end.
+//!
 //! Fast by construction: parsed policy sets and entity snapshots are cached
 //! by hash (a trail holds few distinct ones), records are read in pages,
 //! and each page is evaluated in parallel (rayon).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::store::Conn;
@@ -129,6 +136,9 @@ pub struct ReplayReport {
     pub per_policy: BTreeMap<String, PolicyTotals>,
     /// Records that could not be replayed (and why).
     pub unreplayable: Vec<String>,
+    /// Trail events met (held or approved upstream definitions): they
+    /// record no Cedar decision, so nothing is replayed for them.
+    pub events: u64,
     /// Wall time.
     pub seconds: f64,
 }
@@ -158,6 +168,34 @@ pub enum ReplayError {
     /// A filter is invalid.
     #[error("{0}")]
     Filter(String),
+    /// [`Control::cancel`] was called.
+    #[error("the replay was cancelled after {0} record(s)")]
+    Cancelled(u64),
+}
+
+/// Progress and cancellation of a running replay, shared with whoever
+/// watches it.
+#[derive(Debug, Default)]
+pub struct Control {
+    cancelled: AtomicBool,
+    read: AtomicU64,
+}
+
+impl Control {
+    /// Asks the replay to stop before its next page.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Control::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Records read so far.
+    pub fn records_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
 }
 
 /// Why one record could not be replayed (listed in the report's
@@ -349,6 +387,17 @@ pub fn replay(
     filter: &DecisionFilter,
     against: &Against,
 ) -> Result<ReplayReport, ReplayError> {
+    replay_with(conn, filter, against, &Control::default())
+}
+
+/// [`replay`], counting the records read in `control` and stopping with
+/// [`ReplayError::Cancelled`] before the next page once it is cancelled.
+pub fn replay_with(
+    conn: &mut Conn,
+    filter: &DecisionFilter,
+    against: &Against,
+    control: &Control,
+) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
     let mut report = ReplayReport {
         candidate_hash: match against {
@@ -360,12 +409,25 @@ pub fn replay(
     let mut caches = Caches::default();
     let mut cursor = None;
     loop {
-        let rows = audit_query::page_filtered(conn, filter, cursor, Order::Asc, PAGE)?;
+        if control.is_cancelled() {
+            return Err(ReplayError::Cancelled(control.records_read()));
+        }
+        let mut rows = audit_query::page_filtered(conn, filter, cursor, Order::Asc, PAGE)?;
         let Some(last) = rows.last() else { break };
         cursor = Some(last.seq);
+        control.read.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        rows.retain(|r| {
+            !r.record
+                .action
+                .starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
+        });
         // Resolve bundles and snapshots for the page (sequential: SQLite).
         let mut jobs: Vec<(&StoredDecision, Resolved)> = Vec::with_capacity(rows.len());
         for row in &rows {
+            if crate::audit::events::is_event(&row.record) {
+                report.events += 1;
+                continue;
+            }
             jobs.push((row, caches.resolve(conn, against, row)?));
         }
         let replayed: Vec<Result<Vec<Replayed>, Unreplayable>> = jobs
@@ -588,6 +650,9 @@ pub fn render_table(r: &ReplayReport) -> String {
         r.changed_reasons,
         r.unreplayable.len()
     );
+    if r.events > 0 {
+        let _ = writeln!(out, "trail events (no decision to replay): {}", r.events);
+    }
     if !r.flips.is_empty() {
         let _ = writeln!(out, "\nflips:");
         let _ = writeln!(

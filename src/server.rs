@@ -36,6 +36,7 @@ use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::lifecycle::{CandidateError, load_candidate, tool_schemas};
 use crate::policy::PolicyLoadError;
+use crate::policy::schema_gen::ToolSchema;
 use crate::store::{Store, StoreError};
 use crate::tools::Catalog;
 
@@ -74,21 +75,21 @@ pub enum StartError {
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     maintenance::retention_enabled(&config.audit).map_err(StartError::Retention)?;
     let catalog = Catalog::builtin()?;
-    let (bundle, tests) = load_candidate(
-        &config.schema_file,
-        &config.policies_dir,
-        &tool_schemas(&catalog),
-    )?;
-    for w in &bundle.warnings {
-        tracing::warn!(warning = %w, "policy validation warning");
-    }
     // Opening may talk to a database server with a blocking client.
     let (url, options) = (config.database_url(), config.store_options());
     let store = tokio::task::spawn_blocking(move || Store::open_url(&url, &options))
         .await
         .map_err(|e| StoreError::Task(e.to_string()))??;
+    let upstream_tools = stored_upstream_tools(&store).await;
+    let mut tools = tool_schemas(&catalog);
+    tools.extend(upstream_tools.iter().cloned());
+    let (bundle, tests) = load_candidate(&config.schema_file, &config.policies_dir, &tools)?;
+    for w in &bundle.warnings {
+        tracing::warn!(warning = %w, "policy validation warning");
+    }
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
     let gw = Arc::new(Gateway::new(config, store, bundle, catalog)?);
+    gw.lifecycle.set_upstream_tools(upstream_tools);
     // Record the policy set and register this instance now when the
     // database answers; otherwise the heartbeat does it once it does.
     if gw.store.is_migrated() {
@@ -99,10 +100,34 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     if let Some(dir) = &gw.config.lifecycle.shadow_policies_dir {
         gw.lifecycle
             .shadow
-            .start(&gw.config.schema_file, dir, &gw.lifecycle.tools)
+            .start(&gw.config.schema_file, dir, &gw.lifecycle.tools())
             .map_err(StartError::Shadow)?;
     }
     Ok(gw)
+}
+
+/// The upstream tools typed from the stored pins, read before the first
+/// set is loaded; none while the database is not migrated yet (the
+/// rebuild task types them once it is).
+async fn stored_upstream_tools(store: &Store) -> Vec<ToolSchema> {
+    if !store.is_migrated() {
+        return Vec::new();
+    }
+    match store
+        .read(crate::lifecycle::upstream_types::typed_upstream_tools)
+        .await
+    {
+        Ok((tools, notes)) => {
+            for note in notes {
+                tracing::warn!(note = %note, "upstream tool left untyped");
+            }
+            tools
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the upstream tool definitions at start-up");
+            Vec::new()
+        }
+    }
 }
 
 /// The full router.
@@ -123,6 +148,14 @@ pub fn app(gw: Arc<Gateway>) -> Router {
     {
         router = router.nest("/admin", crate::admin::routes(Arc::clone(&gw)));
     }
+    if crate::console::enabled(&gw.config) {
+        router = router
+            .nest(crate::console::PATH, crate::console::routes(&gw.config))
+            .route(
+                "/console/",
+                get(|| async { axum::response::Redirect::permanent(crate::console::PATH) }),
+            );
+    }
     // The MCP routes time their bodies in admission, which answers 400 or
     // 408 with a JSON-RPC error; these routes get the same bounds from
     // layers (a body over them fails to buffer: 400).
@@ -141,6 +174,9 @@ pub fn app(gw: Arc<Gateway>) -> Router {
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     gw.lifecycle.metrics.disk_space(gw.store.space().status());
+    if let Err(e) = gw.upstreams.health().await {
+        tracing::warn!(error = %e, "cannot read upstream health for the metrics");
+    }
     gw.lifecycle
         .metrics
         .write_queue(&gw.store.writer().levels());
@@ -157,6 +193,9 @@ async fn healthz() -> impl IntoResponse {
     axum::Json(json!({ "status": "ok" }))
 }
 
+/// Most unhealthy upstreams named in `/readyz`.
+const READY_UPSTREAMS_LISTED: usize = 20;
+
 async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     if !gw.cluster.is_ready() {
         return (
@@ -170,10 +209,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     let db = gw.store.ping().await;
     let writer = gw.store.writer().flush().await;
     match (db, writer) {
-        (Ok(_), Ok(())) => (
-            StatusCode::OK,
-            axum::Json(json!({ "status": "ready", "policyHash": gw.pep.current().hash })),
-        ),
+        (Ok(_), Ok(())) => (StatusCode::OK, axum::Json(ready_body(&gw).await)),
         (db, writer) => {
             let reason = db
                 .err()
@@ -185,6 +221,45 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
             )
         }
     }
+}
+
+/// The ready answer: the active set, and the latest reload's refusal when
+/// the latest attempt was refused (the last good set is still serving).
+/// The ready answer: the policy hash, a rejected reload, and the upstream
+/// MCP servers' health (detail only: an upstream that is down does not make
+/// the gateway unready, its tools are just not offered).
+async fn ready_body(gw: &Gateway) -> serde_json::Value {
+    let mut body = json!({ "status": "ready", "policyHash": gw.pep.current().hash });
+    if let Ok(health) = gw.upstreams.health().await
+        && !health.is_empty()
+    {
+        let mut counts = serde_json::Map::new();
+        for (_, h) in &health {
+            let n = counts
+                .get(h)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            counts.insert(h.clone(), (n + 1).into());
+        }
+        let unhealthy: Vec<&String> = health
+            .iter()
+            .filter(|(_, h)| h != crate::upstream::registry::health::HEALTHY)
+            .map(|(u, _)| u)
+            .take(READY_UPSTREAMS_LISTED)
+            .collect();
+        body["upstreams"] =
+            json!({ "count": health.len(), "byHealth": counts, "unhealthy": unhealthy });
+    }
+    let status = gw.lifecycle.status();
+    if let Some(last) = status.last_attempt.filter(|a| a.result == "rejected") {
+        body["policyReloadRejected"] = json!({
+            "at": last.at,
+            "trigger": last.trigger,
+            "message": last.message,
+            "diagnostics": last.diagnostics,
+        });
+    }
+    body
 }
 
 /// Serves on `listener` until `shutdown` resolves, then stops accepting,
@@ -203,6 +278,10 @@ pub async fn run(
     }
     let triggers = crate::lifecycle::watch::start(&gw);
     let refresher = tokio::spawn(crate::a2a::refresh::refresh_loop(Arc::clone(&gw)));
+    let upstream_types = crate::lifecycle::upstream_types::start(&gw);
+    let upstream_refresh = tokio::spawn(crate::upstream::refresh::refresh_loop(Arc::clone(&gw)));
+    let list_changed = tokio::spawn(crate::upstream::refresh::list_changed_loop(Arc::clone(&gw)));
+    let declared = tokio::spawn(crate::upstream::sync::sync_loop(Arc::downgrade(&gw)));
     let heartbeat = tokio::spawn(crate::cluster::membership::heartbeat_loop(Arc::downgrade(
         &gw,
     )));
@@ -235,7 +314,13 @@ pub async fn run(
     )
     .await;
     refresher.abort();
+    upstream_types.abort();
+    upstream_refresh.abort();
+    list_changed.abort();
+    declared.abort();
     heartbeat.abort();
+    // Stdio upstream children end with the gateway, their exit collected.
+    gw.upstreams.shutdown().await;
     space.abort();
     if let Some(retention) = retention {
         // An archive in progress finishes on its blocking thread; it holds

@@ -24,6 +24,7 @@ pub mod shadow;
 pub mod space;
 pub mod tenants;
 pub mod terminations;
+pub mod trail_stats;
 pub mod upstreams;
 pub mod writer;
 
@@ -119,6 +120,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("store/migrations/0007_upstreams.sql")),
     (8, include_str!("store/migrations/0008_rate_limits.sql")),
     (9, include_str!("store/migrations/0009_trail_retention.sql")),
+    (10, include_str!("store/migrations/0010_recall_scope.sql")),
+    (
+        11,
+        include_str!("store/migrations/0011_console_indexes.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -149,6 +155,14 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         9,
         include_str!("store/migrations/postgres/0009_trail_retention.sql"),
+    ),
+    (
+        10,
+        include_str!("store/migrations/postgres/0010_recall_scope.sql"),
+    ),
+    (
+        11,
+        include_str!("store/migrations/postgres/0011_console_indexes.sql"),
     ),
 ];
 

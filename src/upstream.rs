@@ -8,8 +8,12 @@
 //! - [`client`]: the MCP client, one interface over two transports
 //!   (Streamable HTTP, and HTTP+SSE in [`sse`]; what they share in
 //!   [`wire`]);
+//! - [`stdio`]: the stdio transport, a child process per server declared
+//!   in the config file ([`declared`]), stored in the registry by [`sync`];
 //! - [`adapter`]: an upstream tool as a [`crate::tools::ToolAdapter`];
-//! - [`admin`]: the operator API under `/admin/orgs/{org}/mcp-servers`.
+//! - [`admin`]: the operator API under `/admin/orgs/{org}/mcp-servers`;
+//! - [`refresh`]: listing again (operator, timer, `list_changed`), held
+//!   changes recorded in the trail.
 //!
 //! [`Upstreams`] is the runtime the gateway holds: the HTTP client, the
 //! per-org tool sets in a moka cache (a register, delete or refresh
@@ -23,10 +27,17 @@
 pub mod adapter;
 pub mod admin;
 pub mod client;
+pub mod declared;
+pub mod descriptor;
+pub mod entries;
+pub mod refresh;
 pub mod registry;
 pub mod sse;
+pub mod stdio;
+pub mod sync;
 pub mod wire;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +45,12 @@ use moka::sync::Cache;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 
+use crate::metrics::UpstreamMetrics;
 use crate::store::{Store, StoreError};
 use client::{ClientError, Endpoint, Session, Transport};
+use declared::Declared;
 use registry::{Listing, OrgUpstreams, PinnedTool, ServerTarget};
+use stdio::StdioServer;
 
 /// Most orgs whose tool sets are cached, and most upstreams with sessions.
 const CACHE_CAPACITY: u64 = 10_000;
@@ -57,12 +71,20 @@ pub const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Most `tools/list` pages read from one upstream.
 const MAX_LIST_PAGES: usize = 100;
 
+/// Most `list_changed` announcements waiting to be handled; more are
+/// dropped (the waiting ones already cause a listing, and the background
+/// refresh catches the rest).
+const LIST_CHANGED_QUEUE: usize = 1024;
+
 /// Why the upstream runtime could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// The outbound HTTP client could not be built.
     #[error("cannot build the upstream HTTP client: {0}")]
     Client(reqwest::Error),
+    /// A `[[upstreams]]` declaration is invalid.
+    #[error("{0}")]
+    Declared(String),
 }
 
 /// The upstream runtime.
@@ -74,18 +96,42 @@ pub struct Upstreams {
     orgs: Cache<String, Arc<OrgUpstreams>>,
     sessions: Cache<String, Arc<Mutex<Option<Session>>>>,
     slots: Cache<String, Arc<Semaphore>>,
+    /// Ids of upstreams that announced `notifications/tools/list_changed`
+    /// (read by [`refresh::list_changed_loop`]).
+    list_changed: tokio::sync::mpsc::Sender<String>,
+    list_changed_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<String>>>,
+    /// Stdio servers declared in this instance's config, by row id.
+    declared: HashMap<String, Arc<Declared>>,
+    /// Requests, latency and health per upstream.
+    metrics: UpstreamMetrics,
 }
 
 impl Upstreams {
-    /// Builds the runtime; per-org tool sets live at most `ttl`.
-    pub fn new(store: Store, ttl: Duration) -> Result<Upstreams, UpstreamError> {
+    /// Builds the runtime with the config's stdio declarations; per-org
+    /// tool sets live at most `ttl`.
+    pub fn new(
+        store: Store,
+        ttl: Duration,
+        declared: &[crate::config::DeclaredUpstream],
+        metrics: UpstreamMetrics,
+    ) -> Result<Upstreams, UpstreamError> {
+        let declared = declared::check(
+            declared,
+            MAX_RESPONSE_BYTES,
+            DEFAULT_TIMEOUT_MS,
+            MAX_TIMEOUT_MS,
+        )
+        .map_err(UpstreamError::Declared)?;
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(MAX_CONCURRENT_PER_UPSTREAM)
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(UpstreamError::Client)?;
+        let (list_changed, rx) = tokio::sync::mpsc::channel(LIST_CHANGED_QUEUE);
         Ok(Upstreams {
+            list_changed,
+            list_changed_rx: std::sync::Mutex::new(Some(rx)),
             store,
             http,
             orgs: Cache::builder()
@@ -94,6 +140,65 @@ impl Upstreams {
                 .build(),
             sessions: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
             slots: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
+            declared,
+            metrics,
+        })
+    }
+
+    /// Every registered upstream (all orgs) as `(<org>/<slug>, health)`;
+    /// a stdio server whose child is down here counts as unreachable. Also
+    /// sets the `cedargate_upstream_healthy` gauges.
+    pub async fn health(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self
+            .store
+            .read(crate::store::upstreams::list_health)
+            .await?;
+        let health: Vec<(String, String)> = rows
+            .into_iter()
+            .map(|(id, org, slug, health)| {
+                let down = self
+                    .stdio(&id)
+                    .is_some_and(|s| s.status()["state"] == "down");
+                let health = if down {
+                    registry::health::UNREACHABLE.to_string()
+                } else {
+                    health
+                };
+                (format!("{org}/{slug}"), health)
+            })
+            .collect();
+        let gauges: Vec<(String, bool)> = health
+            .iter()
+            .map(|(u, h)| (u.clone(), h == registry::health::HEALTHY))
+            .collect();
+        self.metrics.health(&gauges);
+        Ok(health)
+    }
+
+    /// The stdio servers this instance's config declares.
+    pub fn declared(&self) -> impl Iterator<Item = &Arc<Declared>> {
+        self.declared.values()
+    }
+
+    /// The child of the declared stdio server with row id `id`.
+    pub fn stdio(&self, id: &str) -> Option<&Arc<StdioServer>> {
+        self.declared.get(id).map(|d| &d.server)
+    }
+
+    /// Stops every stdio child (gateway shutdown) and waits for their exit.
+    pub async fn shutdown(&self) {
+        for d in self.declared.values() {
+            d.server.stop().await;
+        }
+    }
+
+    /// The declared stdio server a stdio target names on this instance.
+    fn stdio_for(&self, target: &ServerTarget) -> Result<&Arc<StdioServer>, ClientError> {
+        self.stdio(&target.id).ok_or_else(|| {
+            ClientError::Transport(format!(
+                "the stdio server `{}` is not declared in this instance's config",
+                target.slug
+            ))
         })
     }
 
@@ -132,22 +237,49 @@ impl Upstreams {
         target: &ServerTarget,
         name: &str,
         arguments: &Value,
+        schema: &Value,
     ) -> Result<Value, ClientError> {
         let params = json!({ "name": name, "arguments": arguments });
+        self.forward(target, "tools/call", params, Some(schema))
+            .await
+    }
+
+    /// Sends one request of `method` to the upstream within its slots and
+    /// timeout (the session opened on first use), returning its result.
+    pub async fn forward(
+        &self,
+        target: &ServerTarget,
+        method: &str,
+        params: Value,
+        schema: Option<&Value>,
+    ) -> Result<Value, ClientError> {
         let budget = target.timeout;
         let slots = self.slots.get_with(target.id.clone(), || {
             Arc::new(Semaphore::new(MAX_CONCURRENT_PER_UPSTREAM))
         });
+        let started = std::time::Instant::now();
         let run = async {
             let _permit = slots
                 .acquire()
                 .await
                 .map_err(|_| ClientError::Transport("the upstream was removed".into()))?;
-            self.request(target, "tools/call", params).await
+            self.request(target, method, params, schema).await
         };
-        tokio::time::timeout(budget, run)
+        let answer = tokio::time::timeout(budget, run)
             .await
-            .map_err(|_| ClientError::Timeout(millis(budget)))?
+            .map_err(|_| ClientError::Timeout(millis(budget)))
+            .and_then(|r| r);
+        let outcome = match &answer {
+            Ok(result) if result.get("isError").and_then(Value::as_bool) == Some(true) => {
+                "tool_error"
+            }
+            Ok(_) => "ok",
+            Err(e) => e.class(),
+        };
+        let upstream = format!("{}/{}", target.org_id, target.slug);
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.request(&upstream, method, outcome, seconds);
+        answer
     }
 
     /// One request in the upstream's session: initialized on first use,
@@ -157,7 +289,11 @@ impl Upstreams {
         target: &ServerTarget,
         method: &str,
         params: Value,
+        schema: Option<&Value>,
     ) -> Result<Value, ClientError> {
+        if target.transport == registry::STDIO {
+            return self.stdio_for(target)?.request(method, params).await;
+        }
         let bearer = bearer(target)?;
         let ep = Endpoint {
             url: &target.endpoint,
@@ -168,12 +304,12 @@ impl Upstreams {
         let cell = self
             .sessions
             .get_with(target.id.clone(), || Arc::new(Mutex::new(None)));
-        let session = self.session(&cell, ep, None).await?;
-        match client::request(&self.http, ep, &session, method, params.clone()).await {
+        let session = self.session(&cell, ep, None, &target.id).await?;
+        match client::request(&self.http, ep, &session, method, params.clone(), schema).await {
             Err(ClientError::Expired) => {
                 tracing::info!(upstream = %target.slug, "upstream session expired; initializing again");
-                let fresh = self.session(&cell, ep, Some(&session)).await?;
-                client::request(&self.http, ep, &fresh, method, params).await
+                let fresh = self.session(&cell, ep, Some(&session), &target.id).await?;
+                client::request(&self.http, ep, &fresh, method, params, schema).await
             }
             other => other,
         }
@@ -187,6 +323,7 @@ impl Upstreams {
         cell: &Mutex<Option<Session>>,
         ep: Endpoint<'_>,
         expired: Option<&Session>,
+        server_id: &str,
     ) -> Result<Session, ClientError> {
         let mut guard = cell.lock().await;
         if let Some(s) = guard.as_ref()
@@ -196,8 +333,30 @@ impl Upstreams {
             return Ok(s.clone());
         }
         let fresh = client::initialize(&self.http, ep).await?;
+        self.watch_list_changed(&fresh, server_id);
         *guard = Some(fresh.clone());
         Ok(fresh)
+    }
+
+    /// While `session`'s stream is open, hands each of its
+    /// `notifications/tools/list_changed` to the refresh (as the server id).
+    fn watch_list_changed(&self, session: &Session, server_id: &str) {
+        let Some(signal) = session.list_changed() else {
+            return;
+        };
+        let (id, tx) = (server_id.to_string(), self.list_changed.clone());
+        tokio::spawn(async move {
+            while signal.next().await {
+                if tx.try_send(id.clone()).is_err() && tx.is_closed() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// The announcements of `list_changed` (once: the refresh task takes them).
+    pub fn take_list_changed(&self) -> Option<tokio::sync::mpsc::Receiver<String>> {
+        self.list_changed_rx.lock().ok()?.take()
     }
 
     /// Lists the upstream's tools in a fresh session (registration and
@@ -219,6 +378,12 @@ impl Upstreams {
         &self,
         target: &ServerTarget,
     ) -> Result<(Vec<PinnedTool>, String), ClientError> {
+        if target.transport == registry::STDIO {
+            let server = self.stdio_for(target)?;
+            let version = server.version().await?;
+            let tools = list_pages(move |params| server.request("tools/list", params)).await?;
+            return Ok((tools, version));
+        }
         let bearer = bearer(target)?;
         let ep = Endpoint {
             url: &target.endpoint,
@@ -227,28 +392,44 @@ impl Upstreams {
             max_bytes: MAX_RESPONSE_BYTES,
         };
         let session = client::initialize(&self.http, ep).await?;
-        let mut tools = Vec::new();
-        let mut cursor: Option<Value> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let params = match &cursor {
-                Some(c) => json!({ "cursor": c }),
-                None => json!({}),
-            };
-            let mut page = client::request(&self.http, ep, &session, "tools/list", params).await?;
-            let Some(Value::Array(listed)) = page.get_mut("tools").map(Value::take) else {
-                return Err(ClientError::Invalid(
-                    "the upstream's tools/list result has no `tools` array".into(),
-                ));
-            };
-            tools.extend(listed.into_iter().filter_map(PinnedTool::pin));
-            cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
-            if cursor.is_none() {
-                break;
-            }
-        }
+        let (http, open) = (&self.http, &session);
+        let tools =
+            list_pages(move |params| client::request(http, ep, open, "tools/list", params, None))
+                .await?;
         // The listing session is not kept: calls open their own.
         Ok((tools, session.version))
     }
+}
+
+/// Every `tools/list` page (at most [`MAX_LIST_PAGES`]), pinned.
+async fn list_pages<F, Fut>(mut page: F) -> Result<Vec<PinnedTool>, ClientError>
+where
+    F: FnMut(Value) -> Fut,
+    Fut: std::future::Future<Output = Result<Value, ClientError>>,
+{
+    let mut tools = Vec::new();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = match &cursor {
+            Some(c) => json!({ "cursor": c }),
+            None => json!({}),
+        };
+        let mut listed_page = page(params).await?;
+        let Some(Value::Array(listed)) = listed_page.get_mut("tools").map(Value::take) else {
+            return Err(ClientError::Invalid(
+                "the upstream's tools/list result has no `tools` array".into(),
+            ));
+        };
+        tools.extend(listed.into_iter().filter_map(PinnedTool::pin));
+        cursor = listed_page
+            .get("nextCursor")
+            .filter(|c| !c.is_null())
+            .cloned();
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(tools)
 }
 
 /// The upstream's credential, read now; one that cannot be read fails the

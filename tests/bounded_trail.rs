@@ -110,7 +110,7 @@ async fn a_tools_list_is_one_record_that_replays_tool_by_tool() {
     let candidate = cedargate::policy::load::load_bundle_with_tools(
         &repo().join("schemas/gateway.cedarschema"),
         &policies,
-        &g.gw.lifecycle.tools,
+        &g.gw.lifecycle.tools(),
     )
     .unwrap();
     let report = replay(&g, Against::Candidate(Arc::new(candidate))).await;

@@ -263,6 +263,37 @@ async fn sse_transport_answers_on_the_stream_behind_the_same_pep() {
     g.stop().await;
 }
 
+/// A message posted to an HTTP+SSE stream's endpoint with a W3C trace
+/// context in its `_meta` carries it into its decision records, as a
+/// Streamable HTTP or 2026-07-28 request does.
+#[tokio::test]
+async fn a_message_posted_to_a_stream_carries_its_trace_context_into_the_trail() {
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let (mut s, url) = open_stream(&g, &t).await;
+    let call = rpc(
+        7,
+        "tools/call",
+        json!({"name": "af_memory_remember", "arguments": {"content": "over sse"},
+               "_meta": {"traceparent": TRACEPARENT, "tracestate": "vendor=sse"}}),
+    );
+    let (status, _) = post(&g, &url, Some(&t.key), &[], &call).await;
+    assert_eq!(status, 202);
+    let answer = s.message().await;
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert!(answer.get("result").is_some(), "{answer}");
+    let trail = g.decisions().await;
+    let call_tool: Vec<_> = trail
+        .iter()
+        .filter(|d| d.record.action == "call_tool")
+        .collect();
+    assert_eq!(call_tool.len(), 1);
+    let notes: Value = serde_json::from_str(&call_tool[0].record.notes).unwrap();
+    assert_eq!(notes["traceparent"], TRACEPARENT, "{notes}");
+    assert_eq!(notes["tracestate"], "vendor=sse", "{notes}");
+}
+
 #[tokio::test]
 async fn sse_requests_are_authenticated_isolated_and_validated() {
     let g = TestGateway::start().await;

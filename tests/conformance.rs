@@ -9,31 +9,37 @@
 //! suite; the test reads the checks it saved (`checks.json`) and requires at
 //! least one success and no failure but those [`NOT_SERVED`] lists.
 //!
-//! The gateway under test fronts one fixture upstream (started here): the
-//! suite calls the first listed tool with empty arguments and expects a
-//! result, and exercises `x-mcp-header` on the first tool that has one, so
-//! a policy lets the agent see only the fixture's `fixture.echo`, which
-//! takes no required argument and mirrors `region` into `Mcp-Param-Region`.
+//! The gateway under test fronts one fixture upstream (started here),
+//! registered with `prefix: ""`: the suite calls the first listed tool
+//! with empty arguments and expects a result, and exercises `x-mcp-header`
+//! on the first tool that has one, so a policy lets the agent see only the
+//! fixture's `echo`, which takes no required argument and mirrors `region`
+//! into `Mcp-Param-Region`; the fixture also lists one resource, one
+//! template and one prompt, so the caching scenario reads every list
+//! through the gateway.
 //!
 //! Figures (suite 0.2.0-alpha.12):
-//! - 2026-07-28: 6 of 6 scenarios pass (57 checks): `server-stateless` (24),
-//!   `tools-list` (3), `dns-rebinding-protection` (2), `caching` (4),
-//!   `http-header-validation` (14), `http-custom-header-server-validation`
-//!   (10). Seven checks the suite fails for reasons outside the gateway are
-//!   listed in [`NOT_SERVED`] and must fail for that reason only: four need
-//!   the suite's diagnostic tools (`test_missing_capability`,
-//!   `test_streaming_elicitation`, `test_logging_tool`), three the caching
-//!   hints of `prompts/list`, `resources/list` and
-//!   `resources/templates/list`, which the gateway does not serve (-32601).
-//! - 2025-11-25: 5 of 5 pass (13 checks): `server-initialize` (3), `ping`
-//!   (2), `tools-list` (3), `dns-rebinding-protection` (2),
-//!   `server-session-lifecycle` (3).
-//!
-//! Left out: the scenarios that need the suite's fixture tools, resources
-//! and prompts (`test_simple_text`, `test://static-text`,
-//! `test_simple_prompt`, …), and those of methods the gateway does not
-//! serve (`logging/setLevel`, `completion/complete`, resources, prompts,
-//! tasks, input-required results).
+//! - 2026-07-28: 6 of 6 scenarios pass: `server-stateless`, `tools-list`,
+//!   `dns-rebinding-protection`, `caching` (every list and
+//!   `resources/read` with its hints), `http-header-validation`,
+//!   `http-custom-header-server-validation`. Four checks of
+//!   `server-stateless` still fail for a reason outside what is served
+//!   and are listed in [`NOT_SERVED`]: they need the suite's diagnostic
+//!   tools (`test_missing_capability`, `test_streaming_elicitation`,
+//!   `test_logging_tool`), whose behaviour (a tool requiring the caller's
+//!   sampling capability, a tool streaming an elicitation, a log without a
+//!   log level) needs the caller's client capabilities and server-to-client
+//!   messages carried upstream, which the gateway does not do.
+//! - 2025-11-25: 5 of 5 pass: `server-initialize`, `ping`, `tools-list`,
+//!   `dns-rebinding-protection`, `server-session-lifecycle`.
+//! - Fronting `@modelcontextprotocol/server-everything` with `prefix: ""`
+//!   ([`FRONTED`]: tools, resources and prompts scenarios), every check the
+//!   upstream passes directly passes through the gateway, both lists
+//!   computed per run: at 2025-11-25, 23 directly and 23 through; at
+//!   2026-07-28, which that server does not speak, 0 directly and 19
+//!   through. A direct pass on a tool the server does not have (answered
+//!   `isError: true`, "Tool … not found") exercises nothing and is left out
+//!   of the comparison ([`exercised`]).
 //!
 //! A control run through a proxy holding a wrong key must fail, so a suite
 //! that reports nothing (or a parse that finds nothing) cannot pass.
@@ -111,7 +117,7 @@ const FIXTURE_ONLY: &str = r#"
 @id("conformance-fixture-only")
 @advice("this agent sees the conformance fixture only")
 forbid (principal, action == Gateway::Action::"view_tool", resource)
-unless { resource == Gateway::Tool::"fixture.echo" };
+unless { resource == Gateway::Tool::"echo" };
 "#;
 
 /// A gateway whose tenant `acme` has the fixture upstream registered.
@@ -122,12 +128,14 @@ async fn gateway() -> (TestGateway, Tenant) {
         .admin(
             Method::POST,
             "/admin/orgs/acme/mcp-servers",
-            Some(json!({"name": "Fixture", "transport": "streamable-http",
-                        "url": fixture().await, "timeoutMs": 5000})),
+            Some(
+                json!({"name": "Fixture", "transport": "streamable-http", "prefix": "",
+                        "url": fixture().await, "timeoutMs": 5000}),
+            ),
         )
         .await;
     assert_eq!(status, 201, "{server}");
-    assert_eq!(g.tool_names(&t).await, ["fixture.echo"]);
+    assert_eq!(g.tool_names(&t).await, ["echo"]);
     (g, t)
 }
 
@@ -148,7 +156,8 @@ async fn fixture_answer(body: String) -> Response {
         return StatusCode::ACCEPTED.into_response();
     };
     let result = match msg["method"].as_str().unwrap_or_default() {
-        "initialize" => json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+        "initialize" => json!({"protocolVersion": "2025-06-18",
+                               "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
                                "serverInfo": {"name": "fixture", "version": "1"}}),
         "tools/list" => json!({"tools": [{
             "name": "echo",
@@ -162,6 +171,19 @@ async fn fixture_answer(body: String) -> Response {
             let text = msg["params"]["arguments"].to_string();
             json!({"content": [{"type": "text", "text": text}], "isError": false})
         }
+        "resources/list" => json!({"resources": [
+            {"uri": "fixture://notes/readme", "name": "readme", "mimeType": "text/plain"}
+        ]}),
+        "resources/templates/list" => json!({"resourceTemplates": [
+            {"uriTemplate": "fixture://notes/{name}", "name": "note", "mimeType": "text/plain"}
+        ]}),
+        "resources/read" => json!({"contents": [{
+            "uri": msg["params"]["uri"], "mimeType": "text/plain", "text": "a note"
+        }]}),
+        "prompts/list" => json!({"prompts": [{"name": "greet", "description": "Says hello"}]}),
+        "prompts/get" => json!({"messages": [
+            {"role": "user", "content": {"type": "text", "text": "Hello"}}
+        ]}),
         _ => json!({}),
     };
     axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
@@ -252,6 +274,17 @@ type Verdict = Result<usize, String>;
 
 /// Runs one scenario of the suite at `version` against `url`.
 async fn scenario(url: &str, name: &str, version: &str) -> Verdict {
+    let (checks, exited_ok, log) = run_suite(url, name, version).await?;
+    judge(name, &checks, exited_ok).map_err(|e| format!("{e}\n{log}"))
+}
+
+/// Runs one scenario and answers the checks it saved, whether the suite
+/// exited successfully, and its output.
+async fn run_suite(
+    url: &str,
+    name: &str,
+    version: &str,
+) -> Result<(Vec<Value>, bool, String), String> {
     let out_dir = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
     let dir = suite_dir();
@@ -281,7 +314,7 @@ async fn scenario(url: &str, name: &str, version: &str) -> Verdict {
         String::from_utf8_lossy(&out.stderr)
     );
     let checks = saved_checks(out_dir.path(), name).map_err(|e| format!("{e}\n{log}"))?;
-    judge(name, &checks, out.status.success()).map_err(|e| format!("{e}\n{log}"))
+    Ok((checks, out.status.success(), log))
 }
 
 /// The checks the suite saved for `name` under `dir`
@@ -326,22 +359,6 @@ const NOT_SERVED: &[(&str, &str, &str)] = &[
         "server-stateless",
         "sep-2575-server-no-log-without-loglevel",
         "'test_logging_tool'",
-    ),
-    // The gateway serves no prompts or resources (nor declares them).
-    (
-        "caching",
-        "sep-2549-prompts-list-caching-hints",
-        "error -32601",
-    ),
-    (
-        "caching",
-        "sep-2549-resources-list-caching-hints",
-        "error -32601",
-    ),
-    (
-        "caching",
-        "sep-2549-resources-templates-list-caching-hints",
-        "error -32601",
     ),
 ];
 
@@ -424,6 +441,162 @@ async fn conformance_run_without_a_valid_key_fails() {
             verdict.is_err(),
             "{version} {name} passed without a key: {verdict:?}"
         );
+    }
+    g.stop().await;
+}
+
+/// The scenarios of tools, resources and prompts (and the basics around
+/// them) compared between an upstream and the gateway fronting it.
+const FRONTED: &[&str] = &[
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-error",
+    "resources-list",
+    "resources-read-text",
+    "resources-read-binary",
+    "resources-templates-read",
+    "prompts-list",
+    "prompts-get-simple",
+    "prompts-get-with-args",
+    "prompts-get-embedded-resource",
+    "prompts-get-with-image",
+];
+
+/// The ids (`scenario/check`) of the checks that passed.
+async fn passed_checks(url: &str, version: &str, scenarios: &[&str]) -> Vec<String> {
+    let mut passed = Vec::new();
+    for name in scenarios {
+        // A scenario the suite cannot run (no saved checks) passes nothing.
+        if let Ok((checks, _, _)) = run_suite(url, name, version).await {
+            for c in checks.iter().filter(|c| c["status"] == "FAILURE") {
+                eprintln!(
+                    "{url} {version} {name}: {} failed: {}",
+                    c["id"], c["errorMessage"]
+                );
+            }
+            passed.extend(
+                checks
+                    .iter()
+                    .filter(|c| c["status"] == "SUCCESS" && exercised(c))
+                    .map(|c| format!("{name}/{}", c["id"].as_str().unwrap_or_default())),
+            );
+        }
+    }
+    passed
+}
+
+/// Whether a passed check exercised what it names: the suite also passes
+/// a tool scenario whose tool the server does not have when the server
+/// answers the call with a tool error (`isError: true`, "Tool … not
+/// found"); such a pass says nothing of the scenario and is left out of
+/// the comparison (the gateway answers a tool it does not offer -32601,
+/// as for a hidden one).
+fn exercised(check: &Value) -> bool {
+    let vacuous = check["details"]["result"]["isError"] == true;
+    if vacuous {
+        eprintln!(
+            "not compared (the server had no such tool): {}",
+            check["id"]
+        );
+    }
+    !vacuous
+}
+
+/// `@modelcontextprotocol/server-everything` over Streamable HTTP on a
+/// free port (installed by `tests/upstreams/setup.sh`).
+async fn everything() -> (String, tokio::process::Child) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let entry = repo()
+        .join("tests/upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let child = tokio::process::Command::new(suite_dir().join("node_modules/node/bin/node"))
+        .arg(entry)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return (format!("http://127.0.0.1:{port}/mcp"), child);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server-everything did not listen");
+}
+
+/// Runs the installer of the upstream servers once per test binary.
+fn upstreams_installed() -> bool {
+    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
+    common::setup::install_once(
+        &SETUP,
+        &repo().join("tests/upstreams/setup.sh"),
+        "upstream MCP servers",
+    )
+}
+
+/// Only the gateway's upstream is offered: the built-in tools are hidden,
+/// so the session stands in for the upstream exactly.
+const UPSTREAM_ONLY: &str = r#"
+@id("conformance-upstream-only")
+@advice("this agent sees the fronted upstream only")
+forbid (principal, action == Gateway::Action::"view_tool", resource)
+unless { resource in Gateway::ToolGroup::"upstream" };
+"#;
+
+/// The suite's tools, resources and prompts scenarios against
+/// `server-everything` directly and through a governed session fronting
+/// it with `prefix: ""`: every check the upstream passes directly also
+/// passes through the gateway (both lists computed here).
+#[tokio::test]
+async fn the_gateway_passes_every_check_its_upstream_passes() {
+    if !installed() || !upstreams_installed() {
+        return;
+    }
+    let (upstream, _child) = everything().await;
+    let g = TestGateway::start_with_policy("conformance.cedar", UPSTREAM_ONLY).await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "everything", "transport": "streamable-http",
+                        "prefix": "", "url": upstream, "timeoutMs": 10000})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    let through_url = proxy(t.mcp_url.clone(), t.key.clone()).await;
+    for version in ["2025-11-25", "2026-07-28"] {
+        let direct = passed_checks(&upstream, version, FRONTED).await;
+        let through = passed_checks(&through_url, version, FRONTED).await;
+        eprintln!(
+            "{version}: {} checks pass directly, {} through the gateway",
+            direct.len(),
+            through.len()
+        );
+        let missing: Vec<&String> = direct.iter().filter(|c| !through.contains(c)).collect();
+        assert!(
+            missing.is_empty(),
+            "{version}: passed directly, not through the gateway: {missing:#?}"
+        );
+        if version == "2025-11-25" {
+            assert!(
+                direct.len() >= 10,
+                "the upstream passes too little to compare: {direct:?}"
+            );
+        }
     }
     g.stop().await;
 }

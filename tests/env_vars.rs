@@ -31,6 +31,7 @@ const TESTED: &[&str] = &[
     "CEDARGATE_LOG_FORMAT",
     "CEDARGATE_LIMITS__MAX_BODY_BYTES",
     "CEDARGATE_ADMIN_TOKEN",
+    "CEDARGATE_AUDITOR_TOKEN",
     "CEDARGATE_DATABASE__URL",
     "CEDARGATE_LOG",
 ];
@@ -287,6 +288,61 @@ async fn cedargate_admin_token_serves_the_admin_api() {
     assert!(body.to_string().contains("demo"), "{body}");
     let wrong = http.get(&orgs).bearer_auth("other").send().await.unwrap();
     assert_eq!(wrong.status(), 401);
+    served.stop();
+}
+
+#[tokio::test]
+async fn cedargate_auditor_token_serves_the_console_read_only() {
+    let (dir, config) = setup();
+    let served = serve(
+        dir.path(),
+        Some(&config),
+        &[("CEDARGATE_AUDITOR_TOKEN", "env-auditor-token")],
+    )
+    .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let form = http
+        .get(format!("{}/console/login", served.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(form.status(), 200);
+    let cookie = form.headers()["set-cookie"].to_str().unwrap().to_string();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let csrf = cookie.split('=').nth(1).unwrap().to_string();
+    let signed_in = http
+        .post(format!("{}/console/login", served.base))
+        .header("Cookie", &cookie)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token=env-auditor-token&csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 303);
+    let session = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let session = session.split(';').next().unwrap().to_string();
+    let page = http
+        .get(format!("{}/console/policies", served.base))
+        .header("Cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("signed in as auditor"));
+    // The admin API stays off: the auditor token is not an admin token.
+    let admin = http
+        .get(format!("{}/admin/orgs", served.base))
+        .bearer_auth("env-auditor-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(admin.status(), 404);
     served.stop();
 }
 

@@ -31,17 +31,17 @@ fn policy_validate_fmt_and_test() {
     let o = run(&cfg, &["policy", "validate"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("policy set valid: 9 policies"),
+        stdout(&o).contains("policy set valid: 10 policies"),
         "{}",
         stdout(&o)
     );
 
     let o = run(&cfg, &["policy", "test"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("31 passed, 0 failed"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("37 passed, 0 failed"), "{}", stdout(&o));
     let o = run(&cfg, &["policy", "test", "--json"]);
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["outcomes"].as_array().unwrap().len(), 31);
+    assert_eq!(report["outcomes"].as_array().unwrap().len(), 37);
 
     // Formatting: the shipped files are formatted; a messy one is not.
     let o = run(&cfg, &["policy", "fmt", "--check"]);

@@ -240,7 +240,7 @@ async fn server_discover_describes_the_gateway() {
     assert_eq!(r["ttlMs"], 3_600_000);
     assert_eq!(r["cacheScope"], "public");
     // Unknown methods answer 404 with -32601; the removed ones too.
-    for method in ["initialize", "ping", "resources/list"] {
+    for method in ["initialize", "ping", "completion/complete"] {
         let a = modern(&g, &t, &request(2, method, json!({}))).await;
         assert_eq!((a.status, code(&a.body)), (404, -32601), "{method}");
         assert_eq!(a.body["id"], 2);
@@ -738,9 +738,10 @@ async fn trace_context_reaches_every_decision_record_of_the_request() {
     }
 }
 
-/// A legacy client that sends a trace context in a single message's
-/// `_meta` is traced too (a batch is not: its messages may belong to
-/// different traces).
+/// A legacy client that sends a trace context in a message's `_meta` is
+/// traced too; in a batch, each message's records carry that message's
+/// own trace context, and the request's own records (the session's
+/// admission, shared by every message) carry none.
 #[tokio::test]
 async fn a_legacy_request_with_a_trace_context_is_traced() {
     let g = TestGateway::start().await;
@@ -755,12 +756,35 @@ async fn a_legacy_request_with_a_trace_context_is_traced() {
     for d in &trail {
         assert_eq!(notes(d)["traceparent"], TRACEPARENT, "{}", d.record.action);
     }
+
+    let other = "00-1bf7651916cd43dd8448eb211c80319c-00f067aa0ba902b8-01";
     let before = trail.len();
-    let (status, body) = g.mcp(&t, json!([call])).await;
+    let second = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "af_memory_remember", "arguments": {"content": "traced twice"},
+        "_meta": {"traceparent": other}}});
+    let untraced = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "af_memory_remember", "arguments": {"content": "not traced"}}});
+    let (status, body) = g.mcp(&t, json!([call, second, untraced])).await;
     assert_eq!(status, 200, "{body}");
     let trail = g.decisions().await;
-    assert!(trail.len() > before);
-    for d in &trail[before..] {
+    let batch = &trail[before..];
+    let traced_with = |content: &str| -> Vec<Option<String>> {
+        batch
+            .iter()
+            .filter(|d| d.record.action == "call_tool")
+            .filter(|d| d.record.context.contains(content))
+            .map(|d| notes(d)["traceparent"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(traced_with("\"traced\""), [Some(TRACEPARENT.to_string())]);
+    assert_eq!(traced_with("traced twice"), [Some(other.to_string())]);
+    assert_eq!(traced_with("not traced"), [None]);
+    let admission: Vec<_> = batch
+        .iter()
+        .filter(|d| d.record.action == "access_session")
+        .collect();
+    assert!(!admission.is_empty());
+    for d in admission {
         assert!(notes(d).get("traceparent").is_none(), "{}", d.record.notes);
     }
 }

@@ -126,7 +126,11 @@ async fn json_rpc_error_codes() {
             -32600,
         ),
         ("[]".into(), 400, -32600),
-        (rpc(1, "resources/list", json!({})).to_string(), 200, -32601),
+        (
+            rpc(1, "completion/complete", json!({})).to_string(),
+            200,
+            -32601,
+        ),
         (
             rpc(1, "server/discover", json!({})).to_string(),
             200,

@@ -825,9 +825,12 @@ async fn a_hand_typed_a2a_tool_and_replay_of_every_record_kind() {
         report.flips
     );
     std::fs::remove_file(policies.join("deploys.cedar")).unwrap();
-    let lifted =
-        cedargate::policy::load::load_bundle_with_tools(&schema, &policies, &g.gw.lifecycle.tools)
-            .unwrap();
+    let lifted = cedargate::policy::load::load_bundle_with_tools(
+        &schema,
+        &policies,
+        &g.gw.lifecycle.tools(),
+    )
+    .unwrap();
     let report =
         g.gw.store
             .read(move |c| {

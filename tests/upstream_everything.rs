@@ -7,7 +7,8 @@
 //! log shows no request for it). Over SSE, the server is also stopped
 //! (calls answer -32202), restarted on the same port (the next call opens
 //! a new stream and session), and made slower than the call's budget
-//! (-32201).
+//! (-32201). A policy on `echo`'s typed `context.args.message` decides
+//! its calls on their arguments.
 //!
 //! The server is installed by `tests/upstreams/setup.sh` (run by `.ci/run`,
 //! and here when missing). Without network, outside CI, the tests skip
@@ -22,29 +23,15 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{TestGateway, repo};
+use common::TestGateway;
+use common::setup::{upstreams_dir, upstreams_installed as installed};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
-
-fn upstreams_dir() -> PathBuf {
-    repo().join("tests/upstreams")
-}
-
-/// Runs the installer once per test binary.
-fn installed() -> bool {
-    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
-    common::setup::install_once(
-        &SETUP,
-        &upstreams_dir().join("setup.sh"),
-        "upstream MCP servers",
-    )
-}
 
 /// `server-everything` over Streamable HTTP or SSE, with its log lines.
 struct Everything {
@@ -201,6 +188,87 @@ async fn server_everything_over_streamable_http_is_governed() {
             json!([r#"Gateway::Tool::"everything.get-sum""#, "deny"]),
             json!([r#"Gateway::Tool::"everything.echo""#, "allow"]),
         ]
+    );
+}
+
+const ECHO_NO_SECRETS: &str = r#"
+@id("no-secret-echoes")
+forbid (principal, action == Gateway::Action::"everything.echo", resource)
+when { context.args.message like "*secret*" };
+"#;
+
+/// `echo`'s typed action reads its `message` argument: one value is
+/// denied (nothing reaches the server), another allowed; a policy on an
+/// argument `echo` does not declare is refused.
+#[tokio::test]
+async fn a_context_args_policy_decides_server_everything_calls_on_their_arguments() {
+    if !installed() {
+        return;
+    }
+    let up = Everything::start().await;
+    let g = TestGateway::start_with_policy("extra.cedar", "// filled in below\n").await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "everything", "transport": "streamable-http", "url": up.url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    let mut typed = Value::Null;
+    for _ in 0..200 {
+        typed = g.admin(Method::GET, "/admin/policies", None).await.1["typedTools"].clone();
+        if typed
+            .as_array()
+            .unwrap()
+            .contains(&json!("everything.echo"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        typed
+            .as_array()
+            .unwrap()
+            .contains(&json!("everything.echo")),
+        "{typed}"
+    );
+    let extra = g.gw.config.policies_dir.join("extra.cedar");
+    let wrong = ECHO_NO_SECRETS.replace("context.args.message", "context.args.text");
+    std::fs::write(&extra, wrong).unwrap();
+    let (status, body) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 422, "{body}");
+    std::fs::write(&extra, ECHO_NO_SECRETS).unwrap();
+    let (status, body) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        g.gw.pep
+            .current()
+            .policy_ids
+            .iter()
+            .any(|p| p == "no-secret-echoes")
+    );
+
+    let before = up.posts();
+    let body = g
+        .call_tool(&t, "everything.echo", json!({"message": "my secret key"}))
+        .await;
+    assert_eq!(body["error"]["code"], -32003, "{body}");
+    assert_eq!(
+        body["error"]["data"]["reasons"],
+        json!(["no-secret-echoes"])
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.posts(), before, "the denied call reached the upstream");
+    let body = g
+        .call_tool(&t, "everything.echo", json!({"message": "hello"}))
+        .await;
+    assert_eq!(
+        body["result"],
+        json!({"content": [{"type": "text", "text": "Echo: hello"}]}),
+        "{body}"
     );
 }
 

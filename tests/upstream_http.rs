@@ -439,6 +439,54 @@ async fn an_upstream_that_is_down_or_failing_is_reported() {
     assert_eq!(servers[0]["toolCount"], 7);
     assert_eq!(servers[1]["health"], "unreachable");
     assert!(servers[0].get("tools").is_none());
+
+    // The failed call is counted for its upstream; health is in the
+    // metrics and in /readyz (detail only: the gateway stays ready).
+    let metrics = g.metrics_text().await;
+    assert!(
+        metrics.contains(
+            r#"cedargate_upstream_requests_total{upstream="acme/flaky",method="tools/call",outcome="transport"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"cedargate_upstream_healthy{upstream="acme/flaky"} 1"#));
+    assert!(metrics.contains(r#"cedargate_upstream_healthy{upstream="acme/down"} 0"#));
+    let ready = g
+        .http
+        .get(format!("{}/readyz", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["upstreams"]["count"], 2, "{ready}");
+    assert_eq!(ready["upstreams"]["byHealth"]["unreachable"], 1, "{ready}");
+    assert_eq!(
+        ready["upstreams"]["unhealthy"],
+        json!(["acme/down"]),
+        "{ready}"
+    );
+}
+
+#[tokio::test]
+async fn calls_are_counted_per_upstream_by_outcome_with_their_latency() {
+    let (g, t, _up, _) = setup(None).await;
+    call(&g, &t, "files_server.echo", json!({"message": "hi"})).await;
+    call(&g, &t, "files_server.tool_error", json!({})).await;
+    call(&g, &t, "files_server.fail", json!({})).await;
+    let metrics = g.metrics_text().await;
+    for outcome in ["ok", "tool_error", "upstream-error"] {
+        let line = format!(
+            r#"cedargate_upstream_requests_total{{upstream="acme/files_server",method="tools/call",outcome="{outcome}"}} 1"#
+        );
+        assert!(metrics.contains(&line), "{line}\n{metrics}");
+    }
+    assert!(
+        metrics.contains(
+            r#"cedargate_upstream_request_duration_seconds_count{upstream="acme/files_server"} 3"#
+        ),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

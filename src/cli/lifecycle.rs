@@ -383,6 +383,9 @@ pub fn replay(config: &Config, args: &ReplayArgs) -> ExitCode {
         crate::replay::replay(c, &filter, &against).map_err(|e| match e {
             crate::replay::ReplayError::Store(s) => s,
             crate::replay::ReplayError::Filter(f) => crate::store::StoreError::Invalid(f),
+            e @ crate::replay::ReplayError::Cancelled(_) => {
+                crate::store::StoreError::Invalid(e.to_string())
+            }
         })
     }) {
         Ok(r) => r,

@@ -46,6 +46,8 @@ fn apply(gw: &Gateway, change: &Change) {
             gw.upstreams.invalidate(org);
             gw.rate_limits.invalidate(org);
             gw.invalidate_caches();
+            // An upstream registry change may change the typed actions.
+            gw.lifecycle.registry_changed();
         }
         Change::McpTerminated(sid) => gw.terminated.remember(sid),
         Change::McpResumed(sid) => gw.terminated.forget(sid),
@@ -54,6 +56,7 @@ fn apply(gw: &Gateway, change: &Change) {
             gw.upstreams.invalidate_all();
             gw.rate_limits.invalidate_all();
             gw.invalidate_caches();
+            gw.lifecycle.registry_changed();
         }
     }
 }

@@ -134,7 +134,7 @@ async fn shadow_start(
     let started = tokio::task::spawn_blocking(move || {
         gw2.lifecycle
             .shadow
-            .start(&gw2.config.schema_file, &dir, &gw2.lifecycle.tools)
+            .start(&gw2.config.schema_file, &dir, &gw2.lifecycle.tools())
     })
     .await
     .map_err(|_| AppError::Internal)?;

@@ -94,7 +94,7 @@ async fn load(gw: &Gateway) -> Result<(PolicyBundle, TestReport), LoadFailure> {
     let (schema, dir, tools) = (
         gw.config.schema_file.clone(),
         gw.config.policies_dir.clone(),
-        gw.lifecycle.tools.clone(),
+        gw.lifecycle.tools(),
     );
     match tokio::task::spawn_blocking(move || load_candidate(&schema, &dir, &tools)).await {
         Ok(Ok(loaded)) => Ok(loaded),

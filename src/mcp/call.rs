@@ -53,9 +53,15 @@ pub struct Call {
     /// writer: they travel with the request's next durable commit, or are
     /// queued when the request ends, so a request costs one writer job.
     pending: Mutex<Vec<WriteOp>>,
+    /// Pending writes of the messages already answered, stamped with
+    /// their messages' trace context (never stamped again).
+    sealed: Mutex<Vec<WriteOp>>,
     /// The caller's W3C trace context, written into the `notes` of every
     /// decision record of the request.
     pub trace: Option<TraceContext>,
+    /// The trace context of the message being answered, when a legacy
+    /// body's message carries its own (see [`Call::enter_message`]).
+    message_trace: Mutex<Option<TraceContext>>,
 }
 
 /// A caller's W3C trace context (`traceparent`, `tracestate`), already
@@ -70,7 +76,7 @@ pub struct TraceContext {
 
 impl TraceContext {
     /// Adds `traceparent` (and `tracestate`) to the notes of every
-    /// decision record in `ops`.
+    /// decision record in `ops` that carries no trace context yet.
     pub fn stamp(&self, ops: &mut [WriteOp]) {
         for op in ops {
             if let WriteOp::Decision(record) = op {
@@ -79,12 +85,16 @@ impl TraceContext {
         }
     }
 
-    /// `notes` (a JSON object or `null`) with the trace context added.
+    /// `notes` (a JSON object or `null`) with the trace context added,
+    /// unless they already carry one.
     pub fn noted(&self, notes: &str) -> String {
         let mut map = match serde_json::from_str(notes) {
             Ok(serde_json::Value::Object(map)) => map,
             _ => serde_json::Map::new(),
         };
+        if map.contains_key("traceparent") {
+            return notes.to_string();
+        }
         map.insert("traceparent".into(), self.traceparent.clone().into());
         if let Some(state) = &self.tracestate {
             map.insert("tracestate".into(), state.clone().into());
@@ -101,27 +111,57 @@ impl Call {
         }
     }
 
+    /// Everything deferred so far, in order, each record stamped with its
+    /// message's trace context.
     fn take_pending(&self) -> Vec<WriteOp> {
-        self.pending
+        let mut all = self
+            .sealed
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        let open = self
+            .pending
             .lock()
             .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        all.extend(self.traced(open));
+        all
     }
 
-    /// Stamps the request's trace context on the records of `ops`.
+    /// Stamps the current trace context (the message's, else the
+    /// request's) on the records of `ops` that carry none yet.
     fn traced(&self, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
-        if let Some(trace) = &self.trace {
+        let message = self.message_trace.lock().ok().and_then(|t| t.clone());
+        if let Some(trace) = message.as_ref().or(self.trace.as_ref()) {
             trace.stamp(&mut ops);
         }
         ops
+    }
+
+    /// Starts answering one message of a legacy body that carries its own
+    /// trace context (or none): the records still pending belong to the
+    /// messages before it, so they are stamped with theirs first. A batch's
+    /// messages may belong to different traces; each record keeps its own.
+    pub fn enter_message(&self, trace: Option<TraceContext>) {
+        let before = self
+            .pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        let before = self.traced(before);
+        if let Ok(mut sealed) = self.sealed.lock() {
+            sealed.extend(before);
+        }
+        if let Ok(mut current) = self.message_trace.lock() {
+            *current = trace;
+        }
     }
 
     /// Commits `ops` together with everything deferred so far, and waits
     /// until it is durable; a failed commit is -32603.
     pub async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), McpError> {
         let mut all = self.take_pending();
-        all.extend(ops);
-        let all = self.traced(all);
+        all.extend(self.traced(ops));
         self.gw.store.writer().submit(all).await.map_err(|e| {
             tracing::error!(error = %e, "internal error");
             McpError::Internal
@@ -130,7 +170,7 @@ impl Call {
 
     /// Queues whatever is still deferred (end of request).
     pub async fn flush_deferred(&self) {
-        let rest = self.traced(self.take_pending());
+        let rest = self.take_pending();
         if !rest.is_empty()
             && let Err(e) = self.gw.store.writer().enqueue(rest).await
         {
@@ -146,10 +186,23 @@ impl Call {
         resource: &Uid,
         context: &PreparedContext,
     ) -> Decided {
+        self.decide_in(&self.view.slice, principal, action, resource, context)
+    }
+
+    /// [`Call::decide`] against `slice` (the session's plus entities of
+    /// this request, such as an upstream resource).
+    pub fn decide_in(
+        &self,
+        slice: &crate::policy::entities::EntitySlice,
+        principal: &Uid,
+        action: Action,
+        resource: &Uid,
+        context: &PreparedContext,
+    ) -> Decided {
         let session = &self.view.tenant.session;
         audit::decide(
             &self.bundle,
-            &self.view.slice,
+            slice,
             principal,
             action,
             resource,
@@ -259,7 +312,9 @@ pub async fn prepare(
         time,
         context,
         pending: Mutex::new(Vec::new()),
+        sealed: Mutex::new(Vec::new()),
         trace: None,
+        message_trace: Mutex::new(None),
     })
 }
 

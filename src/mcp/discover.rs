@@ -28,9 +28,15 @@ pub fn discover() -> Value {
 }
 
 /// What the gateway offers at 2026-07-28: tools, whose list changes are
-/// announced on `subscriptions/listen`.
+/// announced on `subscriptions/listen`, and the resources and prompts of
+/// the org's upstream servers (listed and read; their list changes are not
+/// announced, and resources cannot be subscribed to).
 pub fn capabilities() -> Value {
-    json!({ "tools": { "listChanged": true } })
+    json!({
+        "tools": { "listChanged": true },
+        "resources": { "subscribe": false, "listChanged": false },
+        "prompts": { "listChanged": false },
+    })
 }
 
 /// `Implementation` of the gateway.

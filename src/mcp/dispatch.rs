@@ -3,11 +3,15 @@
 //! responses get nothing; invalid elements of a batch get -32600.
 
 use serde_json::Value;
+use tracing::Instrument as _;
 
-use super::call::Call;
+use super::call::{Call, TraceContext};
+use super::era;
 use super::error::McpError;
 use super::jsonrpc::{Answer, Message, Reply};
-use super::{initialize, tools_call, tools_list};
+use super::{entries, initialize, tools_call, tools_list};
+use crate::tools::spec::echo;
+use crate::upstream::entries::EntryKind;
 
 /// Answers `messages`, then queues the request's remaining deferred
 /// records.
@@ -16,7 +20,17 @@ pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
     for message in messages {
         match message {
             Message::Request { id, method, params } => {
-                let outcome = dispatch(call, &method, params).await;
+                let trace = message_trace(&params);
+                let span = tracing::info_span!(
+                    "mcp",
+                    method = %echo(&method),
+                    traceparent = tracing::field::Empty,
+                );
+                if let Some(t) = trace.as_ref().or(call.trace.as_ref()) {
+                    span.record("traceparent", t.traceparent.as_str());
+                }
+                call.enter_message(trace);
+                let outcome = dispatch(call, &method, params).instrument(span).await;
                 responses.push(Answer::of(id, outcome.map_err(|e| e.rpc())));
             }
             Message::Invalid { id, reason } => {
@@ -33,6 +47,16 @@ pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
     responses
 }
 
+/// The trace context of one message (its `params._meta`), so each message
+/// of a batch, and each message posted to an HTTP+SSE stream, is traced in
+/// its records and logs like a 2026-07-28 request.
+fn message_trace(params: &Value) -> Option<TraceContext> {
+    params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .and_then(era::trace_context)
+}
+
 /// One request, by method.
 pub async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Reply, McpError> {
     match method {
@@ -40,6 +64,17 @@ pub async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Reply,
         "ping" => Ok(Reply::Json(initialize::ping())),
         "tools/list" => Ok(Reply::Text(tools_list::tools_list(call))),
         "tools/call" => tools_call::tools_call(call, params).await.map(Reply::Json),
+        "resources/list" => entries::list(call, EntryKind::Resources)
+            .await
+            .map(Reply::Json),
+        "resources/templates/list" => entries::list(call, EntryKind::Templates)
+            .await
+            .map(Reply::Json),
+        "resources/read" => entries::read_resource(call, params).await.map(Reply::Json),
+        "prompts/list" => entries::list(call, EntryKind::Prompts)
+            .await
+            .map(Reply::Json),
+        "prompts/get" => entries::get_prompt(call, params).await.map(Reply::Json),
         _ => Err(McpError::MethodNotFound(method.to_string())),
     }
 }

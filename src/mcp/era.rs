@@ -126,9 +126,9 @@ fn single_meta(body: &Messages) -> Option<&Map<String, Value>> {
 }
 
 /// The W3C trace context of a legacy body holding one message (its
-/// `params._meta`), so older clients that send one are traced too. A batch
-/// has none: its messages may belong to different traces, and one record
-/// set cannot carry several.
+/// `params._meta`), for the records the request writes before its message
+/// is answered. A batch has none at that level: each of its messages is
+/// traced on its own as it is answered (`dispatch::answer`).
 pub fn legacy_trace(body: &Messages) -> Option<TraceContext> {
     single_meta(body).and_then(trace_context)
 }

@@ -179,6 +179,14 @@ pub enum McpError {
     /// answer for both, so visibility leaks nothing).
     #[error("unknown tool `{}`", echo(.0))]
     UnknownTool(String),
+    /// An unknown resource, or one Cedar does not let the agent
+    /// `read_resource`: -32002 (2026-07-28: -32602), one answer for both.
+    #[error("resource `{}` not found", echo(.0))]
+    UnknownResource(String),
+    /// An unknown prompt, or one Cedar does not let the agent `get_prompt`:
+    /// -32602, one answer for both.
+    #[error("unknown prompt `{}`", echo(.0))]
+    UnknownPrompt(String),
     /// Arguments that do not match the tool's `inputSchema`: -32602.
     #[error("invalid arguments for `{}`: `{}`: {}", echo(.tool), echo(first_field(.errors)), first_message(.errors))]
     InvalidArguments {
@@ -326,6 +334,8 @@ impl McpError {
             MethodNotFound(_)
             | InvalidParams { .. }
             | UnknownTool(_)
+            | UnknownResource(_)
+            | UnknownPrompt(_)
             | InvalidArguments { .. }
             | CallDenied(_)
             | WriteDenied(_)
@@ -371,9 +381,10 @@ impl McpError {
             }
             MethodNotFound(_) | UnknownTool(_) => jsonrpc::METHOD_NOT_FOUND,
             InsufficientStorage(_) => jsonrpc::INSUFFICIENT_STORAGE,
-            InvalidParams { .. } | InvalidArguments { .. } | MissingMeta(_) => {
+            InvalidParams { .. } | InvalidArguments { .. } | MissingMeta(_) | UnknownPrompt(_) => {
                 jsonrpc::INVALID_PARAMS
             }
+            UnknownResource(_) => jsonrpc::RESOURCE_NOT_FOUND,
             RateLimited(_) => jsonrpc::RATE_LIMITED,
             Remote { code, .. } => *code,
         }
@@ -426,6 +437,8 @@ impl McpError {
             MethodNotFound(method) => json!({ "method": echo(method) }),
             InvalidParams { field, .. } => json!({ "field": field }),
             UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": echo(tool) }),
+            UnknownResource(uri) => json!({ "uri": echo(uri) }),
+            UnknownPrompt(name) => json!({ "prompt": echo(name) }),
             InvalidArguments { tool, errors } => json!({
                 "tool": echo(tool),
                 "field": echo(first_field(errors)),
@@ -453,10 +466,11 @@ impl McpError {
     }
 
     /// The JSON-RPC code at 2026-07-28, whose changes are: an unknown (or
-    /// hidden) tool is -32602 (invalid params), not -32601.
+    /// hidden) tool is -32602 (invalid params), not -32601, and so is an
+    /// unknown (or hidden) resource, not -32002.
     pub fn modern_code(&self) -> i64 {
         match self {
-            McpError::UnknownTool(_) => jsonrpc::INVALID_PARAMS,
+            McpError::UnknownTool(_) | McpError::UnknownResource(_) => jsonrpc::INVALID_PARAMS,
             _ => self.code(),
         }
     }

@@ -37,11 +37,9 @@ use serde_json::Value;
 
 use super::admission::PROTOCOL_HEADER;
 use super::era::{META_VERSION, Modern};
+use super::protocol::annotations;
 use crate::gateway::SessionView;
 use crate::tools::spec::echo;
-
-/// Longest chain of `properties` followed looking for annotations.
-const MAX_SCHEMA_DEPTH: usize = 8;
 
 /// A header that does not match its body value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,33 +209,6 @@ fn body_text(body: &Value) -> String {
     match body {
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    }
-}
-
-/// The `x-mcp-header` annotations of an `inputSchema`: each property path
-/// (a chain of `properties` keys from the root) with its header name.
-pub fn annotations(schema: &Value) -> Vec<(Vec<String>, String)> {
-    let mut found = Vec::new();
-    collect(schema, &mut Vec::new(), &mut found);
-    found
-}
-
-fn collect(schema: &Value, path: &mut Vec<String>, found: &mut Vec<(Vec<String>, String)>) {
-    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-        return;
-    };
-    if path.len() >= MAX_SCHEMA_DEPTH {
-        return;
-    }
-    for (key, property) in properties {
-        path.push(key.clone());
-        if let Some(name) = property.get("x-mcp-header").and_then(Value::as_str)
-            && !name.is_empty()
-        {
-            found.push((path.clone(), name.to_string()));
-        }
-        collect(property, path, found);
-        path.pop();
     }
 }
 

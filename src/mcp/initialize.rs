@@ -28,9 +28,20 @@ pub fn initialize(call: &Call, params: &Value) -> Value {
         .set_negotiated(&call.view.tenant.session.id, version);
     json!({
         "protocolVersion": version,
-        "capabilities": { "tools": { "listChanged": false } },
+        "capabilities": capabilities(),
         "serverInfo": { "name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION") },
         "instructions": INSTRUCTIONS,
+    })
+}
+
+/// What the gateway offers before 2026-07-28: tools, and the resources
+/// and prompts of the org's upstream servers (listed and read; no
+/// subscriptions, and no list-change notifications on these transports).
+pub fn capabilities() -> Value {
+    json!({
+        "tools": { "listChanged": false },
+        "resources": { "subscribe": false, "listChanged": false },
+        "prompts": { "listChanged": false },
     })
 }
 

@@ -27,6 +27,10 @@ pub const AUTH_DENIED: i64 = -32003;
 pub const UNAUTHENTICATED: i64 = -32001;
 /// Unknown session (HTTP 404).
 pub const SESSION_NOT_FOUND: i64 = -32002;
+/// Before 2026-07-28: an unknown (or hidden) resource (the specification's
+/// code, equal to the gateway's unknown-session code but answered at HTTP
+/// 200 inside the body; 2026-07-28 answers -32602).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// 2026-07-28: a mirrored HTTP header is missing or differs from the body.
 pub const HEADER_MISMATCH: i64 = -32020;
 /// 2026-07-28: a required client capability was not declared.

@@ -10,6 +10,7 @@
 //! The session URL stays the authority for tenant, project and agent,
 //! exactly as for legacy clients: the same prelude, the same pipeline, the
 //! same trail. Methods: `server/discover`, `tools/list`, `tools/call`,
+//! the upstreams' resources and prompts (`entries`),
 //! `subscriptions/listen` (a long-lived stream, see `listen`); anything
 //! else (`initialize` and `ping` included, which the revision
 //! removed) answers 404 with -32601.
@@ -22,8 +23,13 @@
 //! refused like any other) and `cacheScope: "private"`, always: every list
 //! is Cedar's `view_tool` answer for this principal, even when it hid
 //! nothing (another principal's list may differ), so a shared cache must
-//! never hand it to anyone else. Error codes of the revision: an
-//! unknown or hidden tool is -32602 (one answer for both, as before).
+//! never hand it to anyone else. The resources and prompts lists carry the
+//! same `ttlMs` and `cacheScope: "private"` (Cedar decided each entry for
+//! this principal); a `resources/read` result is `private` too, with the
+//! upstream's `ttlMs` when it gave one, else 0. Their entries keep the
+//! upstream's order. Error codes of the revision: an unknown or hidden
+//! tool is -32602 (one answer for both, as before), and so is an unknown
+//! or hidden resource (-32002 before).
 //!
 //! The caller's W3C trace context (`_meta.traceparent`, `tracestate`)
 //! goes into the `notes` of every decision record of the request and onto
@@ -43,9 +49,10 @@ use super::error::McpError;
 use super::framing::framed;
 use super::headers::{self, Mismatch};
 use super::jsonrpc::{self, Answer, Message, Reply};
-use super::{listen, protocol, tools_call, tools_list};
+use super::{entries, listen, protocol, tools_call, tools_list};
 use crate::gateway::Gateway;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
+use crate::upstream::entries::EntryKind;
 
 /// Serves one 2026-07-28 POST inside a span carrying its trace context.
 pub async fn serve(
@@ -176,6 +183,15 @@ async fn dispatch(call: &Call, method: &str, params: Value) -> Result<Reply, Mcp
         "tools/call" => tools_call::tools_call(call, params)
             .await
             .map(|result| Reply::Json(complete(result))),
+        "resources/list" => listed(call, EntryKind::Resources).await,
+        "resources/templates/list" => listed(call, EntryKind::Templates).await,
+        "prompts/list" => listed(call, EntryKind::Prompts).await,
+        "resources/read" => entries::read_resource(call, params)
+            .await
+            .map(|result| Reply::Json(complete(cached(result, None)))),
+        "prompts/get" => entries::get_prompt(call, params)
+            .await
+            .map(|result| Reply::Json(complete(result))),
         _ => Err(McpError::MethodNotFound(method.to_string())),
     }
 }
@@ -191,6 +207,27 @@ fn tools_list_result(call: &Call) -> String {
         "{{\"resultType\":\"complete\",\"ttlMs\":{ttl_ms},\"cacheScope\":\"private\",\"_meta\":{meta},\"tools\":[{}]}}",
         entries.join(",")
     )
+}
+
+/// A resources or prompts list at 2026-07-28: the shape of `tools/list`
+/// (`ttlMs` the gateway's own staleness, `cacheScope: "private"`, since
+/// Cedar decided every entry for this principal).
+async fn listed(call: &Call, kind: EntryKind) -> Result<Reply, McpError> {
+    let ttl_ms = call.gw.config.cache_ttl_secs.saturating_mul(1000);
+    let result = entries::list(call, kind).await?;
+    Ok(Reply::Json(complete(cached(result, Some(ttl_ms)))))
+}
+
+/// `cacheScope: "private"` (the result was decided for this principal)
+/// and `ttlMs`: `ttl_ms`, else the upstream's own when it gave a
+/// non-negative integer, else 0.
+fn cached(mut result: Value, ttl_ms: Option<u64>) -> Value {
+    if let Value::Object(map) = &mut result {
+        let upstream = map.get("ttlMs").and_then(Value::as_u64);
+        map.insert("ttlMs".into(), ttl_ms.or(upstream).unwrap_or(0).into());
+        map.insert("cacheScope".into(), "private".into());
+    }
+    result
 }
 
 /// A result with the revision's `resultType` and the gateway's

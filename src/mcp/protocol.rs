@@ -6,6 +6,8 @@
 //! (2026-07-28) carries its version and client capabilities in every
 //! request's `_meta` and has no session at all.
 
+use serde_json::Value;
+
 /// Legacy versions (negotiated by `initialize`), newest first.
 pub const SUPPORTED: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
@@ -60,6 +62,38 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
 /// so string order is date order.
 pub fn has_structured_content(version: &str) -> bool {
     version >= "2025-06-18"
+}
+
+/// Longest chain of `properties` followed looking for `x-mcp-header`
+/// annotations.
+const MAX_SCHEMA_DEPTH: usize = 8;
+
+/// The `x-mcp-header` annotations of a tool's `inputSchema` (2026-07-28:
+/// the parameters a request mirrors as `Mcp-Param-{Name}` headers): each property path
+/// (a chain of `properties` keys from the root) with its header name.
+pub fn annotations(schema: &Value) -> Vec<(Vec<String>, String)> {
+    let mut found = Vec::new();
+    collect(schema, &mut Vec::new(), &mut found);
+    found
+}
+
+fn collect(schema: &Value, path: &mut Vec<String>, found: &mut Vec<(Vec<String>, String)>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    if path.len() >= MAX_SCHEMA_DEPTH {
+        return;
+    }
+    for (key, property) in properties {
+        path.push(key.clone());
+        if let Some(name) = property.get("x-mcp-header").and_then(Value::as_str)
+            && !name.is_empty()
+        {
+            found.push((path.clone(), name.to_string()));
+        }
+        collect(property, path, found);
+        path.pop();
+    }
 }
 
 #[cfg(test)]

@@ -334,6 +334,52 @@ pub fn session_slice_with_remotes(
     finish(bundle, values)
 }
 
+/// An upstream MCP server's resource or prompt as policies see it: a
+/// `Gateway::Resource` (`uri`) or `Gateway::Prompt` (`name`), child of its
+/// `McpServer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamEntryFacts {
+    /// `Kind::Resource` or `Kind::Prompt`.
+    pub kind: Kind,
+    /// The gateway's name for it (the entity id).
+    pub id: String,
+    /// The upstream's own URI (resources) or name (prompts).
+    pub upstream: String,
+    /// Slug of its `McpServer` parent.
+    pub server: String,
+}
+
+/// The session slice `base` plus one entity per upstream resource or
+/// prompt (an id given twice is added once): the slice of one request's
+/// `read_resource` / `get_prompt` decisions, recorded with them.
+pub fn with_upstream_entries(
+    bundle: &PolicyBundle,
+    base: &EntitySlice,
+    entries: &[UpstreamEntryFacts],
+) -> Result<EntitySlice, EntitySliceError> {
+    let mut values: Vec<Value> = match serde_json::from_str(&base.json) {
+        Ok(Value::Array(values)) => values,
+        _ => Vec::new(),
+    };
+    let mut seen = std::collections::HashSet::new();
+    for e in entries {
+        if !seen.insert((e.kind.name(), e.id.as_str())) {
+            continue;
+        }
+        let attrs = match e.kind {
+            Kind::Prompt => json!({ "name": e.upstream }),
+            _ => json!({ "uri": e.upstream }),
+        };
+        values.push(entity(
+            e.kind,
+            &e.id,
+            attrs,
+            vec![parent(Kind::McpServer, &e.server)],
+        ));
+    }
+    finish(bundle, values)
+}
+
 /// What a `create_session` decision needs: the key, the project and the
 /// agent, with their org.
 pub fn create_session_slice(

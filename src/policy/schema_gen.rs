@@ -121,6 +121,40 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
     out
 }
 
+/// Run-time tools (upstream MCP tools, from every org's approved pins)
+/// reduced to one entry per name: a name whose entries all map to the same
+/// Cedar type of `context.args` keeps one typed action (orgs that call
+/// their server alike and agree on the tool share the action); a name whose
+/// entries disagree gets none, with a note. Untyped, a policy naming that
+/// action no longer validates, so the set is refused (the last good set
+/// stays active and the error is reported) rather than reading one org's
+/// arguments with another org's types. Returned sorted by name.
+pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
+    let mut by_name: std::collections::BTreeMap<String, Vec<ToolSchema>> = Default::default();
+    for t in tools {
+        by_name.entry(t.name.clone()).or_default().push(t);
+    }
+    let mut out = Vec::with_capacity(by_name.len());
+    let mut notes = Vec::new();
+    for (name, mut entries) in by_name {
+        let mut types: Vec<Option<String>> = entries
+            .iter()
+            .map(|t| object_type(&t.input_schema, "args", 0, &mut Vec::new()))
+            .collect();
+        types.sort();
+        types.dedup();
+        if types.len() > 1 {
+            notes.push(format!(
+                "`{name}`: orgs list it with {} different argument types; not typed (write policies on `action in Gateway::Action::\"call_tool\"` with `resource == Gateway::Tool::\"{name}\"`, or give the servers distinct prefixes)",
+                types.len()
+            ));
+            continue;
+        }
+        out.push(entries.swap_remove(0));
+    }
+    (out, notes)
+}
+
 fn quote(s: &str) -> String {
     Value::String(s.to_string()).to_string()
 }
@@ -602,6 +636,37 @@ mod tests {
             }
             assert_eq!(decide(args), [cedar_policy::Decision::Deny; 2], "{change}");
         }
+    }
+
+    #[test]
+    fn orgs_share_a_typed_action_only_when_their_argument_types_agree() {
+        let read = |extra: &str| {
+            tool(
+                "fs.read",
+                json!({"type":"object","required":["path"],"properties":{
+                    "path":{"type":"string","description":extra}}}),
+            )
+        };
+        // Same Cedar type (descriptions differ): one action.
+        let (kept, notes) = agreeing(vec![
+            read("a"),
+            read("b"),
+            tool("fs.list", json!({"type":"object"})),
+        ]);
+        assert_eq!(
+            kept.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["fs.list", "fs.read"]
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+        // Another type for the same name: none, with a note naming it.
+        let other = tool(
+            "fs.read",
+            json!({"type":"object","properties":{"path":{"type":"integer"}}}),
+        );
+        let (kept, notes) = agreeing(vec![read("a"), other, read("b")]);
+        assert!(kept.is_empty(), "{kept:?}");
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("fs.read"), "{notes:?}");
     }
 
     #[test]

@@ -19,6 +19,11 @@ use super::StoreError;
 /// The hash a chain starts from.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
+/// Action prefix of the records of operator actions taken in the web
+/// console (`console:reload_policies`, `console:approve_tools`): chained
+/// like decisions, but not Cedar decisions, so replay skips them.
+pub const OPERATOR_ACTION_PREFIX: &str = "console:";
+
 /// One decision as handed to the writer (before chaining).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

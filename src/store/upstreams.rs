@@ -23,7 +23,7 @@ pub struct StoredUpstream {
     pub slug: String,
     /// Display name.
     pub name: String,
-    /// `streamable-http`.
+    /// `streamable-http`, `sse` or `stdio`.
     pub transport: String,
     /// Endpoint URL.
     pub url: String,
@@ -104,8 +104,37 @@ pub fn insert(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreError> {
             u.org_id, u.name, u.slug
         )));
     }
+    write_row(conn, u, "")
+}
+
+/// Inserts a server declared in the config file, or updates its declared
+/// settings (pins, health and creation time stay); a slug another server
+/// of the org has is a conflict.
+pub fn upsert_declared(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreError> {
+    let other: Option<String> = conn.query_opt(
+        "SELECT id FROM mcp_servers WHERE org_id = ?1 AND slug = ?2 AND id <> ?3",
+        params![u.org_id, u.slug, u.id],
+        |r| r.get(0),
+    )?;
+    if let Some(other) = other {
+        return Err(StoreError::Conflict(format!(
+            "org `{}` already has an MCP server with slug `{}` (`{other}`)",
+            u.org_id, u.slug
+        )));
+    }
+    write_row(
+        conn,
+        u,
+        " ON CONFLICT (id) DO UPDATE SET name = excluded.name, transport = excluded.transport, url = excluded.url, \
+         prefix = excluded.prefix, timeout_ms = excluded.timeout_ms, approve_new_tools = excluded.approve_new_tools",
+    )
+}
+
+/// Inserts every column of `u`, followed by `on_conflict` (empty: a plain
+/// insert).
+fn write_row(conn: &mut Conn, u: &StoredUpstream, on_conflict: &str) -> Result<(), StoreError> {
     conn.execute(
-        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
+        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17){on_conflict}"),
         params![
             u.id,
             u.org_id,
@@ -129,11 +158,31 @@ pub fn insert(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// `(id, org_id, slug, health)` of every registered upstream: what the
+/// health readings need, without the pinned definitions.
+pub fn list_health(conn: &mut Conn) -> Result<Vec<(String, String, String, String)>, StoreError> {
+    conn.query_map(
+        "SELECT id, org_id, slug, health FROM mcp_servers ORDER BY org_id, created_at, id",
+        params![],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )
+}
+
 /// The upstreams of an org, oldest registration first.
 pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<StoredUpstream>, StoreError> {
     conn.query_map(
         &format!("SELECT {COLUMNS} FROM mcp_servers WHERE org_id = ?1 ORDER BY created_at, id"),
         params![org_id],
+        row,
+    )
+}
+
+/// Every registered upstream of every org (the typed actions of their
+/// tools and the background refresh).
+pub fn list_all(conn: &mut Conn) -> Result<Vec<StoredUpstream>, StoreError> {
+    conn.query_map(
+        &format!("SELECT {COLUMNS} FROM mcp_servers ORDER BY org_id, created_at, id"),
+        params![],
         row,
     )
 }

@@ -76,7 +76,12 @@ impl UpstreamAdapter {
         let started = Instant::now();
         let result = self
             .upstreams
-            .call_tool(&tool.target, &tool.upstream_name, call.args)
+            .call_tool(
+                &tool.target,
+                &tool.upstream_name,
+                call.args,
+                &tool.spec.input_schema,
+            )
             .await
             .and_then(checked_result);
         let upstream_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -21,9 +21,7 @@
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
@@ -35,9 +33,12 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::registry::{self, Listing, ServerRow, ServerTarget};
+use super::descriptor;
+use super::refresh::{self, apply, taken_names, target};
+use super::registry::{self, Listing, ServerRow};
 use crate::a2a::card;
 use crate::a2a::registry::PeerAuth;
+use crate::audit::events::UPSTREAM_TOOL_APPROVED;
 use crate::cluster::coherence;
 use crate::error::AppError;
 use crate::gateway::Gateway;
@@ -68,8 +69,15 @@ pub struct RegisterServer {
     /// `streamable-http` or `sse`.
     pub transport: String,
     /// The MCP endpoint (e.g. `https://host/mcp`); for `sse`, the event
-    /// stream (e.g. `https://host/sse`).
-    pub url: String,
+    /// stream (e.g. `https://host/sse`). Required.
+    pub url: Option<String>,
+    /// Never accepted: what a `stdio` server runs is declared only in the
+    /// config file. Read only to refuse it with a clear answer.
+    pub command: Option<Value>,
+    /// Refused like `command`.
+    pub args: Option<Value>,
+    /// Refused like `command`.
+    pub env: Option<Value>,
     /// Where the bearer credential for the upstream is found.
     pub auth: Option<PeerAuth>,
     /// Budget of one call, in milliseconds (default 30,000).
@@ -83,6 +91,21 @@ pub struct RegisterServer {
 
 /// Checks the registration; returns the endpoint, slug and prefix.
 fn check_input(req: &RegisterServer) -> Result<(reqwest::Url, String, String), AppError> {
+    if req.transport == registry::STDIO {
+        return Err(AppError::BadRequest(
+            "`transport` `stdio` is not accepted here: stdio servers are declared only in the \
+             gateway's config file (`[[upstreams]]` with `org`, `name`, `command`, `args`, \
+             `env`); the API never starts processes"
+                .into(),
+        ));
+    }
+    if req.command.is_some() || req.args.is_some() || req.env.is_some() {
+        return Err(AppError::BadRequest(
+            "`command`, `args` and `env` are not accepted: processes are declared only in the \
+             gateway's config file (`[[upstreams]]`)"
+                .into(),
+        ));
+    }
     if req.transport != registry::STREAMABLE_HTTP && req.transport != registry::SSE {
         return Err(AppError::BadRequest(format!(
             "`transport` must be `{}` or `{}`, not `{}`",
@@ -91,7 +114,10 @@ fn check_input(req: &RegisterServer) -> Result<(reqwest::Url, String, String), A
             req.transport
         )));
     }
-    let url = reqwest::Url::parse(req.url.trim())
+    let Some(url) = &req.url else {
+        return Err(AppError::BadRequest("`url` is required".into()));
+    };
+    let url = reqwest::Url::parse(url.trim())
         .map_err(|e| AppError::BadRequest(format!("`url` is not a URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(AppError::BadRequest(
@@ -136,102 +162,22 @@ fn check_input(req: &RegisterServer) -> Result<(reqwest::Url, String, String), A
     Ok((url, slug, prefix))
 }
 
-/// The call target of a row (the URL was checked when it was stored).
-fn target(row: &ServerRow) -> Result<ServerTarget, AppError> {
-    let endpoint = reqwest::Url::parse(&row.url).map_err(|e| {
-        tracing::error!(upstream = %row.id, error = %e, "stored upstream URL does not parse");
-        AppError::Internal
-    })?;
-    Ok(ServerTarget {
-        id: row.id.clone(),
-        org_id: row.org_id.clone(),
-        slug: row.slug.clone(),
-        url: row.url.clone(),
-        endpoint,
-        transport: row.transport.clone(),
-        auth: row.auth.clone(),
-        timeout: Duration::from_millis(row.timeout_ms.max(1)),
-    })
-}
-
-/// Applies a listing to a row in memory, merging the listed definitions
-/// with the row's pins; returns the listing to store (with the merged
-/// pins) and the definitions that became held.
-fn apply(row: &mut ServerRow, listing: Listing) -> (Listing, Vec<registry::HeldChange>) {
-    let mut changes = Vec::new();
-    let listing = match listing {
-        Listing::Listed {
-            tools,
-            protocol_version,
-        } => {
-            let (merged, held) = registry::merge(&row.tools, tools, row.approve_new_tools);
-            changes = held;
-            Listing::Listed {
-                tools: merged,
-                protocol_version,
-            }
-        }
-        other => other,
-    };
-    match &listing {
-        Listing::Listed {
-            tools,
-            protocol_version,
-        } => {
-            row.tools = tools.clone();
-            row.protocol_version = Some(protocol_version.clone());
-            row.health = registry::health::HEALTHY.into();
-            row.last_error = None;
-        }
-        Listing::Unreachable(e) => {
-            row.health = registry::health::UNREACHABLE.into();
-            row.last_error = Some(e.clone());
-        }
-        Listing::Invalid(e) => {
-            row.health = registry::health::INVALID.into();
-            row.last_error = Some(e.clone());
-        }
-    }
-    row.checked_at = crate::ids::now_rfc3339();
-    for c in &changes {
-        tracing::warn!(
-            upstream = %row.slug, org = %row.org_id, tool = %c.tool,
-            old_hash = %c.old_hash, new_hash = %c.new_hash,
-            "upstream tool definition held until approved"
-        );
-    }
-    (listing, changes)
-}
-
-/// Every tool name of the org outside the server `except` (gateway name →
-/// what has it): built-in tools, A2A tools and their aliases, and the
-/// other registered servers' tools (a colliding one of theirs excepted).
-async fn taken_names(
-    gw: &Gateway,
-    org: &str,
-    except: &str,
-) -> Result<HashMap<String, String>, AppError> {
-    let mut taken = HashMap::new();
-    for spec in gw.catalog.all() {
-        taken.insert(spec.name.clone(), "a built-in tool".to_string());
-    }
-    let peers = gw.a2a.org(org).await?;
-    for tool in peers.tools.iter() {
-        let owner = format!("a tool of A2A agent `{}`", tool.target.slug);
-        taken.insert(tool.spec.name.clone(), owner);
-    }
-    for alias in peers.aliases.keys() {
-        taken.insert(alias.clone(), "an A2A tool alias".to_string());
-    }
-    let o = org.to_string();
-    let rows = gw.store.read(move |c| registry::list(c, &o)).await?;
-    for row in rows.iter().filter(|r| r.id != except) {
-        for tool in row.tools.iter().filter(|t| t.collides_with.is_none()) {
-            let owner = format!("a tool of MCP server `{}`", row.slug);
-            taken.insert(row.tool_name(&tool.name), owner);
-        }
-    }
-    Ok(taken)
+/// The definitions an approval changed: old and new approved hash.
+fn approved_changes(
+    before: &[registry::PinnedTool],
+    after: &[registry::PinnedTool],
+) -> Vec<registry::HeldChange> {
+    after
+        .iter()
+        .filter_map(|t| {
+            let old = before.iter().find(|b| b.name == t.name)?;
+            (old.hash != t.hash).then(|| registry::HeldChange {
+                tool: t.name.clone(),
+                old_hash: old.hash.clone(),
+                new_hash: t.hash.clone(),
+            })
+        })
+        .collect()
 }
 
 /// The API view of collisions.
@@ -258,6 +204,8 @@ async fn register(
     let Json(req) = payload?;
     let (url, slug, prefix) = check_input(&req)?;
     gw.store.require_org(&org).await?;
+    let discovered = discover(&gw, &url, &req).await?;
+    let url = discovered.as_ref().map_or(url, |d| d.endpoint.clone());
     let now = crate::ids::now_rfc3339();
     let mut row = ServerRow {
         id: uuid::Uuid::now_v7().to_string(),
@@ -300,7 +248,28 @@ async fn register(
     coherence::changed(&gw, &org).await;
     let mut api = row.to_api(true);
     api["heldChanges"] = changes_json(&changes);
+    if let Some(d) = discovered {
+        api["discoveredFrom"] = d.from.to_string().into();
+    }
     Ok((StatusCode::CREATED, Json(api)))
+}
+
+/// The endpoint a base URL's `/.well-known/mcp.json` names (see
+/// [`super::descriptor`]); `None` for a URL with a path, or without a
+/// descriptor.
+async fn discover(
+    gw: &Gateway,
+    url: &reqwest::Url,
+    req: &RegisterServer,
+) -> Result<Option<descriptor::Discovered>, AppError> {
+    if !descriptor::is_base(url) {
+        return Ok(None);
+    }
+    let timeout =
+        std::time::Duration::from_millis(req.timeout_ms.unwrap_or(super::DEFAULT_TIMEOUT_MS));
+    descriptor::discover(&gw.upstreams.http, url, &req.transport, timeout)
+        .await
+        .map_err(|e| AppError::BadRequest(format!("{e}; register the MCP endpoint URL itself")))
 }
 
 async fn list(
@@ -309,7 +278,10 @@ async fn list(
 ) -> Result<impl IntoResponse, AppError> {
     gw.store.require_org(&org).await?;
     let rows = gw.store.read(move |c| registry::list(c, &org)).await?;
-    let servers: Vec<Value> = rows.iter().map(|r| r.to_api(false)).collect();
+    let servers: Vec<Value> = rows
+        .iter()
+        .map(|r| with_process(&gw, r.to_api(false), r))
+        .collect();
     Ok(Json(json!({ "servers": servers })))
 }
 
@@ -325,13 +297,20 @@ async fn get_one(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, AppError> {
-    Ok(Json(find(&gw, &org, &id).await?.to_api(true)))
+    let row = find(&gw, &org, &id).await?;
+    Ok(Json(with_process(&gw, row.to_api(true), &row)))
 }
 
 async fn remove(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<StatusCode, AppError> {
+    if gw.upstreams.stdio(&id).is_some() {
+        return Err(AppError::Conflict(format!(
+            "MCP server `{id}` is declared in the config file; remove it there (and restart) \
+             to delete it"
+        )));
+    }
     let (o, i) = (org.clone(), id.clone());
     gw.store.read(move |c| registry::delete(c, &o, &i)).await?;
     gw.upstreams.forget(&id);
@@ -343,29 +322,36 @@ async fn refresh(
     State(gw): State<Arc<Gateway>>,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, AppError> {
-    let mut row = find(&gw, &org, &id).await?;
-    let listing = gw.upstreams.list_tools(&target(&row)?).await;
-    let (mut recorded, changes) = apply(&mut row, listing);
-    let taken = taken_names(&gw, &org, &row.id).await?;
-    let collisions = registry::mark_collisions(&mut row, &taken);
-    if let Listing::Listed { tools, .. } = &mut recorded {
-        tools.clone_from(&row.tools);
-    }
-    for c in &collisions {
-        tracing::warn!(
-            upstream = %row.slug, org = %org, tool = %c.name, with = %c.with,
-            "upstream tool name collides; tool hidden"
-        );
-    }
-    let i = id.clone();
-    gw.store
-        .read(move |c| registry::record_listing(c, &i, &recorded))
-        .await?;
-    coherence::changed(&gw, &org).await;
-    let mut api = row.to_api(true);
-    api["heldChanges"] = changes_json(&changes);
-    api["collisions"] = collisions_json(&collisions);
+    let row = find(&gw, &org, &id).await?;
+    let done = refresh::refresh_row(&gw, row, "refresh").await?;
+    let mut api = with_process(&gw, done.row.to_api(true), &done.row);
+    api["heldChanges"] = changes_json(&done.changes);
+    api["collisions"] = collisions_json(&done.collisions);
     Ok(Json(api))
+}
+
+/// The API view of a row, with this instance's child process for a
+/// declared stdio server (its command and arguments, the names of its
+/// environment, its state); a stdio row not declared here says so.
+fn with_process(gw: &Gateway, mut api: Value, row: &ServerRow) -> Value {
+    if row.transport != registry::STDIO {
+        return api;
+    }
+    let Some(server) = gw.upstreams.stdio(&row.id) else {
+        api["process"] = json!({ "state": "not-declared-here" });
+        return api;
+    };
+    let spec = server.spawn_spec();
+    let mut process = server.status();
+    process["command"] = spec.command.clone().into();
+    process["args"] = json!(spec.args);
+    process["envNames"] = json!(spec.env.keys().collect::<Vec<_>>());
+    if process["state"] == "down" {
+        api["health"] = registry::health::UNREACHABLE.into();
+        api["lastError"] = process["lastError"].clone();
+    }
+    api["process"] = process;
+    api
 }
 
 async fn approve(
@@ -375,6 +361,7 @@ async fn approve(
 ) -> Result<impl IntoResponse, AppError> {
     let Json(req) = payload?;
     let mut row = find(&gw, &org, &id).await?;
+    let before = row.tools.clone();
     let approved = registry::approve(&mut row, req.tools.as_deref()).map_err(|unknown| {
         AppError::BadRequest(format!(
             "no held definition for {}",
@@ -390,8 +377,10 @@ async fn approve(
         .read(move |c| registry::set_tools(c, &i, &tools))
         .await?;
     tracing::info!(upstream = %row.slug, org = %org, approved, "upstream tool definitions approved");
+    let changes = approved_changes(&before, &row.tools);
+    refresh::record_events(&gw, &row, &changes, UPSTREAM_TOOL_APPROVED, "approve").await?;
     coherence::changed(&gw, &org).await;
-    let mut api = row.to_api(true);
+    let mut api = with_process(&gw, row.to_api(true), &row);
     api["approved"] = approved.into();
     Ok(Json(api))
 }

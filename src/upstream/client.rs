@@ -9,9 +9,19 @@
 //!   owns a long-lived event stream; messages are POSTed to the endpoint
 //!   it names and responses are matched from the stream by id.
 //!
-//! Both initialize the same way (`initialize` offering the newest version
-//! the gateway speaks and accepting any it supports, then
-//! `notifications/initialized`) and fail with the same classes.
+//! A Streamable HTTP upstream is asked `server/discover` first: one that
+//! lists 2026-07-28 among its `supportedVersions` is spoken to in that
+//! revision, statelessly (no `initialize`, no session id; every request
+//! carries `_meta` with the version, the client's capabilities and info,
+//! and the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers the
+//! revision requires). Any other answer to the probe (an error, a 4xx, a
+//! body that is not a discover result) means an older server, which is
+//! then initialized as before: `initialize` offering the newest version of
+//! that era the gateway speaks and accepting any it supports, then
+//! `notifications/initialized`. HTTP+SSE upstreams are always initialized.
+//! Both eras fail with the same classes. A 2026-07-28 result asking the
+//! client for input (`resultType: "input_required"`) is an invalid response
+//! (-32203): the gateway has no user to ask and relays no such round trip.
 //!
 //! **Architecture Invariant:** the only credential sent is the upstream's
 //! own bearer token, resolved by the caller; nothing of the agent's request
@@ -84,12 +94,31 @@ impl PartialEq for Session {
 }
 
 impl Session {
+    /// Whether the session speaks 2026-07-28 (stateless, `_meta` on every
+    /// request).
+    pub fn is_modern(&self) -> bool {
+        protocol::is_modern(&self.version)
+    }
+
     /// Whether the session can still carry requests (an SSE session whose
     /// stream ended cannot).
     pub fn is_live(&self) -> bool {
         match &self.link {
             Link::Http => true,
             Link::Sse(stream) => stream.is_open(),
+        }
+    }
+}
+
+impl Session {
+    /// The signal of `notifications/tools/list_changed` when the session
+    /// has a stream that can carry it (the SSE transport's event stream);
+    /// `None` for a Streamable HTTP session, whose POST answers carry no
+    /// notification about other requests.
+    pub fn list_changed(&self) -> Option<sse::ListChanged> {
+        match &self.link {
+            Link::Http => None,
+            Link::Sse(stream) => Some(stream.list_changed()),
         }
     }
 }
@@ -106,6 +135,11 @@ struct Posted {
 /// Opens a session: for SSE its event stream first, then `initialize` and
 /// `notifications/initialized`.
 pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Session, ClientError> {
+    if ep.transport == Transport::StreamableHttp
+        && let Some(session) = discover(http, ep).await?
+    {
+        return Ok(session);
+    }
     let link = match ep.transport {
         Transport::StreamableHttp => Link::Http,
         Transport::Sse => Link::Sse(Arc::new(
@@ -117,7 +151,7 @@ pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Sess
         "capabilities": {},
         "clientInfo": { "name": "cedargate", "version": env!("CARGO_PKG_VERSION") },
     });
-    let (posted, result) = exchange(http, ep, &link, None, "initialize", params).await?;
+    let (posted, result) = exchange(http, ep, &link, None, "initialize", params, None).await?;
     let version = result
         .get("protocolVersion")
         .and_then(Value::as_str)
@@ -135,8 +169,115 @@ pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Sess
         link,
     };
     let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-    send(http, ep, &session.link, Some(&session), &note, None).await?;
+    send(http, ep, &session.link, Some(&session), &note, None, &[]).await?;
     Ok(session)
+}
+
+/// Probes for a 2026-07-28 server with `server/discover`: a session of
+/// that revision when it lists it, `None` for anything else but a failure
+/// to reach it at all.
+async fn discover(
+    http: &reqwest::Client,
+    ep: Endpoint<'_>,
+) -> Result<Option<Session>, ClientError> {
+    let probe = Session {
+        id: None,
+        version: protocol::MODERN.to_string(),
+        link: Link::Http,
+    };
+    match exchange(
+        http,
+        ep,
+        &probe.link,
+        Some(&probe),
+        "server/discover",
+        json!({}),
+        None,
+    )
+    .await
+    {
+        Ok((_, result)) => {
+            let modern = result
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(protocol::MODERN)));
+            Ok(modern.then_some(probe))
+        }
+        Err(e @ (ClientError::Transport(_) | ClientError::Timeout(_))) => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
+/// `params` with the `_meta` every 2026-07-28 request carries.
+fn with_modern_meta(mut params: Value) -> Value {
+    if !params.is_object() {
+        params = json!({});
+    }
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": protocol::MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {
+            "name": "cedargate", "version": env!("CARGO_PKG_VERSION"),
+        },
+    });
+    if let Some(map) = params.as_object_mut() {
+        match map.get_mut("_meta").and_then(Value::as_object_mut) {
+            Some(existing) => {
+                if let Value::Object(m) = meta {
+                    existing.extend(m);
+                }
+            }
+            None => {
+                map.insert("_meta".into(), meta);
+            }
+        }
+    }
+    params
+}
+
+/// The headers a 2026-07-28 request mirrors from its body: `Mcp-Method`,
+/// `Mcp-Name` for the methods that name something, and for a tool call
+/// `Mcp-Param-{Name}` for each argument its `schema` marks `x-mcp-header`
+/// (values base64-encoded with the revision's sentinel when not plain
+/// visible ASCII).
+fn modern_headers(method: &str, params: &Value, schema: Option<&Value>) -> Vec<(String, String)> {
+    let mut headers = vec![("Mcp-Method".to_string(), method.to_string())];
+    let name = match method {
+        "tools/call" | "prompts/get" => params.get("name"),
+        "resources/read" => params.get("uri"),
+        _ => None,
+    };
+    if let Some(name) = name.and_then(Value::as_str) {
+        headers.push(("Mcp-Name".to_string(), header_value(name)));
+    }
+    for (path, header) in schema.map(protocol::annotations).unwrap_or_default() {
+        let value = path
+            .iter()
+            .try_fold(params.get("arguments"), |v, key| Some(v?.get(key)));
+        let text = match value.flatten() {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ (Value::Bool(_) | Value::Number(_))) => v.to_string(),
+            _ => continue,
+        };
+        headers.push((format!("Mcp-Param-{header}"), header_value(&text)));
+    }
+    headers
+}
+
+/// `value` as a header value: as it is when it is visible ASCII without
+/// surrounding spaces, else in the `=?base64?…?=` form.
+fn header_value(value: &str) -> String {
+    use base64::Engine as _;
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && value.trim() == value
+        && !value.starts_with("=?base64?");
+    if plain {
+        value.to_string()
+    } else {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+        format!("=?base64?{encoded}?=")
+    }
 }
 
 /// Sends one request in `session` and returns its `result`.
@@ -146,10 +287,19 @@ pub async fn request(
     session: &Session,
     method: &str,
     params: Value,
+    schema: Option<&Value>,
 ) -> Result<Value, ClientError> {
-    exchange(http, ep, &session.link, Some(session), method, params)
-        .await
-        .map(|(_, result)| result)
+    exchange(
+        http,
+        ep,
+        &session.link,
+        Some(session),
+        method,
+        params,
+        schema,
+    )
+    .await
+    .map(|(_, result)| result)
 }
 
 /// Sends a request and reads its response's `result` (or error).
@@ -160,16 +310,29 @@ async fn exchange(
     session: Option<&Session>,
     method: &str,
     params: Value,
+    schema: Option<&Value>,
 ) -> Result<(Posted, Value), ClientError> {
     let id = Value::from(NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let modern = session.is_some_and(Session::is_modern);
+    let (params, headers) = if modern {
+        let headers = modern_headers(method, &params, schema);
+        (with_modern_meta(params), headers)
+    } else {
+        (params, Vec::new())
+    };
     let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-    let mut posted = send(http, ep, link, session, &body, Some(&id)).await?;
+    let mut posted = send(http, ep, link, session, &body, Some(&id), &headers).await?;
     let Some(message) = posted.message.take() else {
         return Err(ClientError::Invalid(format!(
             "the upstream accepted `{method}` without answering it"
         )));
     };
     let result = response_result(message)?;
+    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        return Err(ClientError::Invalid(format!(
+            "the upstream asked for client input to answer `{method}`, which the gateway does not relay"
+        )));
+    }
     Ok((posted, result))
 }
 
@@ -183,16 +346,17 @@ async fn send(
     session: Option<&Session>,
     body: &Value,
     expect: Option<&Value>,
+    headers: &[(String, String)],
 ) -> Result<Posted, ClientError> {
     let Link::Sse(stream) = link else {
-        return post(http, ep, session, body, expect).await;
+        return post(http, ep, session, body, expect, headers).await;
     };
     let waiter = expect.map(|id| stream.expect(id)).transpose()?;
     let to_stream = Endpoint {
         url: &stream.post_url,
         ..ep
     };
-    let mut posted = post(http, to_stream, None, body, expect).await?;
+    let mut posted = post(http, to_stream, None, body, expect, headers).await?;
     if posted.message.is_none()
         && let Some(waiter) = waiter
     {
@@ -202,7 +366,7 @@ async fn send(
 }
 
 /// The `result` of a JSON-RPC response, or its error as [`ClientError::Remote`].
-fn response_result(mut message: Value) -> Result<Value, ClientError> {
+pub(super) fn response_result(mut message: Value) -> Result<Value, ClientError> {
     if let Some(error) = message.get_mut("error").map(Value::take) {
         let code = error.get("code").and_then(Value::as_i64);
         let text = error.get("message").and_then(Value::as_str);
@@ -234,6 +398,7 @@ async fn post(
     session: Option<&Session>,
     body: &Value,
     expect: Option<&Value>,
+    headers: &[(String, String)],
 ) -> Result<Posted, ClientError> {
     let mut req = http
         .post(ep.url.clone())
@@ -245,6 +410,9 @@ async fn post(
         if let Some(id) = &s.id {
             req = req.header("Mcp-Session-Id", id);
         }
+    }
+    for (name, value) in headers {
+        req = req.header(name.as_str(), value);
     }
     if let Some(token) = ep.bearer {
         req = req.bearer_auth(token);
@@ -259,10 +427,7 @@ async fn post(
         return Err(ClientError::Expired);
     }
     if !status.is_success() {
-        return Err(ClientError::Transport(format!(
-            "the upstream answered HTTP {}",
-            status.as_u16()
-        )));
+        return Err(ClientError::Status(status.as_u16()));
     }
     let content_type = header(resp.headers(), "content-type").unwrap_or_default();
     let accepted_only = status == reqwest::StatusCode::ACCEPTED
@@ -293,7 +458,11 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, ClientError> {
+/// The answer's body, at most `max` bytes (more: too large).
+pub(super) async fn read_limited(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, ClientError> {
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await.map_err(|e| transport(&e))? {
         if body.len() + chunk.len() > max {

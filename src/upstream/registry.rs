@@ -14,7 +14,9 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::a2a::registry::PeerAuth;
+use crate::policy::Action;
 use crate::policy::entities::UpstreamToolFacts;
+use crate::policy::schema_gen::ToolSchema;
 use crate::store::StoreError;
 use crate::store::db::Conn;
 use crate::store::upstreams::{self, ListingRecord, StoredUpstream};
@@ -25,6 +27,10 @@ pub const STREAMABLE_HTTP: &str = "streamable-http";
 
 /// The legacy HTTP+SSE transport (2024-11-05): `url` is the event stream.
 pub const SSE: &str = "sse";
+
+/// A child process declared in the config file (`[[upstreams]]`); its
+/// `url` is `stdio:<slug>`, what it runs is known only to the config.
+pub const STDIO: &str = "stdio";
 
 /// Health of a registered upstream.
 pub mod health {
@@ -220,7 +226,9 @@ pub fn mark_collisions(row: &mut ServerRow, taken: &HashMap<String, String>) -> 
     out
 }
 
-fn gateway_name(prefix: &str, tool: &str) -> String {
+/// The gateway's name of an upstream tool or prompt: `<prefix>.<name>`,
+/// or the name itself without a prefix.
+pub fn gateway_name(prefix: &str, tool: &str) -> String {
     if prefix.is_empty() {
         tool.to_string()
     } else {
@@ -307,9 +315,9 @@ pub struct ServerRow {
     pub slug: String,
     /// Display name.
     pub name: String,
-    /// `streamable-http` or `sse`.
+    /// `streamable-http`, `sse` or `stdio`.
     pub transport: String,
-    /// The MCP endpoint.
+    /// The MCP endpoint (`stdio:<slug>` for a declared child process).
     pub url: String,
     /// Tool name prefix (`<prefix>.<tool>`).
     pub prefix: String,
@@ -460,12 +468,56 @@ pub fn insert(conn: &mut Conn, row: &ServerRow) -> Result<(), StoreError> {
     upstreams::insert(conn, &row.to_stored())
 }
 
+/// Stores a server declared in the config file: inserted when absent,
+/// else its declared settings (name, prefix, budget, approval) replace the
+/// stored ones and its pins stay. A slug the org already uses for another
+/// server is a conflict.
+pub fn upsert_declared(conn: &mut Conn, row: &ServerRow) -> Result<(), StoreError> {
+    upstreams::upsert_declared(conn, &row.to_stored())
+}
+
 /// The upstreams of an org, oldest registration first.
 pub fn list(conn: &mut Conn, org_id: &str) -> Result<Vec<ServerRow>, StoreError> {
     Ok(upstreams::list(conn, org_id)?
         .into_iter()
         .map(ServerRow::from)
         .collect())
+}
+
+/// Every org's upstreams (typed actions, background refresh).
+pub fn list_all(conn: &mut Conn) -> Result<Vec<ServerRow>, StoreError> {
+    Ok(upstreams::list_all(conn)?
+        .into_iter()
+        .map(ServerRow::from)
+        .collect())
+}
+
+/// The tools whose arguments the effective schema types, from every org's
+/// approved pins (held definitions do not count until approved; a tool
+/// hidden by a collision does not count; an unreachable server's pins
+/// still do, so an outage never invalidates the policies written on its
+/// tools). One entry per org and gateway name: [`schema_gen::agreeing`]
+/// decides what two orgs' entries for one name become.
+///
+/// [`schema_gen::agreeing`]: crate::policy::schema_gen::agreeing
+pub fn typed_schemas(rows: &[ServerRow]) -> Vec<ToolSchema> {
+    let mut out = Vec::new();
+    for row in rows {
+        for pinned in row.tools.iter().filter(|t| !t.hash.is_empty()) {
+            if pinned.collides_with.is_some() {
+                continue;
+            }
+            let Some(schema @ Value::Object(_)) = pinned.definition.get("inputSchema") else {
+                continue;
+            };
+            out.push(ToolSchema {
+                name: row.tool_name(&pinned.name),
+                group: Action::CallTool,
+                input_schema: schema.clone(),
+            });
+        }
+    }
+    out
 }
 
 /// One upstream of an org.
@@ -528,6 +580,9 @@ pub struct ServerTarget {
     pub org_id: String,
     /// Slug (Cedar `McpServer` id).
     pub slug: String,
+    /// Name prefix of its tools, prompts and resources (empty: the
+    /// upstream's own names).
+    pub prefix: String,
     /// The endpoint as registered.
     pub url: String,
     /// The same, parsed once.
@@ -562,6 +617,9 @@ pub struct OrgUpstreams {
     pub by_name: HashMap<String, Arc<UpstreamTool>>,
     /// Servers that offer tools.
     pub servers: Vec<Arc<ServerTarget>>,
+    /// Every healthy server, in registration order (resources and prompts
+    /// are asked of each).
+    pub healthy: Vec<Arc<ServerTarget>>,
 }
 
 impl OrgUpstreams {
@@ -577,12 +635,14 @@ impl OrgUpstreams {
                 id: row.id.clone(),
                 org_id: row.org_id.clone(),
                 slug: row.slug.clone(),
+                prefix: row.prefix.clone(),
                 url: row.url.clone(),
                 endpoint,
                 transport: row.transport.clone(),
                 auth: row.auth.clone(),
                 timeout: Duration::from_millis(row.timeout_ms.max(1)),
             });
+            out.healthy.push(Arc::clone(&target));
             let mut any = false;
             for pinned in row.tools.iter().filter(|t| t.offered()) {
                 let name = row.tool_name(&pinned.name);

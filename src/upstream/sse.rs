@@ -16,90 +16,41 @@
 //! - requests the upstream sends on the stream (sampling, roots, ping) are
 //!   not answered: the gateway offers no client capabilities.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use reqwest::header::ACCEPT;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
-use super::wire::{ClientError, event_end, event_message, too_large, transport};
-
-/// Responses waited for, by request id (as JSON text).
-type Pending = HashMap<String, oneshot::Sender<Result<Value, ClientError>>>;
-
-/// What the reading task and the senders share.
-#[derive(Debug, Default)]
-struct Shared {
-    pending: Mutex<Pending>,
-    closed: AtomicBool,
-}
-
-impl Shared {
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Hands a response to the request waiting for it.
-    fn deliver(&self, message: Value) {
-        let Some(id) = message
-            .get("id")
-            .filter(|_| message.get("result").is_some() || message.get("error").is_some())
-        else {
-            return;
-        };
-        if let Some(tx) = self.pending().remove(&id.to_string()) {
-            let _ = tx.send(Ok(message));
-        }
-    }
-
-    /// Marks the stream dead and fails every waiting request.
-    fn close(&self, reason: &ClientError) {
-        self.closed.store(true, Ordering::SeqCst);
-        for (_, tx) in self.pending().drain() {
-            let _ = tx.send(Err(reason.clone()));
-        }
-    }
-}
+use super::wire::{ClientError, Pending, Waiter, event_end, event_message, too_large, transport};
 
 /// One open event stream and the endpoint its messages are POSTed to.
 #[derive(Debug)]
 pub struct Stream {
     /// Where messages go (from the `endpoint` event).
     pub post_url: reqwest::Url,
-    shared: Arc<Shared>,
+    shared: Arc<Pending>,
     reader: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
         self.reader.abort();
+        // The reader will not close it now: tell a `ListChanged` waiter.
+        self.shared.close(&closed());
     }
 }
 
-/// A registered wait for one response.
-pub struct Waiter<'a> {
-    stream: &'a Stream,
-    key: String,
-    rx: Option<oneshot::Receiver<Result<Value, ClientError>>>,
+/// A stream's `notifications/tools/list_changed` announcements.
+#[derive(Debug, Clone)]
+pub struct ListChanged {
+    shared: Arc<Pending>,
 }
 
-impl Waiter<'_> {
-    /// The response, when the stream brings it.
-    pub async fn answer(mut self) -> Result<Value, ClientError> {
-        let Some(rx) = self.rx.take() else {
-            return Err(closed());
-        };
-        rx.await.unwrap_or_else(|_| Err(closed()))
-    }
-}
-
-impl Drop for Waiter<'_> {
-    /// A request given up (timed out, or answered in the POST body) stops
-    /// being waited for.
-    fn drop(&mut self) {
-        self.stream.shared.pending().remove(&self.key);
+impl ListChanged {
+    /// Waits for the next announcement: true, or false once the stream
+    /// is closed (no more will come).
+    pub async fn next(&self) -> bool {
+        self.shared.next_list_changed().await
     }
 }
 
@@ -110,23 +61,21 @@ fn closed() -> ClientError {
 impl Stream {
     /// Whether the stream is still being read.
     pub fn is_open(&self) -> bool {
-        !self.shared.closed.load(Ordering::SeqCst)
+        self.shared.is_open()
+    }
+
+    /// The announcements of `notifications/tools/list_changed` on this
+    /// stream. Holding it does not keep the stream open.
+    pub fn list_changed(&self) -> ListChanged {
+        ListChanged {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Registers a wait for the response to `id` (before it is sent, so a
     /// fast answer is not missed); a dead stream means the session expired.
-    pub fn expect(&self, id: &Value) -> Result<Waiter<'_>, ClientError> {
-        if !self.is_open() {
-            return Err(ClientError::Expired);
-        }
-        let (tx, rx) = oneshot::channel();
-        let key = id.to_string();
-        self.shared.pending().insert(key.clone(), tx);
-        Ok(Waiter {
-            stream: self,
-            key,
-            rx: Some(rx),
-        })
+    pub fn expect(&self, id: &Value) -> Result<Waiter, ClientError> {
+        self.shared.expect(id).ok_or(ClientError::Expired)
     }
 }
 
@@ -180,7 +129,7 @@ pub async fn open(
         }
     };
     let post_url = same_origin(url, &endpoint)?;
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Pending::open());
     let reader = tokio::spawn(read(resp, buffer, Arc::clone(&shared), max_bytes));
     Ok(Stream {
         post_url,
@@ -218,7 +167,7 @@ fn same_origin(base: &reqwest::Url, endpoint: &str) -> Result<reqwest::Url, Clie
 }
 
 /// Reads the stream to its end, handing each response to its request.
-async fn read(mut resp: reqwest::Response, mut buffer: Vec<u8>, shared: Arc<Shared>, max: usize) {
+async fn read(mut resp: reqwest::Response, mut buffer: Vec<u8>, shared: Arc<Pending>, max: usize) {
     let reason = loop {
         while let Some(end) = event_end(&buffer) {
             let event: Vec<u8> = buffer.drain(..end).collect();

@@ -1,9 +1,15 @@
 //! What both upstream transports share: the failure classes and their
 //! JSON-RPC codes, and the reading of `text/event-stream` events (a
 //! Streamable HTTP answer stream and the legacy transport's long-lived
-//! stream carry messages the same way).
+//! stream carry messages the same way), and the responses waited for on a
+//! stream many requests share ([`Pending`]: the HTTP+SSE event stream, a
+//! stdio child's output).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 /// Gateway-side failure codes, shared with the A2A bridge.
 pub mod codes {
@@ -21,9 +27,12 @@ pub enum ClientError {
     /// No answer within the budget (-32201).
     #[error("the upstream did not answer within {0} ms")]
     Timeout(u64),
-    /// Connection failure or HTTP error (-32202).
+    /// Connection failure (-32202).
     #[error("{0}")]
     Transport(String),
+    /// The upstream answered an HTTP error status (-32202).
+    #[error("the upstream answered HTTP {0}")]
+    Status(u16),
     /// Not a usable MCP answer (-32203).
     #[error("{0}")]
     Invalid(String),
@@ -48,7 +57,9 @@ impl ClientError {
     pub fn code(&self) -> i64 {
         match self {
             ClientError::Timeout(_) => codes::TIMEOUT,
-            ClientError::Transport(_) | ClientError::Expired => codes::TRANSPORT,
+            ClientError::Transport(_) | ClientError::Status(_) | ClientError::Expired => {
+                codes::TRANSPORT
+            }
             ClientError::Invalid(_) => codes::INVALID_RESPONSE,
             ClientError::Remote { code, .. } => *code,
         }
@@ -58,7 +69,9 @@ impl ClientError {
     pub fn class(&self) -> &'static str {
         match self {
             ClientError::Timeout(_) => "timeout",
-            ClientError::Transport(_) | ClientError::Expired => "transport",
+            ClientError::Transport(_) | ClientError::Status(_) | ClientError::Expired => {
+                "transport"
+            }
             ClientError::Invalid(_) => "invalid-response",
             ClientError::Remote { .. } => "upstream-error",
         }
@@ -100,4 +113,135 @@ pub fn event_message(event: &[u8]) -> Option<Value> {
         return None;
     }
     serde_json::from_str(&data.join("\n")).ok()
+}
+
+/// Senders of the responses waited for, by request id (as JSON text).
+type Waiting = HashMap<String, oneshot::Sender<Result<Value, ClientError>>>;
+
+/// The requests waiting for their response on one shared stream, and
+/// whether that stream is still read.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// The waiting requests, or why the stream closed.
+    waiting: Mutex<Option<Waiting>>,
+    reason: Mutex<Option<ClientError>>,
+    /// Signalled by `notifications/tools/list_changed` (and once more when
+    /// the stream closes, so a waiter sees it closed and stops).
+    list_changed: tokio::sync::Notify,
+}
+
+impl Pending {
+    /// A stream being read.
+    pub fn open() -> Pending {
+        Pending {
+            waiting: Mutex::new(Some(HashMap::new())),
+            reason: Mutex::new(None),
+            list_changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, Option<Waiting>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the stream is still read.
+    pub fn is_open(&self) -> bool {
+        self.waiting().is_some()
+    }
+
+    /// Hands a response to the request waiting for it, and signals a
+    /// `notifications/tools/list_changed` (anything else is ignored).
+    pub fn deliver(&self, message: Value) {
+        if message.get("id").is_none()
+            && message.get("method").and_then(Value::as_str)
+                == Some("notifications/tools/list_changed")
+        {
+            self.list_changed.notify_one();
+            return;
+        }
+        let Some(id) = message
+            .get("id")
+            .filter(|_| message.get("result").is_some() || message.get("error").is_some())
+        else {
+            return;
+        };
+        let tx = self
+            .waiting()
+            .as_mut()
+            .and_then(|w| w.remove(&id.to_string()));
+        if let Some(tx) = tx {
+            let _ = tx.send(Ok(message));
+        }
+    }
+
+    /// Marks the stream closed and fails every waiting request with
+    /// `reason` (once: a later close changes nothing).
+    pub fn close(&self, reason: &ClientError) {
+        let Some(waiting) = self.waiting().take() else {
+            return;
+        };
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+        for (_, tx) in waiting {
+            let _ = tx.send(Err(reason.clone()));
+        }
+        self.list_changed.notify_one();
+    }
+
+    /// Waits for the next `notifications/tools/list_changed`: true, or
+    /// false once the stream is closed (no more will come).
+    pub async fn next_list_changed(&self) -> bool {
+        self.list_changed.notified().await;
+        self.is_open()
+    }
+
+    /// Why the stream closed (None while it is open).
+    pub fn reason(&self) -> Option<ClientError> {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Registers a wait for the response to `id`, before the request is
+    /// sent so a fast answer is not missed (None: the stream closed).
+    pub fn expect(self: &Arc<Self>, id: &Value) -> Option<Waiter> {
+        let (tx, rx) = oneshot::channel();
+        let key = id.to_string();
+        self.waiting().as_mut()?.insert(key.clone(), tx);
+        Some(Waiter {
+            pending: Arc::clone(self),
+            key,
+            rx: Some(rx),
+        })
+    }
+}
+
+/// A registered wait for one response.
+#[derive(Debug)]
+pub struct Waiter {
+    pending: Arc<Pending>,
+    key: String,
+    rx: Option<oneshot::Receiver<Result<Value, ClientError>>>,
+}
+
+impl Waiter {
+    /// The response, when the stream brings it, or why it never will.
+    pub async fn answer(mut self) -> Result<Value, ClientError> {
+        let closed =
+            || ClientError::Transport("the upstream's stream closed before the answer".into());
+        let Some(rx) = self.rx.take() else {
+            return Err(closed());
+        };
+        rx.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+impl Drop for Waiter {
+    /// A request given up (timed out, or answered another way) stops being
+    /// waited for.
+    fn drop(&mut self) {
+        if let Some(w) = self.pending.waiting().as_mut() {
+            w.remove(&self.key);
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The installers of the real clients, peers, upstream servers and suites
 //! the end-to-end tests drive (`tests/*/setup.sh`, `tests/clients/install.sh`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
@@ -37,4 +37,20 @@ pub fn install_once(cell: &OnceLock<Result<(), String>>, script: &Path, what: &s
             false
         }
     }
+}
+
+/// Where `tests/upstreams/setup.sh` installs the upstream MCP servers the
+/// upstream tests front (npm packages, the Python SDK's venv).
+pub fn upstreams_dir() -> PathBuf {
+    super::repo().join("tests/upstreams")
+}
+
+/// Runs the upstream servers' installer once per test binary.
+pub fn upstreams_installed() -> bool {
+    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
+    install_once(
+        &SETUP,
+        &upstreams_dir().join("setup.sh"),
+        "upstream MCP servers",
+    )
 }

@@ -1,0 +1,275 @@
+//! The web console's trail queries at scale: a filtered, keyset-paged page
+//! of 50 (the console's table) and the overview's aggregates, over a trail
+//! of `BENCH_RECORDS` records (default 1,000,000) on SQLite and on
+//! PostgreSQL (`BENCH_PG_URL`, default the local server's `test`). Prints
+//! the median and worst of `BENCH_RUNS` runs per query; the goal is a
+//! filtered page under 50 ms. Figures in `benches/README.md`.
+//!
+//! `cargo bench --bench console`
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a bench fails loudly"
+)]
+
+mod support;
+
+use std::time::Instant;
+
+use cedargate::store::audit_query::{self, DecisionFilter, Order};
+use cedargate::store::decisions::{self, GENESIS_HASH, NewDecision};
+use cedargate::store::trail_stats::{self, Ranked};
+use cedargate::store::{Store, StoreOptions};
+use support::{Res, env_num};
+use time::OffsetDateTime;
+
+const ORGS: usize = 20;
+const AGENTS: usize = 1000;
+const TOOLS: usize = 50;
+const PAGE: usize = 51;
+
+/// The `i`th synthetic record, `span` seconds of trail ending now.
+fn record(i: usize, n: usize, start: OffsetDateTime, span: f64) -> NewDecision {
+    let t = start + time::Duration::seconds_f64(span * i as f64 / n as f64);
+    let org = i % ORGS;
+    let (action, resource) = match i % 10 {
+        0 => (
+            "access_session",
+            format!("Gateway::Session::\"s-{}\"", i % 5000),
+        ),
+        1..=3 => (
+            "view_tool",
+            format!("Gateway::Tool::\"tool_{}\"", i % TOOLS),
+        ),
+        _ => (
+            "call_tool",
+            format!("Gateway::Tool::\"tool_{}\"", (i * 7) % TOOLS),
+        ),
+    };
+    let deny = i % 20 == 7;
+    NewDecision {
+        id: uuid::Uuid::now_v7().to_string(),
+        time: cedargate::ids::rfc3339(t),
+        org_id: Some(format!("org-{org}")),
+        session_id: Some(format!("s-{}", i % 5000)),
+        principal: format!("Gateway::Agent::\"agent-{}\"", (i * 13) % AGENTS),
+        action: action.into(),
+        resource,
+        context: "{}".into(),
+        entities_hash: "0".repeat(64),
+        entities: None,
+        policy_hash: "0".repeat(64),
+        decision: if deny { "deny" } else { "allow" }.into(),
+        reasons: if deny { "[\"no-tool\"]" } else { "[\"tools\"]" }.into(),
+        errors: "[]".into(),
+        outcome: "null".into(),
+        notes: "null".into(),
+    }
+}
+
+/// Appends `n` chained records in transactions of 20,000.
+fn fill(store: &Store, n: usize) -> Res<()> {
+    let start = OffsetDateTime::now_utc() - time::Duration::days(1);
+    let span = 86_400.0;
+    let mut prev = GENESIS_HASH.to_string();
+    let mut seq = 0i64;
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(20_000) {
+        let (p, s) = store.read_blocking(|c| {
+            c.transaction(|tx| {
+                let (mut p, mut s) = (prev.clone(), seq);
+                for &i in chunk {
+                    s += 1;
+                    p = decisions::insert(tx, s, &p, &record(i, n, start, span))?;
+                }
+                Ok((p, s))
+            })
+        })?;
+        (prev, seq) = (p, s);
+    }
+    println!(
+        "  filled {n} records in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Median and worst milliseconds of `runs` runs of `f`.
+fn time_it(runs: usize, mut f: impl FnMut() -> usize) -> (f64, f64, usize) {
+    let mut ms: Vec<f64> = Vec::with_capacity(runs);
+    let mut rows = 0;
+    for _ in 0..runs {
+        let t = Instant::now();
+        rows = f();
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    (ms[ms.len() / 2], ms[ms.len() - 1], rows)
+}
+
+fn queries(store: &Store, n: usize, runs: usize) -> Res<()> {
+    let now = OffsetDateTime::now_utc();
+    let hour_ago = cedargate::ids::rfc3339(now - time::Duration::hours(1));
+    let until = cedargate::ids::rfc3339(now + time::Duration::minutes(1));
+    let f = |f: DecisionFilter| f;
+    let s = |v: &str| Some(v.to_string());
+    let cases: Vec<(&str, DecisionFilter, Option<i64>)> = vec![
+        ("newest page, no filter", f(DecisionFilter::default()), None),
+        (
+            "org",
+            DecisionFilter {
+                org: s("org-3"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "decision=deny",
+            DecisionFilter {
+                decision: s("deny"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "org + deny",
+            DecisionFilter {
+                org: s("org-7"),
+                decision: s("deny"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "principal",
+            DecisionFilter {
+                principal: s("Gateway::Agent::\"agent-42\""),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "resource + deny",
+            DecisionFilter {
+                resource: s("Gateway::Tool::\"tool_7\""),
+                decision: s("deny"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "session",
+            DecisionFilter {
+                session: s("s-77"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "action + org",
+            DecisionFilter {
+                action: s("view_tool"),
+                org: s("org-1"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "last hour + deny",
+            DecisionFilter {
+                since: s(&hour_ago),
+                decision: s("deny"),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "org, page at the middle",
+            DecisionFilter {
+                org: s("org-3"),
+                ..Default::default()
+            },
+            Some(n as i64 / 2),
+        ),
+        (
+            "org + deny, page near the start",
+            DecisionFilter {
+                org: s("org-7"),
+                decision: s("deny"),
+                ..Default::default()
+            },
+            Some(2000),
+        ),
+    ];
+    println!(
+        "  {:<34} {:>9} {:>9} {:>6}",
+        "page of 50, newest first", "p50 ms", "max ms", "rows"
+    );
+    for (label, filter, before) in cases {
+        let (p50, max, rows) = time_it(runs, || {
+            store
+                .read_blocking(|c| {
+                    audit_query::page_filtered(c, &filter, before, Order::Desc, PAGE)
+                })
+                .unwrap()
+                .len()
+        });
+        println!("  {label:<34} {p50:>9.2} {max:>9.2} {rows:>6}");
+    }
+    for (label, by) in [
+        ("most denied tools, last hour", Some(Ranked::Tool)),
+        ("most denied principals, last hour", Some(Ranked::Principal)),
+        ("per-minute chart, last hour", None),
+    ] {
+        let (p50, max, rows) = time_it(runs, || {
+            store
+                .read_blocking(|c| match by {
+                    Some(by) => {
+                        trail_stats::most_denied(c, by, &hour_ago, &until, 10).map(|v| v.len())
+                    }
+                    None => trail_stats::per_minute(c, &hour_ago, &until).map(|v| v.len()),
+                })
+                .unwrap()
+        });
+        println!("  {label:<34} {p50:>9.2} {max:>9.2} {rows:>6}");
+    }
+    Ok(())
+}
+
+fn fresh_schema(base: &str) -> Res<(String, String)> {
+    let name = format!("bench_console_{}", cedargate::ids::random_hex(4)?);
+    let mut c = postgres::Client::connect(base, postgres::NoTls)?;
+    c.batch_execute(&format!("CREATE SCHEMA {name}"))?;
+    Ok((format!("{base}?schema={name}"), name))
+}
+
+fn main() -> Res<()> {
+    if !support::bench_requested("console") {
+        return Ok(());
+    }
+    let n: usize = env_num("BENCH_RECORDS", 1_000_000);
+    let runs: usize = env_num("BENCH_RUNS", 21);
+    let pg = std::env::var("BENCH_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    println!("cedargate console queries over {n} records ({runs} runs each)\n");
+    let dir = tempfile::tempdir()?;
+    let sqlite = format!("sqlite://{}", dir.path().join("trail.db").display());
+    println!("SQLite");
+    let store = Store::open_ready(&sqlite, &StoreOptions::default())?;
+    fill(&store, n)?;
+    queries(&store, n, runs)?;
+    drop(store);
+    println!("\nPostgreSQL");
+    let (url, schema) = fresh_schema(&pg)?;
+    let result = (|| -> Res<()> {
+        let store = Store::open_ready(&url, &StoreOptions::default())?;
+        fill(&store, n)?;
+        store.read_blocking(|c| c.execute_batch("ANALYZE decisions"))?;
+        queries(&store, n, runs)
+    })();
+    let mut c = postgres::Client::connect(&pg, postgres::NoTls)?;
+    c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))?;
+    result
+}

@@ -1,0 +1,320 @@
+//! What `sdk` and `upstream` share: servers under test as child processes
+//! (their CPU read from procfs, so it is theirs and not the load
+//! generator's), cedargate's release binary on a provisioned data dir,
+//! closed-loop load, the fsync floor, and medians over alternating rounds.
+
+#![allow(dead_code, reason = "each bench binary uses a different part")]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::servers;
+use super::support::http::RawConn;
+use super::support::stats::{Rank, Stats};
+use super::support::tenant::{self, TenantSpec};
+use super::support::{Res, repo};
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The protocol version every request names (every server speaks it).
+pub const VERSION: &str = "2025-11-25";
+
+/// The admin token of the cedargate under test.
+pub const ADMIN_TOKEN: &str = "bench-admin-token";
+
+/// A server under test: its process and where it answers MCP.
+pub struct Target {
+    pub name: &'static str,
+    child: Child,
+    pub addr: SocketAddr,
+    pub path: String,
+    pub auth: Option<String>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Target {
+    /// A keep-alive connection sending MCP requests to the target.
+    pub async fn connect(&self) -> std::io::Result<RawConn> {
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", VERSION),
+        ];
+        if let Some(auth) = &self.auth {
+            headers.push(("authorization", auth.as_str()));
+        }
+        RawConn::post(self.addr, &self.path, &headers, READ_CHUNK).await
+    }
+
+    /// The URL of its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}{}", self.addr, self.path)
+    }
+
+    /// On-CPU nanoseconds of every thread of the process so far.
+    pub fn cpu_ns(&self) -> u64 {
+        let dir = format!("/proc/{}/task", self.child.id());
+        let Ok(tasks) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+/// Provisions one tenant in `dir/data`, writes the config (rate limits
+/// off: the load is one key at full speed) and starts `cedargate serve`.
+pub fn start_cedargate(dir: &Path) -> Res<Target> {
+    let data = dir.join("data");
+    let store = cedargate::store::Store::open(&data.join("cedargate.db"), 1024, 64)?;
+    let spec = TenantSpec {
+        org: "sdk",
+        org_name: "SDK bench org",
+        project: "sdk-proj",
+        agent: "sdk-agent",
+        ..TenantSpec::BENCH
+    };
+    let p = tenant::create_blocking(&store, &spec)?;
+    drop(store);
+    let addr = free_port()?;
+    let config = dir.join("cedargate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"{addr}\"\ndata_dir = {data:?}\npolicies_dir = {:?}\nschema_file = {:?}\ndemo_tenant = false\nadmin_token = \"{ADMIN_TOKEN}\"\n\n[rate_limits]\nenabled = false\n",
+            repo().join("policies"),
+            repo().join("schemas/gateway.cedarschema"),
+        ),
+    )?;
+    let child = Command::new(env!("CARGO_BIN_EXE_cedargate"))
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("CEDARGATE_LOG", "error")
+        .env_remove("CEDARGATE_ADMIN_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    Ok(Target {
+        name: "cedargate",
+        child,
+        addr,
+        path: format!("/api/mcp/{}", p.session.id),
+        auth: Some(format!("Bearer {}", p.secret)),
+    })
+}
+
+/// Starts this binary as the server `role` with `env` added.
+pub fn start_role(role: &'static str, env: &[(&str, String)]) -> Res<Target> {
+    let addr = free_port()?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.env(servers::ROLE_VAR, role)
+        .env(servers::ADDR_VAR, addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Ok(Target {
+        name: role,
+        child: cmd.spawn()?,
+        addr,
+        path: servers::PATH.into(),
+        auth: None,
+    })
+}
+
+fn free_port() -> Res<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?)
+}
+
+/// Waits until cedargate's `/readyz` answers 200.
+pub async fn wait_ready(addr: SocketAddr) -> Res<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(mut conn) = RawConn::get(addr, "/readyz", READ_CHUNK).await
+            && let Ok((200, _)) = conn.send(None).await
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("cedargate did not become ready within 60 s".into())
+}
+
+/// Waits until `t` answers `body` with 200.
+pub async fn wait_answering(t: &Target, body: &[u8]) -> Res<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(mut conn) = t.connect().await
+            && let Ok((200, _)) = conn.send(Some(body)).await
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!("{} did not answer within 30 s", t.name).into())
+}
+
+/// A JSON-RPC request body.
+pub fn rpc(method: &str, params: serde_json::Value) -> Vec<u8> {
+    serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        .to_string()
+        .into_bytes()
+}
+
+/// `conc` connections send `body` back to back for `window`; returns the
+/// answers per second, the server's CPU µs per answer and the latencies.
+pub async fn throughput(
+    t: &Target,
+    body: &[u8],
+    conc: usize,
+    window: Duration,
+) -> Res<(f64, f64, Stats)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let body = Arc::new(body.to_vec());
+    let mut conns = Vec::with_capacity(conc);
+    for _ in 0..conc {
+        conns.push(t.connect().await?);
+    }
+    let (cpu0, t0) = (t.cpu_ns(), Instant::now());
+    let mut tasks = Vec::with_capacity(conc);
+    for mut conn in conns {
+        let (stop, done, body) = (stop.clone(), done.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                let (status, answer) = conn.send(Some(&body)).await.map_err(|e| e.to_string())?;
+                samples.push(sent.elapsed());
+                if status != 200 {
+                    return Err(format!(
+                        "HTTP {status}: {}",
+                        String::from_utf8_lossy(&answer)
+                    ));
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<Vec<Duration>, String>(samples)
+        }));
+    }
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = done.load(Ordering::Relaxed);
+    let (cpu1, elapsed) = (t.cpu_ns(), t0.elapsed());
+    let mut samples = Vec::new();
+    for task in tasks {
+        samples.extend(task.await?.map_err(|e| format!("{}: {e}", t.name))?);
+    }
+    let n = n.max(1) as f64;
+    Ok((
+        n / elapsed.as_secs_f64(),
+        (cpu1 - cpu0) as f64 / 1e3 / n,
+        Stats::of(samples, Rank::Nearest),
+    ))
+}
+
+/// `iters` requests one after another on one connection (after a tenth as
+/// many to warm up).
+pub async fn latency(t: &Target, body: &[u8], iters: usize) -> Res<Stats> {
+    let mut conn = t.connect().await?;
+    for _ in 0..iters / 10 {
+        conn.send(Some(body)).await?;
+    }
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        let (status, answer) = conn.send(Some(body)).await?;
+        samples.push(t0.elapsed());
+        if status != 200 {
+            let answer = String::from_utf8_lossy(&answer);
+            return Err(format!("{}: HTTP {status}: {answer}", t.name).into());
+        }
+    }
+    Ok(Stats::of(samples, Rank::Nearest))
+}
+
+/// p50 µs of `n` single-row WAL commits with `synchronous=FULL` in `dir`:
+/// the least one durable decision record can cost on this disk.
+pub fn fsync_floor(dir: &Path, n: usize) -> Res<f64> {
+    let path: PathBuf = dir.join("floor.db");
+    let conn = rusqlite::Connection::open(&path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v BLOB)")?;
+    let row = vec![7u8; 1024];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        conn.execute_batch("BEGIN")?;
+        conn.execute("INSERT INTO t (v) VALUES (?1)", [&row])?;
+        conn.execute_batch("COMMIT")?;
+        samples.push(t0.elapsed());
+    }
+    Ok(Stats::of(samples, Rank::Nearest).p50)
+}
+
+/// Every figure of every round, by server and measure.
+#[derive(Default)]
+pub struct Figures {
+    by: BTreeMap<(String, String), Vec<f64>>,
+}
+
+impl Figures {
+    pub fn push(&mut self, server: &str, measure: &str, value: f64) {
+        self.by
+            .entry((server.to_string(), measure.to_string()))
+            .or_default()
+            .push(value);
+    }
+
+    /// The median of a figure over the rounds (`NaN` when never measured).
+    pub fn median(&self, server: &str, measure: &str) -> f64 {
+        let Some(v) = self.by.get(&(server.into(), measure.into())) else {
+            return f64::NAN;
+        };
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
+    /// One row per measure, one column per server (medians).
+    pub fn table(&self, servers: &[&str]) {
+        print!("{:<36}", "measure");
+        for s in servers {
+            print!(" {s:>12}");
+        }
+        println!();
+        let mut measures: Vec<&String> = self.by.keys().map(|(_, m)| m).collect();
+        measures.sort();
+        measures.dedup();
+        for m in measures {
+            print!("{m:<36}");
+            for s in servers {
+                let v = self.median(s, m);
+                if v.is_nan() {
+                    print!(" {:>12}", "-");
+                } else {
+                    print!(" {v:>12.1}");
+                }
+            }
+            println!();
+        }
+    }
+}

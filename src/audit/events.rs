@@ -1,0 +1,98 @@
+//! Trail events: what happens to the gateway's tools outside a request
+//! and an auditor must see in the same tamper-evident chain as the
+//! decisions (today: upstream tool definitions held and approved).
+//!
+//! An event is a trail record like a decision (same table, same hash
+//! chain, so `audit verify` covers it) but records no Cedar decision:
+//! - `action` names the event (`upstream_tool_held`,
+//!   `upstream_tool_approved`), never a Cedar action;
+//! - `decision` is `event`; `reasons`, `errors` are `[]`, `context` `{}`,
+//!   the entity snapshot the empty list `[]` (every record names a stored
+//!   snapshot, which `audit verify` checks);
+//! - `principal` is the upstream server (`Gateway::McpServer::"<slug>"`),
+//!   `resource` the tool under its gateway name (`Gateway::Tool::"<name>"`);
+//! - `policy_hash` is the set active when it happened;
+//! - `outcome` holds the facts: `{"upstream", "tool", "oldHash",
+//!   "newHash", "trigger"}` (`oldHash` empty for a tool never approved;
+//!   `trigger` `refresh`, `background-refresh`, `list-changed` or
+//!   `approve`).
+//!
+//! `audit replay` counts events and decides nothing for them.
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::policy::Kind;
+use crate::store::decisions::NewDecision;
+
+/// The `decision` column of an event.
+pub const EVENT: &str = "event";
+
+/// An upstream tool's changed (or new) definition was held until approved.
+pub const UPSTREAM_TOOL_HELD: &str = "upstream_tool_held";
+
+/// A held upstream tool definition was approved.
+pub const UPSTREAM_TOOL_APPROVED: &str = "upstream_tool_approved";
+
+/// The entity snapshot of an event: none.
+const NO_ENTITIES: &str = "[]";
+
+/// Whether a trail record is an event rather than a decision.
+pub fn is_event(record: &NewDecision) -> bool {
+    record.decision == EVENT
+}
+
+/// What an upstream definition event is about.
+#[derive(Debug, Clone, Copy)]
+pub struct DefinitionChange<'a> {
+    /// The org of the server.
+    pub org_id: &'a str,
+    /// The server's registry id.
+    pub upstream_id: &'a str,
+    /// The server's slug (Cedar `McpServer` id).
+    pub slug: &'a str,
+    /// The upstream's name for the tool.
+    pub tool: &'a str,
+    /// The gateway's name for it.
+    pub gateway_name: &'a str,
+    /// The approved hash before (empty: none).
+    pub old_hash: &'a str,
+    /// The listed (held) or newly approved hash.
+    pub new_hash: &'a str,
+    /// What found or made the change.
+    pub trigger: &'a str,
+}
+
+/// The trail record of one definition event (`action` one of
+/// [`UPSTREAM_TOOL_HELD`], [`UPSTREAM_TOOL_APPROVED`]).
+pub fn definition_event(
+    action: &str,
+    change: &DefinitionChange<'_>,
+    policy_hash: &str,
+) -> NewDecision {
+    let outcome = json!({
+        "upstream": change.upstream_id,
+        "tool": change.tool,
+        "oldHash": change.old_hash,
+        "newHash": change.new_hash,
+        "trigger": change.trigger,
+    });
+    NewDecision {
+        id: uuid::Uuid::now_v7().to_string(),
+        time: crate::ids::now_rfc3339(),
+        org_id: Some(change.org_id.to_string()),
+        session_id: None,
+        principal: Kind::McpServer.uid(change.slug).to_string(),
+        action: action.to_string(),
+        resource: Kind::Tool.uid(change.gateway_name).to_string(),
+        context: "{}".into(),
+        entities_hash: hex::encode(Sha256::digest(NO_ENTITIES.as_bytes())),
+        entities: Some(NO_ENTITIES.into()),
+        policy_hash: policy_hash.to_string(),
+        decision: EVENT.into(),
+        reasons: "[]".into(),
+        errors: "[]".into(),
+        outcome: outcome.to_string(),
+        notes: "null".into(),
+    }
+}

@@ -1,0 +1,97 @@
+//! The web console at `/console`: server-rendered pages for auditors and
+//! security teams over the decision trail, replay and what-if, the policy
+//! set, and the remote tools. Decisions are in `src/console/README.md`.
+//!
+//! The console is served only when `admin_token` or `auditor_token` is
+//! set; without either, `/console` is not routed at all (404), like
+//! `/admin`. Reading needs a sign-in (either token); changing anything
+//! (reload, approving held upstream tools) needs the admin token, a CSRF
+//! token, and is recorded in the trail.
+
+mod auth;
+mod candidates;
+mod chart;
+mod decision;
+mod error;
+mod filters;
+mod jobs;
+mod overview;
+mod peers;
+mod policies;
+mod replay;
+mod templates;
+mod trail;
+mod whatif;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Extension};
+use axum::http::{HeaderValue, header};
+use axum::routing::{get, post};
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+
+/// The path the console is served under.
+pub const PATH: &str = "/console";
+
+/// Largest form a console page accepts (a candidate policy text).
+const MAX_FORM_BYTES: usize = 512 * 1024;
+
+/// What the console keeps between requests: sign-ins and replays.
+pub(crate) struct ConsoleState {
+    sessions: auth::Sessions,
+    jobs: jobs::Jobs,
+}
+
+/// Whether the console is served: a non-empty admin or auditor token.
+pub fn enabled(config: &Config) -> bool {
+    [&config.admin_token, &config.auditor_token]
+        .iter()
+        .any(|t| t.as_deref().is_some_and(|t| !t.is_empty()))
+}
+
+/// The console's routes, to be nested under [`PATH`].
+pub fn routes(config: &Config) -> Router<Arc<Gateway>> {
+    let state = Arc::new(ConsoleState {
+        sessions: auth::Sessions::new(&config.console, config.base_url().starts_with("https://")),
+        jobs: jobs::Jobs::new(config.console.replay_jobs),
+    });
+    Router::new()
+        .route("/", get(overview::page))
+        .route("/login", get(auth::login_form).post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/decisions/{id}", get(decision::page))
+        .route("/replay", get(replay::form).post(replay::start))
+        .route("/replay/{job}", get(replay::status))
+        .route("/replay/{job}/cancel", post(replay::cancel))
+        .route("/whatif", post(whatif::run))
+        .route("/policies", get(policies::page))
+        .route("/policies/reload", post(policies::reload))
+        .route("/peers", get(peers::page))
+        .route("/peers/{org}/mcp/{id}/approve", post(peers::approve))
+        .route("/assets/console.css", get(templates::stylesheet))
+        .route("/assets/console.js", get(templates::script))
+        .layer(Extension(state))
+        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+            ),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
+}

@@ -1,0 +1,313 @@
+//! Console sign-in: the admin token or the read-only auditor token, traded
+//! for a session cookie (`HttpOnly`, `SameSite=Strict`, `Path=/console`,
+//! `Secure` when `public_url` is https, `Max-Age` of
+//! `console.session_ttl_secs`). Sign-ins are kept in this instance's
+//! memory, bounded in number and lifetime; signing out forgets one at once.
+//!
+//! Every POST carries the sign-in's CSRF token as the `csrf` form field
+//! ([`Posted`]); the sign-in form itself carries a one-time token bound to
+//! a short-lived cookie (double submit), so a third-party page cannot sign
+//! a browser in either.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Form};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::ConsoleState;
+use super::error::ConsoleError;
+use crate::config::ConsoleConfig;
+use crate::gateway::Gateway;
+
+/// The session cookie.
+pub const COOKIE_NAME: &str = "cg_console";
+/// The sign-in form's double-submit cookie.
+const LOGIN_COOKIE: &str = "cg_console_login";
+/// Seconds the sign-in form stays usable.
+const LOGIN_FORM_SECS: u64 = 600;
+/// Most sign-ins kept at once (the oldest are dropped beyond it).
+const MAX_SIGN_INS: u64 = 10_000;
+
+/// What a signed-in viewer may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything, changes included.
+    Admin,
+    /// Reading, replays and what-ifs; never a change.
+    Auditor,
+}
+
+/// One sign-in.
+#[derive(Debug)]
+struct SignIn {
+    role: Role,
+    csrf: String,
+}
+
+/// The sign-ins of this instance.
+pub struct Sessions {
+    live: moka::sync::Cache<String, Arc<SignIn>>,
+    ttl: Duration,
+    secure: bool,
+}
+
+impl Sessions {
+    /// Sign-ins lasting `console.session_ttl_secs`; cookies marked
+    /// `Secure` when `secure`.
+    pub fn new(config: &ConsoleConfig, secure: bool) -> Sessions {
+        let ttl = Duration::from_secs(config.session_ttl_secs.max(1));
+        Sessions {
+            live: moka::sync::Cache::builder()
+                .max_capacity(MAX_SIGN_INS)
+                .time_to_live(ttl)
+                .build(),
+            ttl,
+            secure,
+        }
+    }
+
+    fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
+        let secure = if self.secure { "; Secure" } else { "" };
+        format!(
+            "{name}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}",
+            super::PATH
+        )
+    }
+}
+
+/// A signed-in viewer.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    /// What they may do.
+    pub role: Role,
+    /// The CSRF token every form of theirs carries.
+    pub csrf: String,
+}
+
+impl Viewer {
+    /// Whether they may change things.
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+}
+
+/// The value of cookie `name`, if sent.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn state(parts: &Parts) -> Result<Arc<ConsoleState>, ConsoleError> {
+    parts
+        .extensions
+        .get::<Arc<ConsoleState>>()
+        .cloned()
+        .ok_or(ConsoleError::Render)
+}
+
+impl FromRequestParts<Arc<Gateway>> for Viewer {
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _gw: &Arc<Gateway>,
+    ) -> Result<Self, Self::Rejection> {
+        let console = state(parts)?;
+        let signed_in =
+            cookie(&parts.headers, COOKIE_NAME).and_then(|id| console.sessions.live.get(id));
+        match signed_in {
+            Some(s) => Ok(Viewer {
+                role: s.role,
+                csrf: s.csrf.clone(),
+            }),
+            None if parts.method == Method::GET => Err(ConsoleError::SignIn),
+            None => Err(ConsoleError::Forbidden("sign in first".into())),
+        }
+    }
+}
+
+/// A form posted by a signed-in viewer, its CSRF token checked before the
+/// handler runs.
+pub struct Posted<T> {
+    /// Who posted it.
+    pub viewer: Viewer,
+    /// The form's other fields.
+    pub form: T,
+}
+
+/// A form's CSRF field next to its own fields.
+#[derive(Debug, Deserialize)]
+struct WithCsrf<T> {
+    #[serde(default)]
+    csrf: String,
+    #[serde(flatten)]
+    rest: T,
+}
+
+impl<T: DeserializeOwned + Send> FromRequest<Arc<Gateway>> for Posted<T> {
+    type Rejection = ConsoleError;
+
+    async fn from_request(req: Request, gw: &Arc<Gateway>) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let viewer = Viewer::from_request_parts(&mut parts, gw).await?;
+        let req = Request::from_parts(parts, body);
+        let Form(form) = Form::<WithCsrf<T>>::from_request(req, gw)
+            .await
+            .map_err(|e| ConsoleError::BadRequest(e.body_text()))?;
+        if !crate::auth::tokens_equal(&form.csrf, &viewer.csrf) {
+            return Err(ConsoleError::Forbidden(
+                "the form's CSRF token is missing or wrong: reload the page and try again".into(),
+            ));
+        }
+        Ok(Posted {
+            viewer,
+            form: form.rest,
+        })
+    }
+}
+
+/// An admin's posted form; an auditor gets 403.
+pub struct AdminPosted<T>(pub Posted<T>);
+
+impl<T: DeserializeOwned + Send> FromRequest<Arc<Gateway>> for AdminPosted<T> {
+    type Rejection = ConsoleError;
+
+    async fn from_request(req: Request, gw: &Arc<Gateway>) -> Result<Self, Self::Rejection> {
+        let posted = Posted::<T>::from_request(req, gw).await?;
+        if !posted.viewer.is_admin() {
+            return Err(ConsoleError::Forbidden(
+                "the auditor token is read-only: this needs the admin token".into(),
+            ));
+        }
+        Ok(AdminPosted(posted))
+    }
+}
+
+/// `GET /console/login`: the form, with a fresh double-submit token.
+pub async fn login_form(Extension(console): Extension<Arc<ConsoleState>>) -> Response {
+    login_page(&console, StatusCode::OK, None)
+}
+
+fn login_page(console: &ConsoleState, status: StatusCode, error: Option<&str>) -> Response {
+    let Ok(token) = crate::ids::random_hex(16) else {
+        return ConsoleError::Render.into_response();
+    };
+    let page = super::templates::render::<ConsoleError>(
+        "login.html",
+        minijinja::context! { csrf => token, error },
+    );
+    match page {
+        Ok(html) => (
+            status,
+            [(
+                SET_COOKIE,
+                console
+                    .sessions
+                    .cookie(LOGIN_COOKIE, &token, LOGIN_FORM_SECS),
+            )],
+            html,
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The sign-in form.
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /console/login`: the admin token signs in an admin, the auditor
+/// token an auditor; anything else is 401 and signs no one in.
+pub async fn login(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    Extension(console): Extension<Arc<ConsoleState>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    if expected.is_empty() || !crate::auth::tokens_equal(expected, &form.csrf) {
+        return ConsoleError::Forbidden(
+            "the sign-in form expired or did not come from this console: open it again".into(),
+        )
+        .into_response();
+    }
+    let Some(role) = role_of(&gw, &form.token) else {
+        tracing::warn!("console: sign-in with a wrong token");
+        return login_page(&console, StatusCode::UNAUTHORIZED, Some("wrong token"));
+    };
+    let (Ok(id), Ok(csrf)) = (crate::ids::random_hex(32), crate::ids::random_hex(32)) else {
+        return ConsoleError::Render.into_response();
+    };
+    console
+        .sessions
+        .live
+        .insert(id.clone(), Arc::new(SignIn { role, csrf }));
+    tracing::info!(role = ?role, "console: signed in");
+    let ttl = console.sessions.ttl.as_secs();
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (LOCATION, super::PATH.to_string()),
+            (SET_COOKIE, console.sessions.cookie(COOKIE_NAME, &id, ttl)),
+        ],
+    )
+        .into_response()
+}
+
+/// Which role `token` signs in, if any (constant-time comparisons).
+fn role_of(gw: &Gateway, token: &str) -> Option<Role> {
+    let matches = |configured: &Option<String>| {
+        configured
+            .as_deref()
+            .is_some_and(|t| !t.is_empty() && crate::auth::tokens_equal(token, t))
+    };
+    if matches(&gw.config.admin_token) {
+        Some(Role::Admin)
+    } else if matches(&gw.config.auditor_token) {
+        Some(Role::Auditor)
+    } else {
+        None
+    }
+}
+
+/// `POST /console/logout`: forgets the sign-in and clears the cookie.
+pub async fn logout(
+    Extension(console): Extension<Arc<ConsoleState>>,
+    headers: HeaderMap,
+    _posted: Posted<Empty>,
+) -> Response {
+    if let Some(id) = cookie(&headers, COOKIE_NAME) {
+        console.sessions.live.invalidate(id);
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (LOCATION, format!("{}/login", super::PATH)),
+            (SET_COOKIE, console.sessions.cookie(COOKIE_NAME, "", 0)),
+        ],
+    )
+        .into_response()
+}
+
+/// A form with nothing but its CSRF token.
+#[derive(Debug, Default, Deserialize)]
+pub struct Empty {}

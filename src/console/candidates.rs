@@ -1,0 +1,125 @@
+//! Candidate policy sets for replay and what-if: text pasted in the
+//! console (one file, validated against the active set's effective schema,
+//! exactly as a file of the policy directory would be), or a subdirectory
+//! of `console.candidates_dir` on the server (loaded like
+//! `cedargate audit replay --policies DIR`). Only those subdirectories can
+//! be named, never an arbitrary path.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::error::ConsoleError;
+use crate::gateway::Gateway;
+use crate::policy::{PolicyBundle, PolicyFile};
+
+/// The name a pasted candidate is validated under.
+pub const PASTED_FILE: &str = "console-candidate.cedar";
+
+/// Which set a form asks for.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct CandidateForm {
+    /// `live`, `text` or `dir`.
+    #[serde(default)]
+    pub source: String,
+    /// The pasted policies (`source=text`).
+    #[serde(default)]
+    pub policy_text: String,
+    /// A subdirectory of the candidates directory (`source=dir`).
+    #[serde(default)]
+    pub candidate_dir: String,
+}
+
+/// The directory whose subdirectories are the offered candidates.
+pub fn root(gw: &Gateway) -> PathBuf {
+    gw.config
+        .console
+        .candidates_dir
+        .clone()
+        .unwrap_or_else(|| gw.config.data_dir.join("candidates"))
+}
+
+/// The offered candidate directories, by name.
+pub fn offered(gw: &Gateway) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root(gw))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| crate::ids::validate_id("candidate", n).is_ok() && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The live set's files as one text, each after a `// file:` line: what
+/// the candidate textarea starts from.
+pub fn live_text(bundle: &PolicyBundle) -> String {
+    bundle
+        .files
+        .iter()
+        .map(|f| format!("// file: {}\n{}\n", f.path, f.text.trim_end()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What the form names, and how to describe it.
+pub async fn load(
+    gw: &Arc<Gateway>,
+    form: &CandidateForm,
+) -> Result<(Arc<PolicyBundle>, String), ConsoleError> {
+    match form.source.as_str() {
+        "live" => Ok((gw.pep.current(), "the active set".into())),
+        "text" => {
+            let live = gw.pep.current();
+            let files = vec![PolicyFile {
+                path: PASTED_FILE.into(),
+                text: form.policy_text.clone(),
+            }];
+            let bundle = tokio::task::spawn_blocking(move || {
+                crate::policy::load::bundle_from_sources(
+                    &live.schema_path,
+                    &live.schema_text,
+                    files,
+                )
+            })
+            .await
+            .map_err(|_| ConsoleError::Render)?;
+            loaded(bundle, "pasted text".into())
+        }
+        "dir" => {
+            let name = form.candidate_dir.trim().to_string();
+            if !offered(gw).contains(&name) {
+                return Err(ConsoleError::BadRequest(format!(
+                    "`{name}` is not a candidate directory (subdirectories of `{}`)",
+                    root(gw).display()
+                )));
+            }
+            let (dir, gw2) = (root(gw).join(&name), Arc::clone(gw));
+            let bundle = tokio::task::spawn_blocking(move || {
+                crate::policy::load::load_bundle_with_tools(
+                    &gw2.config.schema_file,
+                    &dir,
+                    &gw2.lifecycle.tools(),
+                )
+            })
+            .await
+            .map_err(|_| ConsoleError::Render)?;
+            loaded(bundle, format!("directory {name}"))
+        }
+        other => Err(ConsoleError::BadRequest(format!(
+            "`source` must be `live`, `text` or `dir`, not `{other}`"
+        ))),
+    }
+}
+
+fn loaded(
+    bundle: Result<PolicyBundle, crate::policy::PolicyLoadError>,
+    label: String,
+) -> Result<(Arc<PolicyBundle>, String), ConsoleError> {
+    bundle.map(|b| (Arc::new(b), label)).map_err(|e| {
+        ConsoleError::BadRequest(format!("the candidate set does not load:\n{}", e.render()))
+    })
+}

@@ -1,0 +1,72 @@
+//! Why a console request failed, rendered as a page with its status.
+//! Store internals never reach the page: they are logged.
+
+use axum::http::StatusCode;
+use axum::http::header::LOCATION;
+use axum::response::{IntoResponse, Response};
+
+use crate::store::StoreError;
+
+/// A console failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// Not signed in (a page): redirected to the sign-in form.
+    #[error("sign in first")]
+    SignIn,
+    /// Signed in without the right to do this, or a missing or wrong CSRF
+    /// token.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such decision, job or server.
+    #[error("{0}")]
+    NotFound(String),
+    /// A form value that cannot be used.
+    #[error("{0}")]
+    BadRequest(String),
+    /// A bound was crossed (replay window, record count, running replays).
+    #[error("{0}")]
+    TooMuch(String),
+    /// The store failed.
+    #[error("the store failed")]
+    Store(#[from] StoreError),
+    /// A page could not be rendered.
+    #[error("the page could not be rendered")]
+    Render,
+}
+
+impl ConsoleError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ConsoleError::SignIn => StatusCode::SEE_OTHER,
+            ConsoleError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
+            ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ConsoleError::TooMuch(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ConsoleError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            ConsoleError::Store(_) | ConsoleError::Render => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<super::templates::RenderError> for ConsoleError {
+    fn from(_: super::templates::RenderError) -> Self {
+        ConsoleError::Render
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        if let ConsoleError::SignIn = self {
+            return (
+                StatusCode::SEE_OTHER,
+                [(LOCATION, format!("{}/login", super::PATH))],
+            )
+                .into_response();
+        }
+        if let ConsoleError::Store(e) = &self {
+            tracing::error!(error = %e, "console: store failed");
+        }
+        let status = self.status();
+        super::templates::error_page(status, &self.to_string())
+    }
+}

@@ -1,0 +1,156 @@
+//! `GET /console/peers`: every org's A2A peers and upstream MCP servers
+//! with their health, and each upstream tool definition held for approval
+//! with a line diff of the approved and the listed definition.
+//! `POST /console/peers/{org}/mcp/{id}/approve` (admin only) approves one
+//! held definition (the `tool` field) exactly as
+//! `POST /admin/orgs/{org}/mcp-servers/{id}/approve` does, and records it
+//! in the trail. Auditors see no approve button and get 403 if they post.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::http::header::LOCATION;
+use axum::response::{Html, IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use similar::{ChangeTag, TextDiff};
+
+use super::auth::{AdminPosted, Viewer};
+use super::error::ConsoleError;
+use super::overview::viewer_ctx;
+use crate::gateway::Gateway;
+use crate::upstream::registry::{self as upstreams, ServerRow};
+
+/// One line of a diff: `+`, `-` or ` `.
+#[derive(Debug, Serialize)]
+struct Line {
+    tag: &'static str,
+    text: String,
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// The line diff of an approved and a held definition
+/// (`similar`: a maintained Myers diff).
+fn diff(old: &Value, new: &Value) -> Vec<Line> {
+    let (old, new) = (pretty(old), pretty(new));
+    TextDiff::from_lines(&old, &new)
+        .iter_all_changes()
+        .map(|c| Line {
+            tag: match c.tag() {
+                ChangeTag::Delete => "-",
+                ChangeTag::Insert => "+",
+                ChangeTag::Equal => " ",
+            },
+            text: c.value().trim_end_matches('\n').to_string(),
+        })
+        .collect()
+}
+
+/// An upstream as the page shows it.
+fn server(row: &ServerRow) -> minijinja::Value {
+    let held: Vec<_> = row
+        .tools
+        .iter()
+        .filter_map(|t| {
+            t.held.as_ref().map(|h| {
+                minijinja::context! {
+                    name => t.name,
+                    new => t.definition.is_null(),
+                    seen_at => h.seen_at,
+                    diff => diff(&t.definition, &h.definition),
+                }
+            })
+        })
+        .collect();
+    minijinja::context! {
+        id => row.id, org => row.org_id, name => row.name, url => row.url,
+        transport => row.transport, health => row.health, last_error => row.last_error,
+        checked_at => row.checked_at,
+        offered => row.tools.iter().filter(|t| t.offered()).count(),
+        tools => row.tools.len(),
+        held,
+    }
+}
+
+/// `GET /console/peers`.
+pub async fn page(
+    State(gw): State<Arc<Gateway>>,
+    viewer: Viewer,
+) -> Result<Html<String>, ConsoleError> {
+    let (peers, servers) = gw
+        .store
+        .read(|c| {
+            let mut peers = Vec::new();
+            let mut servers = Vec::new();
+            for org in crate::store::tenants::list_orgs(c)? {
+                peers.extend(crate::a2a::registry::list(c, &org.id)?);
+                servers.extend(upstreams::list(c, &org.id)?);
+            }
+            Ok((peers, servers))
+        })
+        .await?;
+    let peers: Vec<Value> = peers
+        .iter()
+        .map(crate::a2a::registry::CardRow::to_api)
+        .collect();
+    let servers: Vec<_> = servers.iter().map(server).collect();
+    super::templates::render(
+        "peers.html",
+        minijinja::context! { viewer => viewer_ctx(&viewer), peers, servers },
+    )
+}
+
+/// The approve form.
+#[derive(Debug, Deserialize)]
+pub struct ApproveForm {
+    #[serde(default)]
+    tool: String,
+}
+
+/// `POST /console/peers/{org}/mcp/{id}/approve` (admin).
+pub async fn approve(
+    State(gw): State<Arc<Gateway>>,
+    Path((org, id)): Path<(String, String)>,
+    AdminPosted(posted): AdminPosted<ApproveForm>,
+) -> Result<Response, ConsoleError> {
+    let tool = posted.form.tool.trim().to_string();
+    let (o, i) = (org.clone(), id.clone());
+    let mut row = gw
+        .store
+        .read(move |c| upstreams::get(c, &o, &i))
+        .await?
+        .ok_or_else(|| ConsoleError::NotFound(format!("org `{org}` has no MCP server `{id}`")))?;
+    let names = [tool.clone()];
+    upstreams::approve(&mut row, Some(&names))
+        .map_err(|_| ConsoleError::BadRequest(format!("no held definition for `{tool}`")))?;
+    let (i, tools) = (id.clone(), row.tools.clone());
+    gw.store
+        .read(move |c| upstreams::set_tools(c, &i, &tools))
+        .await?;
+    crate::cluster::coherence::changed(&gw, &org).await;
+    let hash = row
+        .tools
+        .iter()
+        .find(|t| t.name == tool)
+        .map(|t| t.hash.clone());
+    super::trail::record(
+        &gw,
+        super::trail::Action {
+            verb: "approve_tools",
+            org: Some(&org),
+            resource: format!("Gateway::McpServer::\"{}\"", row.slug),
+            context: json!({ "server": id, "tools": [tool] }),
+            outcome: json!({ "status": "approved", "hash": hash }),
+        },
+    )
+    .await?;
+    Ok((
+        StatusCode::SEE_OTHER,
+        [(LOCATION, format!("{}/peers", super::PATH))],
+    )
+        .into_response())
+}

@@ -1,0 +1,104 @@
+//! `GET /console/policies`: the active set (files, policy ids, hash), the
+//! hash every live instance on the database runs, the last reload and the
+//! last rejected one, the policy tests of the policy directory run against
+//! the active set, and shadow mode (its counters and newest divergences).
+//! `POST /console/policies/reload` (admin only) runs the same reload as
+//! `POST /admin/policies/reload` and records it in the trail.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::LOCATION;
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::json;
+
+use super::auth::{AdminPosted, Empty, Viewer};
+use super::error::ConsoleError;
+use super::overview::viewer_ctx;
+use crate::gateway::Gateway;
+
+/// Shadow divergences listed.
+const DIVERGENCES: usize = 50;
+
+/// `GET /console/policies`.
+pub async fn page(
+    State(gw): State<Arc<Gateway>>,
+    viewer: Viewer,
+) -> Result<Html<String>, ConsoleError> {
+    let bundle = gw.pep.current();
+    let instances = crate::cluster::membership::live_instances(&gw).await?;
+    let (b, dir) = (Arc::clone(&bundle), gw.config.policies_dir.clone());
+    let tests = tokio::task::spawn_blocking(move || crate::policy::tests_runner::run_dir(&b, &dir))
+        .await
+        .map_err(|_| ConsoleError::Render)?;
+    let (tests, tests_error) = match tests {
+        Ok(report) => (report.outcomes, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let shadow = gw.lifecycle.shadow.status();
+    let hash = shadow.as_ref().map(|s| s.candidate_hash.clone());
+    gw.store.writer().flush().await?;
+    let divergences = gw
+        .store
+        .read(move |c| crate::store::shadow::recent(c, hash.as_deref(), DIVERGENCES))
+        .await?;
+    let files: Vec<_> = bundle
+        .files
+        .iter()
+        .map(|f| minijinja::context! { path => f.path, text => f.text })
+        .collect();
+    super::templates::render(
+        "policies.html",
+        minijinja::context! {
+            viewer => viewer_ctx(&viewer),
+            hash => bundle.hash,
+            loaded_at => bundle.loaded_at,
+            schema => bundle.schema_path,
+            ids => bundle.policy_ids,
+            warnings => bundle.warnings,
+            files,
+            instance_id => gw.cluster.instance_id,
+            instances,
+            status => gw.lifecycle.status(),
+            tests_passed => tests.iter().filter(|t| t.passed).count(),
+            tests,
+            tests_error,
+            shadow,
+            divergences,
+        },
+    )
+}
+
+/// `POST /console/policies/reload` (admin): reloads, records the attempt
+/// in the trail, and shows the page again (its "last reload" tells the
+/// result).
+pub async fn reload(
+    State(gw): State<Arc<Gateway>>,
+    _admin: AdminPosted<Empty>,
+) -> Result<Response, ConsoleError> {
+    let before = gw.pep.current().hash.clone();
+    let attempt = match crate::lifecycle::reload::reload(&gw, "console").await {
+        Ok(a) | Err(a) => a,
+    };
+    super::trail::record(
+        &gw,
+        super::trail::Action {
+            verb: "reload_policies",
+            org: None,
+            resource: format!("Gateway::PolicySet::\"{before}\""),
+            context: json!({}),
+            outcome: json!({
+                "status": attempt.result,
+                "hash": attempt.hash,
+                "message": attempt.message,
+            }),
+        },
+    )
+    .await?;
+    Ok((
+        StatusCode::SEE_OTHER,
+        [(LOCATION, format!("{}/policies", super::PATH))],
+    )
+        .into_response())
+}

@@ -1,0 +1,127 @@
+//! `POST /console/whatif`: one request decided now against the active set
+//! or a candidate, on the entity data of a recorded decision (its
+//! template): principal, action, resource and context as the form gives
+//! them, so an auditor can ask "and if the argument were this?". Decided
+//! by the same facade replay uses; nothing is recorded (it is a question,
+//! not a request to a tool).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::Html;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Posted;
+use super::candidates::{self, CandidateForm};
+use super::error::ConsoleError;
+use super::overview::viewer_ctx;
+use crate::gateway::Gateway;
+use crate::policy::recorded::RecordedRequest;
+use crate::store::decisions::{self, StoredDecision};
+
+/// A recorded decision the what-if form starts from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Template {
+    pub id: String,
+    pub seq: i64,
+    pub principal: String,
+    pub action: String,
+    pub resource: String,
+    pub context: String,
+    pub decision: String,
+    pub entities_hash: String,
+}
+
+async fn stored(gw: &Gateway, id: &str) -> Result<Option<StoredDecision>, ConsoleError> {
+    let id = id.to_string();
+    Ok(gw.store.read(move |c| decisions::get(c, &id)).await?)
+}
+
+/// The template decision `id` (none for an empty id).
+pub async fn template(gw: &Gateway, id: &str) -> Result<Option<Template>, ConsoleError> {
+    if id.is_empty() {
+        return Ok(None);
+    }
+    let d = stored(gw, id)
+        .await?
+        .ok_or_else(|| ConsoleError::NotFound(format!("no decision `{id}` to start from")))?;
+    let r = d.record;
+    Ok(Some(Template {
+        id: r.id,
+        seq: d.seq,
+        context: serde_json::from_str::<serde_json::Value>(&r.context)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .unwrap_or(r.context),
+        principal: r.principal,
+        action: r.action,
+        resource: r.resource,
+        decision: r.decision,
+        entities_hash: r.entities_hash,
+    }))
+}
+
+/// The what-if form.
+#[derive(Debug, Deserialize)]
+pub struct WhatIfForm {
+    #[serde(flatten)]
+    candidate: CandidateForm,
+    #[serde(default)]
+    template: String,
+    #[serde(default)]
+    principal: String,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    context: String,
+}
+
+/// `POST /console/whatif`.
+pub async fn run(
+    State(gw): State<Arc<Gateway>>,
+    posted: Posted<WhatIfForm>,
+) -> Result<Html<String>, ConsoleError> {
+    let form = posted.form;
+    let template = template(&gw, form.template.trim()).await?.ok_or_else(|| {
+        ConsoleError::BadRequest("pick a recorded decision to take entity data from".into())
+    })?;
+    let (bundle, against) = candidates::load(&gw, &form.candidate).await?;
+    let hash = template.entities_hash.clone();
+    let snapshot = gw
+        .store
+        .read(move |c| decisions::entity_snapshot(c, &hash))
+        .await?
+        .ok_or_else(|| {
+            ConsoleError::BadRequest("the template's entity snapshot is missing".into())
+        })?;
+    let entities = bundle.parse_recorded_entities(&snapshot).map_err(|e| {
+        ConsoleError::BadRequest(format!("the entity data does not load under this set: {e}"))
+    })?;
+    let request = RecordedRequest::parse(
+        form.principal.trim(),
+        form.action.trim(),
+        form.resource.trim(),
+        &form.context,
+    )
+    .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+    let verdict = bundle.decide_recorded(&request, entities.entities());
+    let deciding: Vec<_> = verdict
+        .reasons
+        .iter()
+        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
+        .collect();
+    super::templates::render(
+        "whatif.html",
+        minijinja::context! {
+            viewer => viewer_ctx(&posted.viewer),
+            template,
+            against,
+            hash => bundle.hash,
+            asked => minijinja::context! { principal => form.principal, action => form.action, resource => form.resource, context => form.context },
+            decision => if verdict.allowed { "allow" } else { "deny" },
+            deciding,
+            errors => verdict.errors,
+        },
+    )
+}

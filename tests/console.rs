@@ -1,0 +1,798 @@
+//! The web console through the real server: who may see and do what (no
+//! sign-in, auditor token, admin token) on every route, CSRF, the session
+//! cookie's flags and lifetime, the trail page and its keyset paging, one
+//! decision's page, replay (its bounds, its flips) and what-if, and the
+//! console's changes recorded in the trail.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ADMIN_TOKEN, TestGateway};
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use serde_json::json;
+
+const AUDITOR_TOKEN: &str = "test-auditor-token";
+
+/// A forbid that denies one memory tool, with advice.
+const FORBID: &str = r#"@id("no-remembering")
+@advice("memory writes are frozen during the audit")
+forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_remember");
+"#;
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// `application/x-www-form-urlencoded` of `pairs`.
+fn form(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The value of the first `name="csrf"` field of a page.
+fn csrf_of(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    html[at..].split('"').next().unwrap().to_string()
+}
+
+fn cookie_named(resp: &reqwest::Response, name: &str) -> Option<String> {
+    resp.headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|c| c.starts_with(&format!("{name}=")))
+}
+
+/// A signed-in browser.
+struct Console {
+    base: String,
+    http: reqwest::Client,
+    cookie: String,
+    csrf: String,
+    set_cookie: String,
+}
+
+impl Console {
+    async fn sign_in(base: &str, token: &str) -> Console {
+        let http = client();
+        let page = http
+            .get(format!("{base}/console/login"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200);
+        let login_cookie = cookie_named(&page, "cg_console_login").unwrap();
+        let pair = login_cookie.split(';').next().unwrap().to_string();
+        let csrf = csrf_of(&page.text().await.unwrap());
+        let resp = http
+            .post(format!("{base}/console/login"))
+            .header(COOKIE, &pair)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form(&[("token", token), ("csrf", &csrf)]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{token}");
+        let set_cookie = cookie_named(&resp, "cg_console").expect("a session cookie");
+        let cookie = set_cookie.split(';').next().unwrap().to_string();
+        let mut c = Console {
+            base: base.into(),
+            http,
+            cookie,
+            csrf: String::new(),
+            set_cookie,
+        };
+        let (status, html) = c.get("/console").await;
+        assert_eq!(status, 200, "{html}");
+        c.csrf = csrf_of(&html);
+        c
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, String) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header(COOKIE, &self.cookie)
+            .send()
+            .await
+            .unwrap();
+        (resp.status(), resp.text().await.unwrap())
+    }
+
+    /// POSTs `pairs` plus this sign-in's CSRF token.
+    async fn post(&self, path: &str, pairs: &[(&str, &str)]) -> reqwest::Response {
+        let mut all = pairs.to_vec();
+        all.push(("csrf", &self.csrf));
+        self.post_raw(path, &all).await
+    }
+
+    async fn post_raw(&self, path: &str, pairs: &[(&str, &str)]) -> reqwest::Response {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, &self.cookie)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form(pairs))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+async fn start() -> TestGateway {
+    start_with(|_| {}).await
+}
+
+async fn start_with(tweak: impl FnOnce(&mut cedargate::config::Config)) -> TestGateway {
+    // The policies live in the gateway's own directory, so they outlive
+    // it (reloads read them) and go with it.
+    let dir = tempfile::tempdir().unwrap();
+    let policies = common::copy_policies(dir.path());
+    std::fs::write(policies.join("audit.cedar"), FORBID).unwrap();
+    TestGateway::start_in(dir, |c| {
+        c.policies_dir = policies;
+        c.auditor_token = Some(AUDITOR_TOKEN.into());
+        tweak(c);
+    })
+    .await
+}
+
+/// Makes one allowed and one denied call; returns the denied decision's id.
+async fn denied_call(g: &TestGateway) -> String {
+    let t = g.tenant("acme").await;
+    g.call_tool(
+        &t,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
+    let body = g
+        .call_tool(&t, "af_memory_remember", json!({"content": "x"}))
+        .await;
+    assert_eq!(body["error"]["code"], -32003, "{body}");
+    body["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn console_records(g: &TestGateway) -> Vec<String> {
+    g.decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.action.starts_with("console:"))
+        .map(|d| d.record.action)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_console_is_not_served_without_a_token() {
+    let g = TestGateway::start_with(|c| c.admin_token = None).await;
+    for path in ["/console", "/console/login", "/console/policies"] {
+        let resp = client()
+            .get(format!("{}{path}", g.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+    }
+    let resp = client()
+        .post(format!("{}/console/login", g.base))
+        .body("token=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    // The auditor token alone serves it.
+    let g = TestGateway::start_with(|c| {
+        c.admin_token = None;
+        c.auditor_token = Some(AUDITOR_TOKEN.into());
+    })
+    .await;
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    assert_eq!(c.get("/console/policies").await.0, 200);
+}
+
+#[tokio::test]
+async fn every_route_by_who_asks() {
+    let g = start().await;
+    let denied = denied_call(&g).await;
+    let pages = [
+        "/console".to_string(),
+        format!("/console/decisions/{denied}"),
+        "/console/replay".to_string(),
+        format!("/console/replay?template={denied}"),
+        "/console/policies".to_string(),
+        "/console/peers".to_string(),
+    ];
+    let posts = [
+        "/console/logout",
+        "/console/replay",
+        "/console/replay/0123/cancel",
+        "/console/whatif",
+        "/console/policies/reload",
+        "/console/peers/acme/mcp/x/approve",
+    ];
+    // No sign-in: pages redirect to the form, posts are refused.
+    let http = client();
+    for p in &pages {
+        let resp = http.get(format!("{}{p}", g.base)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{p}");
+        assert_eq!(resp.headers()[LOCATION], "/console/login");
+    }
+    for p in posts {
+        let resp = http.post(format!("{}{p}", g.base)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{p}");
+    }
+    // A made-up cookie is no sign-in.
+    let resp = http
+        .get(format!("{}/console", g.base))
+        .header(COOKIE, "cg_console=00112233")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+
+    // Both tokens read every page.
+    let auditor = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    for c in [&auditor, &admin] {
+        for p in &pages {
+            let (status, html) = c.get(p).await;
+            assert_eq!(status, 200, "{p}: {html}");
+        }
+    }
+    // The auditor sees no reload button and may not reload or approve.
+    let (_, html) = auditor.get("/console/policies").await;
+    assert!(html.contains("signed in as auditor"));
+    assert!(!html.contains("id=\"reload\""), "{html}");
+    for p in [
+        "/console/policies/reload",
+        "/console/peers/acme/mcp/x/approve",
+    ] {
+        let resp = auditor.post(p, &[("tool", "echo")]).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{p}");
+        assert!(resp.text().await.unwrap().contains("read-only"));
+    }
+    assert!(console_records(&g).await.is_empty());
+    // The admin reloads; the reload is recorded in the trail.
+    let (_, html) = admin.get("/console/policies").await;
+    assert!(html.contains("id=\"reload\""));
+    let resp = admin.post("/console/policies/reload", &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(console_records(&g).await, ["console:reload_policies"]);
+    let (_, html) = admin.get("/console/policies").await;
+    assert!(html.contains("(console): unchanged"), "{html}");
+    // An approval of a server that does not exist changes nothing.
+    let resp = admin
+        .post("/console/peers/acme/mcp/nope/approve", &[("tool", "echo")])
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    // The operator record verifies and filters like any record.
+    let (status, html) = admin.get("/console?action=console%3Areload_policies").await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("Gateway::Console::&quot;admin&quot;"),
+        "{html}"
+    );
+    let report =
+        g.gw.store
+            .read(cedargate::store::decisions::verify)
+            .await
+            .unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[tokio::test]
+async fn forms_without_the_csrf_token_are_refused() {
+    let g = start().await;
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    for pairs in [vec![], vec![("csrf", "0000")]] {
+        let resp = admin.post_raw("/console/policies/reload", &pairs).await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        assert!(resp.text().await.unwrap().contains("CSRF"));
+    }
+    let resp = admin.post_raw("/console/logout", &[]).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(console_records(&g).await.is_empty());
+    // Another sign-in's token is not this one's.
+    let other = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    assert_ne!(other.csrf, admin.csrf);
+    let resp = admin
+        .post_raw("/console/policies/reload", &[("csrf", &other.csrf)])
+        .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    // The sign-in form needs its own cookie's token.
+    let resp = client()
+        .post(format!("{}/console/login", g.base))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(form(&[("token", ADMIN_TOKEN), ("csrf", "abc")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(cookie_named(&resp, "cg_console").is_none());
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_locked_down_and_expires() {
+    let g = start_with(|c| c.console.session_ttl_secs = 2).await;
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let flags = &c.set_cookie;
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age=2"] {
+        assert!(flags.contains(flag), "{flags}");
+    }
+    assert!(!flags.contains("Secure"), "http: {flags}");
+    // A wrong token signs no one in.
+    let http = client();
+    let page = http
+        .get(format!("{}/console/login", g.base))
+        .send()
+        .await
+        .unwrap();
+    let pair = cookie_named(&page, "cg_console_login").unwrap();
+    let pair = pair.split(';').next().unwrap().to_string();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let resp = http
+        .post(format!("{}/console/login", g.base))
+        .header(COOKIE, &pair)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(form(&[("token", "guess"), ("csrf", &csrf)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(cookie_named(&resp, "cg_console").is_none());
+    // The lifetime is crossed: the cookie no longer signs in.
+    assert_eq!(c.get("/console").await.0, 200);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(c.get("/console").await.0, StatusCode::SEE_OTHER);
+    // Signing out ends a sign-in at once.
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let resp = c.post("/console/logout", &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert!(
+        cookie_named(&resp, "cg_console")
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    assert_eq!(c.get("/console").await.0, StatusCode::SEE_OTHER);
+
+    // Behind https, the cookie is Secure.
+    let g = start_with(|c| c.public_url = Some("https://gateway.example.com".into())).await;
+    let c = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    assert!(c.set_cookie.contains("; Secure"), "{}", c.set_cookie);
+}
+
+#[tokio::test]
+async fn the_trail_filters_and_pages_by_keyset() {
+    let g = start().await;
+    let denied = denied_call(&g).await;
+    let t = g.tenant("globex").await;
+    for _ in 0..60 {
+        g.call_tool(
+            &t,
+            "af_memory_recall",
+            json!({"query": "y", "workType": "chore"}),
+        )
+        .await;
+    }
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (_, html) = c.get("/console?decision=deny&org=acme").await;
+    assert!(
+        html.contains(&format!("/console/decisions/{denied}")),
+        "{html}"
+    );
+    assert_eq!(html.matches("class=\"open-decision\"").count(), 1, "{html}");
+    // The chart and the most denied tool count the denial.
+    assert!(html.contains("id=\"deny-total\">1<"), "{html}");
+    assert!(
+        html.contains("Gateway::Tool::&quot;af_memory_remember&quot;</a> <span class=\"count\">1")
+    );
+    assert!(html.contains("<svg"));
+    // 60 globex calls: a first page of 50, then the rest by keyset.
+    let (_, first) = c.get("/console?org=globex&action=call_tool").await;
+    assert_eq!(
+        first.matches("class=\"open-decision\"").count(),
+        50,
+        "{first}"
+    );
+    let at = first.find("id=\"older\" href=\"").unwrap() + 17;
+    let older = first[at..].split('"').next().unwrap().replace("&amp;", "&");
+    assert!(older.contains("before="), "{older}");
+    let (_, second) = c.get(&older).await;
+    assert_eq!(second.matches("class=\"open-decision\"").count(), 10);
+    assert!(!second.contains("id=\"older\""));
+    // A filter that can never match is a clear error.
+    let (status, html) = c.get("/console?decision=maybe").await;
+    assert_eq!(status, 400);
+    assert!(
+        html.contains("`decision` must be `allow` or `deny`"),
+        "{html}"
+    );
+    let (status, _) = c.get("/console?since=yesterday").await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn one_decision_shows_its_policy_and_chain_link() {
+    let g = start().await;
+    let denied = denied_call(&g).await;
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (status, html) = c.get(&format!("/console/decisions/{denied}")).await;
+    assert_eq!(status, 200);
+    assert!(html.contains("data-policy-id=\"no-remembering\""), "{html}");
+    assert!(html.contains("memory writes are frozen during the audit"));
+    assert!(html.contains("af_memory_remember"));
+    assert!(
+        html.contains("<span class=\"allow\">verifies</span>"),
+        "{html}"
+    );
+    assert!(html.contains(&g.gw.pep.current().hash));
+    assert!(html.contains("id=\"entities\""));
+    let (status, _) = c.get("/console/decisions/no-such-id").await;
+    assert_eq!(status, 404);
+    // A tampered record shows a broken link.
+    common::tamper_decisions(
+        &g.database_url(),
+        &format!("UPDATE decisions SET outcome = '{{}}' WHERE id = '{denied}'"),
+    );
+    let (_, html) = c.get(&format!("/console/decisions/{denied}")).await;
+    assert!(
+        html.contains("<span class=\"deny\">broken</span>"),
+        "{html}"
+    );
+}
+
+/// Polls a replay's page until it is no longer running.
+async fn finished(c: &Console, job: &str) -> String {
+    for _ in 0..200 {
+        let (status, html) = c.get(job).await;
+        assert_eq!(status, 200, "{html}");
+        if !html.contains("data-state=\"running\"") {
+            return html;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the replay did not finish");
+}
+
+fn window() -> (String, String) {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = |t: time::OffsetDateTime| cedargate::ids::rfc3339(t);
+    (
+        fmt(now - time::Duration::hours(1)),
+        fmt(now + time::Duration::minutes(5)),
+    )
+}
+
+#[tokio::test]
+async fn a_replay_of_a_candidate_shows_its_flips() {
+    let g = start().await;
+    let denied = denied_call(&g).await;
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (_, page) = c.get("/console/replay").await;
+    // The textarea starts from the active set; drop the forbid.
+    assert!(page.contains("no-remembering"));
+    let candidate: String =
+        g.gw.pep
+            .current()
+            .files
+            .iter()
+            .filter(|f| !f.path.ends_with("audit.cedar"))
+            .map(|f| f.text.clone())
+            .collect::<Vec<_>>()
+            .join("\n");
+    let (since, until) = window();
+    let resp = c
+        .post(
+            "/console/replay",
+            &[
+                ("source", "text"),
+                ("policy_text", &candidate),
+                ("since", &since),
+                ("until", &until),
+            ],
+        )
+        .await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::SEE_OTHER,
+        "{:?}",
+        resp.text().await
+    );
+    let job = resp.headers()[LOCATION].to_str().unwrap().to_string();
+    let html = finished(&c, &job).await;
+    assert!(html.contains("data-state=\"done\""), "{html}");
+    assert!(html.contains("id=\"flip-count\">1<"), "{html}");
+    assert!(html.contains(&format!("href=\"/console/decisions/{denied}\"")));
+    assert!(
+        html.contains("<td>no-remembering</td><td>0</td><td>1</td>"),
+        "{html}"
+    );
+    // The same replay through the CLI's code gives the same count.
+    let schema = g.gw.pep.current().schema_text.clone();
+    let report =
+        g.gw.store
+            .read(move |conn| {
+                let filter = cedargate::store::audit_query::DecisionFilter {
+                    since: Some(since.clone()),
+                    until: Some(until.clone()),
+                    ..Default::default()
+                };
+                let b = cedargate::policy::load::bundle_from_sources(
+                    "s",
+                    &schema,
+                    vec![cedargate::policy::PolicyFile {
+                        path: "c.cedar".into(),
+                        text: candidate,
+                    }],
+                )
+                .unwrap();
+                Ok(cedargate::replay::replay(
+                    conn,
+                    &filter,
+                    &cedargate::replay::Against::Candidate(std::sync::Arc::new(b)),
+                )
+                .unwrap())
+            })
+            .await
+            .unwrap();
+    assert_eq!(report.deny_to_allow, 1);
+    // A candidate that does not load is a clear error, and no job runs.
+    let (since, until) = window();
+    let resp = c
+        .post(
+            "/console/replay",
+            &[
+                ("source", "text"),
+                ("policy_text", "permit ("),
+                ("since", &since),
+                ("until", &until),
+            ],
+        )
+        .await;
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().await.unwrap().contains("does not load"));
+}
+
+#[tokio::test]
+async fn replay_bounds_are_enforced_before_anything_runs() {
+    let g = start_with(|c| {
+        c.console.replay_max_records = 3;
+        c.console.replay_max_window_hours = 2;
+    })
+    .await;
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (since, until) = window();
+    let post = |pairs: Vec<(&'static str, String)>| {
+        let c = &c;
+        async move {
+            let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let resp = c.post("/console/replay", &pairs).await;
+            (resp.status(), resp.text().await.unwrap())
+        }
+    };
+    let text = || {
+        (
+            "policy_text",
+            "@id(\"all\")\npermit (principal, action, resource);".to_string(),
+        )
+    };
+    // Within bounds: an empty window runs.
+    let (status, _) = post(vec![
+        ("source", "text".into()),
+        text(),
+        ("since", since.clone()),
+        ("until", until.clone()),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    // No window, an inverted one, one too long.
+    let (status, _) = post(vec![("source", "text".into()), text()]).await;
+    assert_eq!(status, 400);
+    let (status, _) = post(vec![
+        ("source", "text".into()),
+        text(),
+        ("since", until.clone()),
+        ("until", since.clone()),
+    ])
+    .await;
+    assert_eq!(status, 400);
+    let long_since =
+        cedargate::ids::rfc3339(time::OffsetDateTime::now_utc() - time::Duration::hours(3));
+    let (status, html) = post(vec![
+        ("source", "text".into()),
+        text(),
+        ("since", long_since),
+        ("until", until.clone()),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(html.contains("replay_max_window_hours"), "{html}");
+    // More records in the window than the bound.
+    let t = g.tenant("acme").await;
+    for _ in 0..4 {
+        g.call_tool(
+            &t,
+            "af_memory_recall",
+            json!({"query": "x", "workType": "chore"}),
+        )
+        .await;
+    }
+    let (status, html) = post(vec![
+        ("source", "text".into()),
+        text(),
+        ("since", since.clone()),
+        ("until", until.clone()),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(html.contains("replay_max_records"), "{html}");
+    // Only directories under the candidates directory can be named.
+    let (status, html) = post(vec![
+        ("source", "dir".into()),
+        ("candidate_dir", "../policies".into()),
+        ("since", since),
+        ("until", until),
+    ])
+    .await;
+    assert_eq!(status, 400);
+    assert!(html.contains("not a candidate directory"), "{html}");
+}
+
+#[tokio::test]
+async fn a_replay_from_a_candidate_directory_and_a_what_if() {
+    let g = start().await;
+    let denied = denied_call(&g).await;
+    // A candidate directory: the shipped set without the forbid.
+    let dir = g.gw.config.data_dir.join("candidates/thaw");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in g.gw.pep.current().files.iter() {
+        if !f.path.ends_with("audit.cedar") {
+            let name = std::path::Path::new(&f.path).file_name().unwrap();
+            std::fs::write(dir.join(name), &f.text).unwrap();
+        }
+    }
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (_, page) = c.get("/console/replay").await;
+    assert!(page.contains("<option>thaw</option>"), "{page}");
+    let (since, until) = window();
+    let resp = c
+        .post(
+            "/console/replay",
+            &[
+                ("source", "dir"),
+                ("candidate_dir", "thaw"),
+                ("since", &since),
+                ("until", &until),
+            ],
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let html = finished(&c, resp.headers()[LOCATION].to_str().unwrap()).await;
+    assert!(html.contains("id=\"flip-count\">1<"), "{html}");
+
+    // What-if: the denied request, against the live set, then the candidate.
+    let records = g.decisions().await.len();
+    let d = g
+        .decisions()
+        .await
+        .into_iter()
+        .find(|d| d.record.id == denied)
+        .unwrap();
+    let ask = |source: &'static str| {
+        let (c, d) = (&c, &d);
+        async move {
+            let resp = c
+                .post(
+                    "/console/whatif",
+                    &[
+                        ("template", d.record.id.as_str()),
+                        ("principal", d.record.principal.as_str()),
+                        ("action", d.record.action.as_str()),
+                        ("resource", d.record.resource.as_str()),
+                        ("context", d.record.context.as_str()),
+                        ("source", source),
+                        ("candidate_dir", "thaw"),
+                    ],
+                )
+                .await;
+            assert_eq!(resp.status(), 200);
+            resp.text().await.unwrap()
+        }
+    };
+    let live = ask("live").await;
+    assert!(live.contains("id=\"whatif-decision\">deny<"), "{live}");
+    assert!(live.contains("data-policy-id=\"no-remembering\""));
+    let candidate = ask("dir").await;
+    assert!(
+        candidate.contains("id=\"whatif-decision\">allow<"),
+        "{candidate}"
+    );
+    // Nothing was recorded by either question.
+    assert_eq!(g.decisions().await.len(), records);
+}
+
+#[tokio::test]
+async fn a_replay_reports_progress_and_stops_when_cancelled() {
+    use cedargate::replay::{Against, Control, ReplayError, replay_with};
+    let g = start().await;
+    denied_call(&g).await;
+    let records = g.decisions().await.len() as u64;
+    let against = Against::Candidate(g.gw.pep.current());
+    let run = |cancel: bool| {
+        let against = against.clone();
+        let store = &g.gw.store;
+        async move {
+            let control = std::sync::Arc::new(Control::default());
+            if cancel {
+                control.cancel();
+            }
+            let c2 = std::sync::Arc::clone(&control);
+            let result = store
+                .read(move |c| Ok(replay_with(c, &Default::default(), &against, &c2)))
+                .await
+                .unwrap();
+            (result, control.records_read())
+        }
+    };
+    let (done, read) = run(false).await;
+    assert_eq!(done.unwrap().records, records);
+    assert_eq!(read, records);
+    let (cancelled, read) = run(true).await;
+    assert!(
+        matches!(cancelled, Err(ReplayError::Cancelled(0))),
+        "{cancelled:?}"
+    );
+    assert_eq!(read, 0);
+    // Through the console: a cancel on a job is accepted and the job ends.
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (since, until) = window();
+    let resp = c
+        .post(
+            "/console/replay",
+            &[
+                ("source", "text"),
+                (
+                    "policy_text",
+                    "@id(\"all\")\npermit (principal, action, resource);",
+                ),
+                ("since", &since),
+                ("until", &until),
+            ],
+        )
+        .await;
+    let job = resp.headers()[LOCATION].to_str().unwrap().to_string();
+    let resp = c.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let html = finished(&c, &job).await;
+    assert!(
+        html.contains("data-state=\"cancelled\"") || html.contains("data-state=\"done\""),
+        "{html}"
+    );
+}

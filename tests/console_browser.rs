@@ -1,0 +1,112 @@
+//! The web console in a real browser: Debian's `chromium`, headless,
+//! driven by `playwright-core` (installed by `tests/console/setup.sh`) over
+//! the real server on 127.0.0.1:0. The gateway runs the shipped policies
+//! plus a forbid; one call is denied by it; `tests/console/browser.mjs`
+//! signs in, filters to the denial, opens it and reads the deciding policy
+//! id, replays a candidate without the forbid and sees the flip, and
+//! checks the auditor can neither reload nor approve. Screenshots of each
+//! page are kept under `target/console-screenshots/`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::{ADMIN_TOKEN, TestGateway, repo};
+use serde_json::json;
+
+const AUDITOR_TOKEN: &str = "browser-auditor-token";
+const POLICY_ID: &str = "no-remembering";
+const FORBID: &str = r#"@id("no-remembering")
+@advice("memory writes are frozen during the audit")
+forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::Tool::"af_memory_remember");
+"#;
+
+static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
+
+#[tokio::test]
+async fn an_auditor_and_an_admin_in_a_real_browser() {
+    let setup = repo().join("tests/console/setup.sh");
+    if !common::setup::install_once(&SETUP, &setup, "playwright-core and chromium") {
+        return;
+    }
+    let policy_dir = tempfile::tempdir().unwrap();
+    let policies = common::copy_policies(policy_dir.path());
+    std::fs::write(policies.join("audit.cedar"), FORBID).unwrap();
+    let g = TestGateway::start_with(|c| {
+        c.policies_dir = policies;
+        c.auditor_token = Some(AUDITOR_TOKEN.into());
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    g.call_tool(
+        &t,
+        "af_memory_recall",
+        json!({"query": "x", "workType": "chore"}),
+    )
+    .await;
+    let body = g
+        .call_tool(&t, "af_memory_remember", json!({"content": "x"}))
+        .await;
+    let denied = body["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let candidate: String =
+        g.gw.pep
+            .current()
+            .files
+            .iter()
+            .filter(|f| !f.path.ends_with("audit.cedar"))
+            .map(|f| f.text.clone())
+            .collect::<Vec<_>>()
+            .join("\n");
+    let shots = repo().join("target/console-screenshots");
+    let base = g.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(repo().join("tests/console/browser.mjs"))
+            .env("CG_BASE", base)
+            .env("CG_SHOTS", &shots)
+            .env("CG_DENIED_ID", denied)
+            .env("CG_POLICY_ID", POLICY_ID)
+            .env("CG_CANDIDATE", candidate)
+            .env("CG_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("CG_AUDITOR_TOKEN", AUDITOR_TOKEN)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("console browser checks passed"), "{log}");
+    for name in [
+        "01-sign-in",
+        "04-decision",
+        "06-replay-flips",
+        "09-policies-auditor",
+    ] {
+        let shot = repo().join(format!("target/console-screenshots/{name}.png"));
+        assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "{name}");
+    }
+    // Nothing the auditor tried changed anything.
+    assert!(
+        g.decisions()
+            .await
+            .iter()
+            .all(|d| !d.record.action.starts_with("console:"))
+    );
+    drop(policy_dir);
+}

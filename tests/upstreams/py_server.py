@@ -1,0 +1,54 @@
+"""An upstream MCP server built with the official Python SDK (`mcp` 2.x),
+served over Streamable HTTP (stateless, JSON answers) for cedargate's
+upstream tests.
+
+Usage: python py_server.py PORT
+
+Tools: `add` (two integers), `shout` (uppercases a text), `locate` (its
+`region` argument is marked `x-mcp-header`, so a 2026-07-28 client must
+mirror it as `Mcp-Param-Region`), and `calls_seen`, which answers how many
+calls of the others reached this server, so a test can prove a denied
+call never arrived.
+"""
+
+import sys
+from typing import Annotated
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
+
+calls: list[str] = []
+server = MCPServer("py-upstream", version="1.0.0")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    calls.append("add")
+    return a + b
+
+
+@server.tool()
+def shout(text: str) -> str:
+    """Uppercase a text."""
+    calls.append("shout")
+    return text.upper()
+
+
+@server.tool()
+def locate(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    """Where a region is served from (its argument travels as a header too)."""
+    calls.append("locate")
+    return f"served from {region}"
+
+
+@server.tool()
+def calls_seen() -> int:
+    """How many calls of `add` and `shout` reached this server."""
+    return len(calls)
+
+
+if __name__ == "__main__":
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
