@@ -674,10 +674,22 @@ async fn mcp_session_id_is_returned_and_checked_and_delete_terminates() {
         .await
         .unwrap();
     assert_eq!(resp.headers()["mcp-session-id"], t.session_id.as_str());
-    let resp = send(reqwest::Method::POST, sid(), Some(ping))
+    let resp = send(reqwest::Method::POST, sid(), Some(ping.clone()))
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+    // A termination notification that arrives after the resume (another
+    // instance's, or this one's own, delayed) leaves a mark the store
+    // overrules: the live MCP session is still served.
+    g.gw.terminated.remember(&t.session_id);
+    let resp = send(reqwest::Method::POST, sid(), Some(ping))
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "a stale mark refused a live session"
+    );
 
     // GET on the endpoint still offers no stream, and says what it allows.
     let resp = g

@@ -62,7 +62,7 @@ pub async fn post_endpoint(
     };
     let mut call = resolve(&gw, &session_id, &headers, version, &body.messages).await?;
     call.trace = era::legacy_trace(&body);
-    if let Err(refused) = check_session_header(&gw, &headers, &session_id) {
+    if let Err(refused) = check_session_header(&gw, &headers, &session_id).await {
         call.flush_deferred().await;
         return Err(refused);
     }
@@ -75,8 +75,11 @@ pub async fn post_endpoint(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let initialized = initialize && initialized(&responses);
+    if initialized {
+        resume(&gw, &session_id).await;
+    }
     let text = jsonrpc::body(&responses, body.batch);
-    Ok(respond(&gw, &headers, &session_id, initialized, text))
+    Ok(respond(&headers, &session_id, initialized, text))
 }
 
 /// `GET /api/mcp/{sessionId}`: no server-initiated stream is offered
@@ -98,8 +101,10 @@ fn modern_header(headers: &HeaderMap) -> bool {
 
 /// Refuses a `Mcp-Session-Id` that names another session (400) or a
 /// terminated MCP session (404). Absent is fine: the path names the
-/// session.
-fn check_session_header(
+/// session. This instance's list of terminations is a hint kept current by
+/// notifications; the store decides, so a mark left by a notification that
+/// a resume overtook never refuses a live session.
+async fn check_session_header(
     gw: &Gateway,
     headers: &HeaderMap,
     session_id: &str,
@@ -111,44 +116,47 @@ fn check_session_header(
     if value != session_id {
         return Err(McpError::SessionIdMismatch(value.to_string()));
     }
-    if gw.terminated.contains(session_id) {
-        return Err(McpError::SessionTerminated(session_id.to_string()));
+    if !gw.terminated.contains(session_id) {
+        return Ok(());
     }
-    Ok(())
+    let sid = session_id.to_string();
+    // A store that cannot answer counts as terminated: the safe side.
+    let stored = gw
+        .store
+        .read(move |c| terminations::is_stored(c, &sid))
+        .await
+        .unwrap_or(true);
+    if !stored {
+        gw.terminated.forget(session_id);
+        return Ok(());
+    }
+    Err(McpError::SessionTerminated(session_id.to_string()))
+}
+
+/// A successful `initialize` starts a fresh MCP session: a termination of
+/// this session is deleted before the answer leaves (so no instance, nor a
+/// late notification, can refuse the new session), then announced.
+async fn resume(gw: &Gateway, session_id: &str) {
+    if !gw.terminated.contains(session_id) {
+        return;
+    }
+    let op = terminations::resume_op(session_id);
+    if let Err(e) = gw.store.writer().submit(vec![op]).await {
+        // The client is served either way; the stored termination then
+        // refuses its next request and it initializes again.
+        tracing::warn!(error = %e, "cannot record a resumed MCP session");
+    }
+    gw.terminated.forget(session_id);
+    crate::cluster::coherence::publish(gw, Change::McpResumed(session_id.to_string())).await;
 }
 
 /// The 200 answer of a POST: JSON, or one SSE `message` event for clients
 /// that accept only `text/event-stream`. An answer to a successful
-/// `initialize` carries `Mcp-Session-Id` and starts a fresh MCP session.
-fn respond(
-    gw: &Arc<Gateway>,
-    headers: &HeaderMap,
-    session_id: &str,
-    initialized: bool,
-    body: String,
-) -> Response {
+/// `initialize` carries `Mcp-Session-Id`.
+fn respond(headers: &HeaderMap, session_id: &str, initialized: bool, body: String) -> Response {
     let mut resp = framed(headers, body);
-    if initialized {
-        if gw.terminated.contains(session_id) {
-            gw.terminated.forget(session_id);
-            // Other instances and restarts learn it too (best effort: the
-            // client is served here either way).
-            let (gw, sid) = (Arc::clone(gw), session_id.to_string());
-            tokio::spawn(async move {
-                if let Err(e) = gw
-                    .store
-                    .writer()
-                    .submit(vec![terminations::resume_op(&sid)])
-                    .await
-                {
-                    tracing::warn!(error = %e, "cannot record a resumed MCP session");
-                }
-                crate::cluster::coherence::publish(&gw, Change::McpResumed(sid)).await;
-            });
-        }
-        if let Ok(v) = HeaderValue::from_str(session_id) {
-            resp.headers_mut().insert(SESSION_HEADER, v);
-        }
+    if initialized && let Ok(v) = HeaderValue::from_str(session_id) {
+        resp.headers_mut().insert(SESSION_HEADER, v);
     }
     resp
 }
@@ -173,7 +181,7 @@ pub async fn delete_endpoint(
         return Err(McpError::StatelessOnly);
     }
     let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
-    let refused = check_session_header(&gw, &headers, &session_id);
+    let refused = check_session_header(&gw, &headers, &session_id).await;
     call.flush_deferred().await;
     refused?;
     // Every instance refuses the id from now on: stored before the 204,
