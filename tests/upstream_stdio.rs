@@ -426,13 +426,14 @@ async fn a_child_that_crashes_hangs_or_writes_garbage_is_contained() {
     );
     assert!(tail.iter().all(|l| l.as_str().unwrap().len() <= 1024));
 
-    // 20 calls at once: at most 16 reach the child together.
+    // 20 calls at once: at most 16 reach the child together. Each call
+    // sleeps long enough for all 20 to arrive on a loaded machine.
     let calls: Vec<_> = (0..20)
         .map(|_| {
             let (url, key) = (t.mcp_url.clone(), t.key.clone());
             tokio::spawn(async move {
                 let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                    "params": {"name": "slow.sleep", "arguments": {"ms": 400}}});
+                    "params": {"name": "slow.sleep", "arguments": {"ms": 2000}}});
                 reqwest::Client::new()
                     .post(url)
                     .bearer_auth(key)
