@@ -34,6 +34,10 @@ pub struct Target {
     pub addr: SocketAddr,
     pub path: String,
     pub auth: Option<String>,
+    /// cedargate only: a second session (its own org and project) for the
+    /// workloads that write, so they never fill the memory the read
+    /// workloads search ("an empty recall" stays empty in every round).
+    pub writes: Option<(String, String)>,
 }
 
 impl Drop for Target {
@@ -46,15 +50,28 @@ impl Drop for Target {
 impl Target {
     /// A keep-alive connection sending MCP requests to the target.
     pub async fn connect(&self) -> std::io::Result<RawConn> {
+        self.connect_as(&self.path, self.auth.as_deref()).await
+    }
+
+    /// A keep-alive connection to the writing session (the main one when
+    /// the target has none).
+    pub async fn connect_writes(&self) -> std::io::Result<RawConn> {
+        match &self.writes {
+            Some((path, auth)) => self.connect_as(path, Some(auth)).await,
+            None => self.connect().await,
+        }
+    }
+
+    async fn connect_as(&self, path: &str, auth: Option<&str>) -> std::io::Result<RawConn> {
         let mut headers = vec![
             ("content-type", "application/json"),
             ("accept", "application/json, text/event-stream"),
             ("mcp-protocol-version", VERSION),
         ];
-        if let Some(auth) = &self.auth {
-            headers.push(("authorization", auth.as_str()));
+        if let Some(auth) = auth {
+            headers.push(("authorization", auth));
         }
-        RawConn::post(self.addr, &self.path, &headers, READ_CHUNK).await
+        RawConn::post(self.addr, path, &headers, READ_CHUNK).await
     }
 
     /// The URL of its MCP endpoint.
@@ -89,6 +106,16 @@ pub fn start_cedargate(dir: &Path) -> Res<Target> {
         ..TenantSpec::BENCH
     };
     let p = tenant::create_blocking(&store, &spec)?;
+    let writes = tenant::create_blocking(
+        &store,
+        &TenantSpec {
+            org: "sdk-writes",
+            org_name: "SDK bench org (writes)",
+            project: "sdk-writes-proj",
+            agent: "sdk-writes-agent",
+            ..TenantSpec::BENCH
+        },
+    )?;
     drop(store);
     let addr = free_port()?;
     let config = dir.join("cedargate.toml");
@@ -115,6 +142,10 @@ pub fn start_cedargate(dir: &Path) -> Res<Target> {
         addr,
         path: format!("/api/mcp/{}", p.session.id),
         auth: Some(format!("Bearer {}", p.secret)),
+        writes: Some((
+            format!("/api/mcp/{}", writes.session.id),
+            format!("Bearer {}", writes.secret),
+        )),
     })
 }
 
@@ -135,6 +166,7 @@ pub fn start_role(role: &'static str, env: &[(&str, String)]) -> Res<Target> {
         addr,
         path: servers::PATH.into(),
         auth: None,
+        writes: None,
     })
 }
 
@@ -233,7 +265,15 @@ pub async fn throughput(
 /// `iters` requests one after another on one connection (after a tenth as
 /// many to warm up).
 pub async fn latency(t: &Target, body: &[u8], iters: usize) -> Res<Stats> {
-    let mut conn = t.connect().await?;
+    latency_on(t, t.connect().await?, body, iters).await
+}
+
+/// [`latency`] on the target's writing session.
+pub async fn latency_writes(t: &Target, body: &[u8], iters: usize) -> Res<Stats> {
+    latency_on(t, t.connect_writes().await?, body, iters).await
+}
+
+async fn latency_on(t: &Target, mut conn: RawConn, body: &[u8], iters: usize) -> Res<Stats> {
     for _ in 0..iters / 10 {
         conn.send(Some(body)).await?;
     }

@@ -359,6 +359,10 @@ pub struct SqliteConn {
     /// The WAL size past which the next checkpoint is tried (the limit, or
     /// further when readers kept the last one from completing).
     checkpoint_above: u64,
+    /// The `-wal` file, kept open once a commit needed it: each durable
+    /// commit syncs it and each bounded commit reads its size without
+    /// opening it again.
+    wal_file: Option<std::fs::File>,
 }
 
 /// How long a checkpoint waits for readers to leave the WAL before it
@@ -389,6 +393,7 @@ impl SqliteConn {
             changes_at_begin: 0,
             wal_limit: None,
             checkpoint_above: u64::MAX,
+            wal_file: None,
         })
     }
 
@@ -405,29 +410,49 @@ impl SqliteConn {
     }
 
     /// Size of the `-wal` file now (0 when there is none).
-    fn wal_size(&self) -> u64 {
-        self.conn
-            .path()
-            .filter(|p| !p.is_empty())
-            .and_then(|p| std::fs::metadata(format!("{p}-wal")).ok())
-            .map_or(0, |m| m.len())
+    fn wal_size(&mut self) -> u64 {
+        match self.wal() {
+            Ok(Some(file)) => file.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        }
     }
 
-    /// Fsyncs the WAL file itself (Linux flushes an inode's dirty pages
-    /// whichever descriptor asks).
-    fn sync_wal(&self) -> Result<(), StoreError> {
-        let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
-            return Ok(()); // in-memory database: nothing to make durable
-        };
-        let wal = format!("{path}-wal");
-        match std::fs::File::open(&wal) {
-            Ok(file) => file
-                .sync_all()
-                .map_err(|e| StoreError::Write(format!("fsync {wal}: {e}"))),
+    /// Makes the WAL's frames durable: `fdatasync` (the data and the size,
+    /// not the timestamps: what SQLite itself does with `synchronous =
+    /// FULL`). Linux flushes an inode's dirty pages whichever descriptor
+    /// asks, so SQLite's own descriptor is covered.
+    fn sync_wal(&mut self) -> Result<(), StoreError> {
+        match self.wal()? {
+            Some(file) => file
+                .sync_data()
+                .map_err(|e| StoreError::Write(format!("fsync of the WAL: {e}"))),
             // No WAL file: everything was checkpointed (and synced) already.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::Write(format!("open {wal}: {e}"))),
+            None => Ok(()),
         }
+    }
+
+    /// The open `-wal` file: opened on first use, and again when the one
+    /// held was unlinked (SQLite deletes the WAL when the last connection
+    /// closes; a later connection creates a new file). `None` for an
+    /// in-memory database or while no WAL file exists.
+    fn wal(&mut self) -> Result<Option<&std::fs::File>, StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        let unlinked = |f: &std::fs::File| f.metadata().map_or(true, |m| m.nlink() == 0);
+        if self.wal_file.as_ref().is_some_and(unlinked) {
+            self.wal_file = None;
+        }
+        if self.wal_file.is_none() {
+            let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
+                return Ok(None); // in-memory database: nothing to make durable
+            };
+            let wal = format!("{path}-wal");
+            match std::fs::File::open(&wal) {
+                Ok(file) => self.wal_file = Some(file),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(StoreError::Write(format!("open {wal}: {e}"))),
+            }
+        }
+        Ok(self.wal_file.as_ref())
     }
 }
 
