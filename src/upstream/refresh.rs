@@ -112,6 +112,24 @@ pub async fn record_events(
     Ok(())
 }
 
+/// The definitions an approval changed: old and new approved hash.
+pub fn approved_changes(
+    before: &[registry::PinnedTool],
+    after: &[registry::PinnedTool],
+) -> Vec<registry::HeldChange> {
+    after
+        .iter()
+        .filter_map(|t| {
+            let old = before.iter().find(|b| b.name == t.name)?;
+            (old.hash != t.hash).then(|| registry::HeldChange {
+                tool: t.name.clone(),
+                old_hash: old.hash.clone(),
+                new_hash: t.hash.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Refreshes every registered upstream every `interval_secs` (never when
 /// 0), so a changed definition is held without an operator asking. A
 /// failed refresh is logged and retried at the next tick. Every instance
