@@ -7,7 +7,8 @@
 //!   definitions, health) and the per-org tool set built from them;
 //! - [`client`]: the MCP client, one interface over two transports
 //!   (Streamable HTTP, and HTTP+SSE in [`sse`]; what they share in
-//!   [`wire`]);
+//!   [`wire`]); a Streamable HTTP session's standing `GET` stream in
+//!   [`standing`];
 //! - [`stdio`]: the stdio transport, a child process per server declared
 //!   in the config file ([`declared`]), stored in the registry by [`sync`];
 //! - [`adapter`]: an upstream tool as a [`crate::tools::ToolAdapter`];

@@ -166,8 +166,9 @@ pub async fn refresh_loop(gw: Arc<Gateway>) {
 }
 
 /// Lists an upstream again when it announces
-/// `notifications/tools/list_changed` on the stream of its session (the
-/// SSE transport; a Streamable HTTP session opens no stream, and is
+/// `notifications/tools/list_changed`: on the HTTP+SSE event stream, the
+/// standing `GET` stream of a Streamable HTTP session (`standing.rs`), or
+/// a stdio child's output (a 2026-07-28 session has no stream and is
 /// covered by the background refresh). Announcements are gathered for
 /// `list_changed_debounce_ms`, so a burst from one upstream (or several)
 /// causes one listing each.
