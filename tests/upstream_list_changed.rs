@@ -8,7 +8,11 @@
 //! HTTP (the announcement travels on the session's standing `GET` stream)
 //! and over stdio (declared in the config). An event on the standing
 //! stream larger than the answer bound closes it; the gateway opens it
-//! again and still hears the next announcement.
+//! again and still hears the next announcement. A stream the upstream
+//! closes is opened again after the upstream's `retry`, with
+//! `Last-Event-ID`, so an announcement made meanwhile is replayed and
+//! heard; an upstream answering 405 is asked once; deleting the server
+//! ends its stream.
 //!
 //! The server is installed by `tests/upstreams/setup.sh` (run by `.ci/run`,
 //! and here when missing). Without network, outside CI, the tests skip
@@ -54,13 +58,21 @@ struct Changing {
 
 impl Changing {
     async fn start() -> Changing {
+        Changing::start_as(&["http"]).await
+    }
+
+    /// `args`: the mode, then (after the port) its own arguments.
+    async fn start_as(args: &[&str]) -> Changing {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let mut child = tokio::process::Command::new("node")
-            .args([script(), "http".into(), port.to_string()])
+            .arg(script())
+            .arg(args[0])
+            .arg(port.to_string())
+            .args(&args[1..])
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -81,6 +93,14 @@ impl Changing {
         };
         up.wait_for_lines("listening", 1).await;
         up
+    }
+
+    fn lines(&self, prefix: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
     }
 
     fn count(&self, prefix: &str) -> usize {
@@ -115,8 +135,18 @@ async fn gateway(declared: Vec<DeclaredUpstream>) -> TestGateway {
 /// Calls `mutate`, then waits until `reword` is held and `fresh` offered;
 /// returns how long that took.
 async fn mutate_and_wait(g: &TestGateway, t: &Tenant, prefix: &str) -> Duration {
+    mutate(g, t, prefix).await;
+    wait_changed(g, t, prefix).await
+}
+
+async fn mutate(g: &TestGateway, t: &Tenant, prefix: &str) {
     let body = g.call_tool(t, &format!("{prefix}.mutate"), json!({})).await;
     assert_eq!(body["result"]["content"][0]["text"], "mutated", "{body}");
+}
+
+/// Waits until `reword` is held and `fresh` offered; returns how long that
+/// took.
+async fn wait_changed(g: &TestGateway, t: &Tenant, prefix: &str) -> Duration {
     let started = Instant::now();
     let (reword, fresh) = (format!("{prefix}.reword"), format!("{prefix}.fresh"));
     loop {
@@ -251,4 +281,93 @@ async fn a_stdio_upstream_announcing_a_change_has_it_held_without_an_operator() 
     let took = mutate_and_wait(&g, &t, "changing").await;
     eprintln!("list_changed over stdio held the tool after {took:?}");
     assert_held(&g, &t, "changing").await;
+}
+
+#[tokio::test]
+async fn a_closed_stream_is_resumed_after_its_retry_and_hears_what_was_missed() {
+    if !installed() {
+        return;
+    }
+    let up = Changing::start_as(&["http-resumable", "1500"]).await;
+    let g = gateway(Vec::new()).await;
+    let t = g.tenant("acme").await;
+    register(&g, &up.url).await;
+    g.call_tool(&t, "changing.reword", json!({})).await;
+    up.wait_for_lines("standing stream open", 1).await;
+    assert_eq!(
+        up.lines("standing stream open")[0],
+        "standing stream open last-event-id="
+    );
+
+    // An event gives the stream an id to resume from (and the `retry`).
+    let body = g.call_tool(&t, "changing.note", json!({})).await;
+    assert_eq!(body["result"]["content"][0]["text"], "noted", "{body}");
+    let body = g.call_tool(&t, "changing.drop", json!({})).await;
+    assert_eq!(body["result"]["content"][0]["text"], "dropped", "{body}");
+    let dropped = Instant::now();
+    up.wait_for_lines("standing stream closed", 1).await;
+    // Announced while no stream is open: kept by the upstream for replay.
+    mutate(&g, &t, "changing").await;
+    up.wait_for_lines("standing stream open", 2).await;
+    let waited = dropped.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "reconnected after {waited:?}, before the upstream's retry of 1.5 s"
+    );
+    let resumed = &up.lines("standing stream open")[1];
+    assert!(
+        resumed.len() > "standing stream open last-event-id=".len(),
+        "no Last-Event-ID: {resumed}"
+    );
+    // Only the replay can bring the announcement: the timer is off.
+    wait_changed(&g, &t, "changing").await;
+    assert_held(&g, &t, "changing").await;
+}
+
+#[tokio::test]
+async fn an_upstream_offering_no_standing_stream_is_asked_once() {
+    if !installed() {
+        return;
+    }
+    let up = Changing::start_as(&["http-noget"]).await;
+    let g = gateway(Vec::new()).await;
+    let t = g.tenant("acme").await;
+    register(&g, &up.url).await;
+    let body = g
+        .call_tool(&t, "changing.reword", json!({"message": "a"}))
+        .await;
+    assert_eq!(body["result"]["content"][0]["text"], "reword a", "{body}");
+    up.wait_for_lines("GET refused", 1).await;
+    // Longer than the first backoffs (0.5 s, 1 s): no retry after a 405.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert_eq!(up.count("GET refused"), 1);
+    let body = g
+        .call_tool(&t, "changing.reword", json!({"message": "b"}))
+        .await;
+    assert_eq!(body["result"]["content"][0]["text"], "reword b", "{body}");
+}
+
+#[tokio::test]
+async fn deleting_the_server_ends_its_standing_stream() {
+    if !installed() {
+        return;
+    }
+    let up = Changing::start().await;
+    let g = gateway(Vec::new()).await;
+    let t = g.tenant("acme").await;
+    let id = register(&g, &up.url).await;
+    g.call_tool(&t, "changing.reword", json!({})).await;
+    up.wait_for_lines("standing stream open", 1).await;
+    assert_eq!(up.count("standing stream closed"), 0);
+    let (status, body) = g
+        .admin(
+            Method::DELETE,
+            &format!("/admin/orgs/acme/mcp-servers/{id}"),
+            None,
+        )
+        .await;
+    assert!(status == 200 || status == 204, "{status} {body}");
+    up.wait_for_lines("standing stream closed", 1).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(up.count("standing stream open"), 1, "reopened after delete");
 }

@@ -3,11 +3,21 @@
 // over Streamable HTTP (`node changing_server.mjs http <port>`, endpoint
 // `/mcp`, stateful sessions, the announcement on each session's standing
 // GET stream) or over stdio (`node changing_server.mjs stdio`).
+// `http-resumable <port> <retryMs>` keeps events for replay (the SDK's
+// EventStore interface, numbering each event; the SDK's example store
+// cannot resume its standalone stream, whose id `_GET_stream` it splits
+// on `_`) and sends a `retry`
+// field ahead of the first event of each standing stream (this SDK
+// version names `retry` on POST streams only); `http-noget
+// <port>` answers 405 to every GET (no standing stream offered).
 //
 // Tools: `reword` (its description changes at `mutate`), `mutate` (changes
 // `reword`, adds `fresh`, announces), `flood` (sends a notification larger
-// than 4 MiB on every standing stream, then answers). Each standing GET
-// stream opened is logged on stderr as `standing stream open`.
+// than 4 MiB on every standing stream, then answers), `note` (a small
+// notification on every standing stream), `drop` (closes every standing
+// stream). On stderr: `standing stream open last-event-id=<id>`
+// for each standing GET stream, `standing stream closed` when one ends,
+// `GET refused` for each 405.
 import http from "node:http";
 import { randomUUID } from "node:crypto";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
@@ -20,6 +30,7 @@ import {
 
 let mutated = false;
 const servers = new Set();
+const transports = new Map();
 const schema = { type: "object", properties: { message: { type: "string" } } };
 
 function tools() {
@@ -27,9 +38,35 @@ function tools() {
     { name: "reword", description: mutated ? "reworded tool" : "original tool", inputSchema: schema },
     { name: "mutate", description: "changes the tool list", inputSchema: schema },
     { name: "flood", description: "an oversized notification", inputSchema: schema },
+    { name: "drop", description: "closes the standing streams", inputSchema: schema },
+    { name: "note", description: "a small notification", inputSchema: schema },
   ];
   if (mutated) list.push({ name: "fresh", description: "a tool added later", inputSchema: schema });
   return list;
+}
+
+// Events kept for replay, numbered in order.
+class EventStore {
+  constructor() {
+    this.events = [];
+  }
+  async storeEvent(streamId, message) {
+    const id = String(this.events.length + 1);
+    this.events.push({ id, streamId, message });
+    return id;
+  }
+  async getStreamIdForEventId(id) {
+    return this.events.find((e) => e.id === id)?.streamId;
+  }
+  async replayEventsAfter(lastEventId, { send }) {
+    const at = this.events.findIndex((e) => e.id === lastEventId);
+    if (at < 0) return "";
+    const { streamId } = this.events[at];
+    for (const e of this.events.slice(at + 1)) {
+      if (e.streamId === streamId) await send(e.id, e.message);
+    }
+    return streamId;
+  }
 }
 
 const text = (t) => ({ content: [{ type: "text", text: t }] });
@@ -55,6 +92,16 @@ function newServer() {
       }
       return text("flooded");
     }
+    if (name === "note") {
+      for (const s of servers) {
+        s.notification({ method: "notifications/message", params: { level: "info", data: "note" } }).catch(() => {});
+      }
+      return text("noted");
+    }
+    if (name === "drop") {
+      for (const t of transports.values()) t.closeStandaloneSSEStream();
+      return text("dropped");
+    }
     return text(`${name} ${req.params.arguments?.message ?? ""}`);
   });
   servers.add(server);
@@ -66,8 +113,7 @@ async function serveStdio() {
   await newServer().connect(new StdioServerTransport());
 }
 
-function serveHttp(port) {
-  const transports = new Map();
+function serveHttp(port, mode, retryMs) {
   http
     .createServer(async (req, res) => {
       if (!req.url.startsWith("/mcp")) {
@@ -76,17 +122,39 @@ function serveHttp(port) {
       }
       const sid = req.headers["mcp-session-id"];
       let transport = sid ? transports.get(sid) : undefined;
+      if (req.method === "GET" && mode === "http-noget") {
+        process.stderr.write("GET refused\n");
+        res.writeHead(405, { Allow: "POST, DELETE" }).end();
+        return;
+      }
       if (req.method === "GET" && transport) {
         process.stderr.write(`standing stream open last-event-id=${req.headers["last-event-id"] ?? ""}\n`);
+        res.on("close", () => process.stderr.write("standing stream closed\n"));
+        if (mode === "http-resumable") {
+          const write = res.write.bind(res);
+          let first = true;
+          res.write = (chunk, ...rest) => {
+            if (first) {
+              first = false;
+              write(`retry: ${retryMs}\n\n`);
+            }
+            return write(chunk, ...rest);
+          };
+        }
       }
       if (!transport) {
         if (sid || req.method !== "POST") {
           res.writeHead(404).end();
           return;
         }
+        const resumable =
+          mode === "http-resumable"
+            ? { eventStore: new EventStore(), retryInterval: retryMs }
+            : {};
         transport = new StreamableHTTPServerTransport({
           sessionIdGenerator: () => randomUUID(),
           onsessioninitialized: (id) => transports.set(id, transport),
+          ...resumable,
         });
         transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
         await newServer().connect(transport);
@@ -96,5 +164,6 @@ function serveHttp(port) {
     .listen(port, "127.0.0.1", () => process.stderr.write(`listening ${port}\n`));
 }
 
-if (process.argv[2] === "http") serveHttp(Number(process.argv[3]));
+const [mode, port, retryMs] = process.argv.slice(2);
+if (mode.startsWith("http")) serveHttp(Number(port), mode, Number(retryMs));
 else await serveStdio();
