@@ -12,7 +12,8 @@
 //! closes is opened again after the upstream's `retry`, with
 //! `Last-Event-ID`, so an announcement made meanwhile is replayed and
 //! heard; an upstream answering 405 is asked once; deleting the server
-//! ends its stream.
+//! or the upstream ending the session ends its stream, and the next
+//! session opens a new one.
 //!
 //! The server is installed by `tests/upstreams/setup.sh` (run by `.ci/run`,
 //! and here when missing). Without network, outside CI, the tests skip
@@ -370,4 +371,41 @@ async fn deleting_the_server_ends_its_standing_stream() {
     up.wait_for_lines("standing stream closed", 1).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(up.count("standing stream open"), 1, "reopened after delete");
+}
+
+#[tokio::test]
+async fn an_expired_session_ends_its_stream_and_the_next_session_opens_one() {
+    if !installed() {
+        return;
+    }
+    let up = Changing::start().await;
+    let g = gateway(Vec::new()).await;
+    let t = g.tenant("acme").await;
+    register(&g, &up.url).await;
+    g.call_tool(&t, "changing.reword", json!({})).await;
+    up.wait_for_lines("standing stream open", 1).await;
+    let body = g.call_tool(&t, "changing.expire", json!({})).await;
+    assert_eq!(body["result"]["content"][0]["text"], "expiring", "{body}");
+    // The upstream ended the session: the stream closes, the reconnect is
+    // answered 404, and the expired session's stream is not tried again.
+    up.wait_for_lines("standing stream closed", 1).await;
+    up.wait_for_lines("GET expired", 1).await;
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert_eq!(
+        up.count("GET expired"),
+        1,
+        "an expired session's stream was retried"
+    );
+
+    // The next call initializes a new session, which opens a new stream.
+    let body = g
+        .call_tool(&t, "changing.reword", json!({"message": "again"}))
+        .await;
+    assert_eq!(
+        body["result"]["content"][0]["text"], "reword again",
+        "{body}"
+    );
+    up.wait_for_lines("standing stream open", 2).await;
+    mutate_and_wait(&g, &t, "changing").await;
+    assert_held(&g, &t, "changing").await;
 }

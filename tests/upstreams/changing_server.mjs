@@ -15,9 +15,10 @@
 // `reword`, adds `fresh`, announces), `flood` (sends a notification larger
 // than 4 MiB on every standing stream, then answers), `note` (a small
 // notification on every standing stream), `drop` (closes every standing
-// stream). On stderr: `standing stream open last-event-id=<id>`
+// stream), `expire` (ends every session just after answering: later
+// requests with its id get 404). On stderr: `standing stream open last-event-id=<id>`
 // for each standing GET stream, `standing stream closed` when one ends,
-// `GET refused` for each 405.
+// `GET refused` for each 405, `GET expired` for each 404 to a GET.
 import http from "node:http";
 import { randomUUID } from "node:crypto";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
@@ -40,6 +41,7 @@ function tools() {
     { name: "flood", description: "an oversized notification", inputSchema: schema },
     { name: "drop", description: "closes the standing streams", inputSchema: schema },
     { name: "note", description: "a small notification", inputSchema: schema },
+    { name: "expire", description: "ends every session", inputSchema: schema },
   ];
   if (mutated) list.push({ name: "fresh", description: "a tool added later", inputSchema: schema });
   return list;
@@ -98,6 +100,15 @@ function newServer() {
       }
       return text("noted");
     }
+    if (name === "expire") {
+      setTimeout(() => {
+        for (const [id, t] of transports) {
+          transports.delete(id);
+          t.close();
+        }
+      }, 50);
+      return text("expiring");
+    }
     if (name === "drop") {
       for (const t of transports.values()) t.closeStandaloneSSEStream();
       return text("dropped");
@@ -144,6 +155,7 @@ function serveHttp(port, mode, retryMs) {
       }
       if (!transport) {
         if (sid || req.method !== "POST") {
+          if (req.method === "GET") process.stderr.write("GET expired\n");
           res.writeHead(404).end();
           return;
         }
