@@ -11,7 +11,8 @@
 //!   its task, so the stream ends with its session.
 //! - **Not offered.** 405 (or a `2xx` that is not an event stream) means the
 //!   upstream offers no such stream: the task ends and the background
-//!   refresh covers that server. A 404 to a request carrying the session
+//!   refresh covers that server. So does any other 4xx a retry would not
+//!   change (all but 401, 403, 408 and 429, which are retried). A 404 to a request carrying the session
 //!   id means the session expired: the task ends too; the next call
 //!   initializes a new session, which opens a new stream.
 //! - **Reconnect.** A stream that ends or fails is opened again after the
@@ -167,11 +168,11 @@ async fn connect(p: &Params, last_event_id: Option<&str>) -> Result<reqwest::Res
         .await
         .map_err(|e| Refused::Failed(transport(&e)))?;
     let status = resp.status();
-    if status == reqwest::StatusCode::METHOD_NOT_ALLOWED {
-        return Err(Refused::NotOffered("HTTP 405".into()));
-    }
     if status == reqwest::StatusCode::NOT_FOUND && p.session_id.is_some() {
         return Err(Refused::Expired);
+    }
+    if not_offered(status) {
+        return Err(Refused::NotOffered(format!("HTTP {}", status.as_u16())));
     }
     if !status.is_success() {
         return Err(Refused::Failed(ClientError::Status(status.as_u16())));
@@ -211,6 +212,12 @@ async fn read(mut resp: reqwest::Response, p: &Params, resume: &mut Resume) -> C
             Err(e) => return transport(&e),
         }
     }
+}
+
+/// A status that asking again will not change: 405, and any other client
+/// error but those a later attempt may clear (401, 403, 408, 429).
+fn not_offered(status: reqwest::StatusCode) -> bool {
+    status.is_client_error() && ![401, 403, 408, 429].contains(&status.as_u16())
 }
 
 fn is_list_changed(message: &Value) -> bool {
@@ -254,6 +261,17 @@ mod tests {
         assert_eq!(r.retry, Some(BACKOFF_MAX));
         take_fields(b"id:\n\n", &mut r);
         assert_eq!(r.last_event_id, None);
+    }
+
+    #[test]
+    fn client_errors_that_a_retry_cannot_clear_end_the_stream() {
+        use reqwest::StatusCode as S;
+        for s in [S::METHOD_NOT_ALLOWED, S::BAD_REQUEST, S::NOT_ACCEPTABLE] {
+            assert!(not_offered(s), "{s}");
+        }
+        for s in [S::UNAUTHORIZED, S::TOO_MANY_REQUESTS, S::BAD_GATEWAY, S::OK] {
+            assert!(!not_offered(s), "{s}");
+        }
     }
 
     #[test]
