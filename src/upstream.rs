@@ -7,7 +7,8 @@
 //!   definitions, health) and the per-org tool set built from them;
 //! - [`client`]: the MCP client, one interface over two transports
 //!   (Streamable HTTP, and HTTP+SSE in [`sse`]; what they share in
-//!   [`wire`]);
+//!   [`wire`]); a Streamable HTTP session's standing `GET` stream in
+//!   [`standing`];
 //! - [`stdio`]: the stdio transport, a child process per server declared
 //!   in the config file ([`declared`]), stored in the registry by [`sync`];
 //! - [`adapter`]: an upstream tool as a [`crate::tools::ToolAdapter`];
@@ -33,6 +34,7 @@ pub mod entries;
 pub mod refresh;
 pub mod registry;
 pub mod sse;
+pub mod standing;
 pub mod stdio;
 pub mod sync;
 pub mod wire;
@@ -100,6 +102,9 @@ pub struct Upstreams {
     /// (read by [`refresh::list_changed_loop`]).
     list_changed: tokio::sync::mpsc::Sender<String>,
     list_changed_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<String>>>,
+    /// The standing `GET` stream of each Streamable HTTP session, by row
+    /// id (at most one per upstream; replaced with its session).
+    standing: std::sync::Mutex<HashMap<String, standing::Standing>>,
     /// Stdio servers declared in this instance's config, by row id.
     declared: HashMap<String, Arc<Declared>>,
     /// Requests, latency and health per upstream.
@@ -129,7 +134,11 @@ impl Upstreams {
             .build()
             .map_err(UpstreamError::Client)?;
         let (list_changed, rx) = tokio::sync::mpsc::channel(LIST_CHANGED_QUEUE);
+        for d in declared.values() {
+            d.server.announce_to(&d.id, list_changed.clone());
+        }
         Ok(Upstreams {
+            standing: std::sync::Mutex::new(HashMap::new()),
             list_changed,
             list_changed_rx: std::sync::Mutex::new(Some(rx)),
             store,
@@ -226,6 +235,7 @@ impl Upstreams {
 
     /// Forgets the session of a deleted upstream.
     pub fn forget(&self, server_id: &str) {
+        self.standing_streams().remove(server_id);
         self.sessions.invalidate(server_id);
         self.slots.invalidate(server_id);
     }
@@ -304,11 +314,11 @@ impl Upstreams {
         let cell = self
             .sessions
             .get_with(target.id.clone(), || Arc::new(Mutex::new(None)));
-        let session = self.session(&cell, ep, None, &target.id).await?;
+        let session = self.session(&cell, ep, None, target).await?;
         match client::request(&self.http, ep, &session, method, params.clone(), schema).await {
             Err(ClientError::Expired) => {
                 tracing::info!(upstream = %target.slug, "upstream session expired; initializing again");
-                let fresh = self.session(&cell, ep, Some(&session), &target.id).await?;
+                let fresh = self.session(&cell, ep, Some(&session), target).await?;
                 client::request(&self.http, ep, &fresh, method, params, schema).await
             }
             other => other,
@@ -323,7 +333,7 @@ impl Upstreams {
         cell: &Mutex<Option<Session>>,
         ep: Endpoint<'_>,
         expired: Option<&Session>,
-        server_id: &str,
+        target: &ServerTarget,
     ) -> Result<Session, ClientError> {
         let mut guard = cell.lock().await;
         if let Some(s) = guard.as_ref()
@@ -333,9 +343,39 @@ impl Upstreams {
             return Ok(s.clone());
         }
         let fresh = client::initialize(&self.http, ep).await?;
-        self.watch_list_changed(&fresh, server_id);
+        self.watch_list_changed(&fresh, &target.id);
+        self.open_standing(&fresh, target);
         *guard = Some(fresh.clone());
         Ok(fresh)
+    }
+
+    /// Opens the standing `GET` stream of a fresh Streamable HTTP session
+    /// of a revision that has one, replacing (and so ending) the stream of
+    /// the upstream's previous session.
+    fn open_standing(&self, session: &Session, target: &ServerTarget) {
+        let mut streams = self.standing_streams();
+        streams.remove(&target.id);
+        if transport(target) != Transport::StreamableHttp || !standing::offered_in(&session.version)
+        {
+            return;
+        }
+        let params = standing::Params {
+            http: self.http.clone(),
+            url: target.endpoint.clone(),
+            session_id: session.id.clone(),
+            version: session.version.clone(),
+            auth: target.auth.clone(),
+            max_bytes: MAX_RESPONSE_BYTES,
+            server_id: target.id.clone(),
+            announce: self.list_changed.clone(),
+        };
+        streams.insert(target.id.clone(), standing::Standing::open(params));
+    }
+
+    fn standing_streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, standing::Standing>> {
+        self.standing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// While `session`'s stream is open, hands each of its

@@ -796,3 +796,148 @@ async fn a_replay_reports_progress_and_stops_when_cancelled() {
         "{html}"
     );
 }
+
+/// The SDK-built server of `tests/upstreams/changing_server.mjs` over
+/// Streamable HTTP on a free port (its `mutate` tool changes `reword`).
+async fn changing_upstream() -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = common::setup::upstreams_dir().join("changing_server.mjs");
+    let child = tokio::process::Command::new("node")
+        .arg(script)
+        .args(["http", &port.to_string()])
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return (child, format!("http://127.0.0.1:{port}/mcp"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the changing server did not listen");
+}
+
+/// The `<section class="held" …>` of `tool` on the peers page, if shown.
+fn held_section<'a>(html: &'a str, tool: &str) -> Option<&'a str> {
+    let at = html.find(&format!("class=\"held\" data-tool=\"{tool}\""))?;
+    let len = html[at..].find("</section>")?;
+    Some(&html[at..at + len])
+}
+
+/// A real upstream changes a definition; the console shows it held with a
+/// diff of the approved and the new definition; an auditor cannot approve
+/// it; the admin approves it through the page's form (with its CSRF
+/// token); the tool is offered again with its new definition, and the
+/// approval is in the trail (the console's record and the approval event).
+#[tokio::test]
+async fn a_held_definition_is_approved_from_the_console() {
+    if !common::setup::upstreams_installed() {
+        return;
+    }
+    let (_upstream, url) = changing_upstream().await;
+    let g = start_with(|c| c.upstream_refresh.interval_secs = 0).await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            reqwest::Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "changing", "transport": "streamable-http", "url": url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    let id = server["id"].as_str().unwrap().to_string();
+    let body = g.call_tool(&t, "changing.mutate", json!({})).await;
+    assert_eq!(body["result"]["content"][0]["text"], "mutated", "{body}");
+    let refresh = format!("/admin/orgs/acme/mcp-servers/{id}/refresh");
+    let (status, body) = g.admin(reqwest::Method::POST, &refresh, None).await;
+    assert_eq!(status, 200, "{body}");
+    let held = g.call_tool(&t, "changing.reword", json!({})).await;
+    assert_eq!(held["error"]["code"], -32601, "{held}");
+
+    // Both roles see the held tool and the diff; only the admin a form.
+    let auditor = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    let (status, html) = auditor.get("/console/peers").await;
+    assert_eq!(status, 200);
+    let section = held_section(&html, "reword").expect("the held tool is shown");
+    let changed_line = |tag: &str, text: &str| {
+        section.lines().any(|l| {
+            l.contains(&format!("class=\"d{tag}\""))
+                && l.contains(text)
+                && l.contains("description")
+        })
+    };
+    assert!(changed_line("del", "original tool"), "{section}");
+    assert!(changed_line("add", "reworded tool"), "{section}");
+    assert!(!section.contains("<form"), "{section}");
+    let approve = format!("/console/peers/acme/mcp/{id}/approve");
+    let resp = auditor.post(&approve, &[("tool", "reword")]).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(console_records(&g).await.is_empty());
+
+    let (_, html) = admin.get("/console/peers").await;
+    let section = held_section(&html, "reword").expect("the held tool is shown");
+    assert!(
+        section.contains(&format!("action=\"{approve}\"")),
+        "{section}"
+    );
+    let form_csrf = csrf_of(section);
+    assert_eq!(form_csrf, admin.csrf);
+    // Without the form's token nothing is approved.
+    let resp = admin.post_raw(&approve, &[("tool", "reword")]).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(!g.tool_names(&t).await.contains(&"changing.reword".into()));
+    let resp = admin
+        .post_raw(&approve, &[("tool", "reword"), ("csrf", &form_csrf)])
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[LOCATION], "/console/peers");
+
+    let (_, list) = g
+        .mcp(
+            &t,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    let offered = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "changing.reword")
+        .cloned()
+        .expect("offered again");
+    assert_eq!(offered["description"], "reworded tool");
+    let body = g
+        .call_tool(&t, "changing.reword", json!({"message": "back"}))
+        .await;
+    assert_eq!(
+        body["result"]["content"][0]["text"], "reword back",
+        "{body}"
+    );
+    let (_, html) = admin.get("/console/peers").await;
+    assert!(held_section(&html, "reword").is_none(), "still held");
+
+    assert_eq!(console_records(&g).await, ["console:approve_tools"]);
+    let approved: Vec<serde_json::Value> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.action == "upstream_tool_approved")
+        .map(|d| serde_json::from_str(&d.record.outcome).unwrap())
+        .collect();
+    assert_eq!(approved.len(), 1, "{approved:?}");
+    assert_eq!(approved[0]["tool"], "reword");
+    assert_eq!(approved[0]["trigger"], "console");
+    // An approval of a tool that is no longer held changes nothing.
+    let resp = admin.post(&approve, &[("tool", "reword")]).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(console_records(&g).await.len(), 1);
+}

@@ -32,6 +32,9 @@ pub enum ConsoleError {
     /// A page could not be rendered.
     #[error("the page could not be rendered")]
     Render,
+    /// A change could not be recorded in the trail (logged where it failed).
+    #[error("the change could not be recorded")]
+    Internal,
 }
 
 impl ConsoleError {
@@ -43,7 +46,9 @@ impl ConsoleError {
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::TooMuch(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ConsoleError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
-            ConsoleError::Store(_) | ConsoleError::Render => StatusCode::INTERNAL_SERVER_ERROR,
+            ConsoleError::Store(_) | ConsoleError::Render | ConsoleError::Internal => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 }

@@ -3,8 +3,9 @@
 //! with a line diff of the approved and the listed definition.
 //! `POST /console/peers/{org}/mcp/{id}/approve` (admin only) approves one
 //! held definition (the `tool` field) exactly as
-//! `POST /admin/orgs/{org}/mcp-servers/{id}/approve` does, and records it
-//! in the trail. Auditors see no approve button and get 403 if they post.
+//! `POST /admin/orgs/{org}/mcp-servers/{id}/approve` does (its
+//! `upstream_tool_approved` event, trigger `console`, included), and records
+//! it in the trail as the console's own operator record. Auditors see no approve button and get 403 if they post.
 
 use std::sync::Arc;
 
@@ -19,7 +20,9 @@ use similar::{ChangeTag, TextDiff};
 use super::auth::{AdminPosted, Viewer};
 use super::error::ConsoleError;
 use super::overview::viewer_ctx;
+use crate::audit::events::UPSTREAM_TOOL_APPROVED;
 use crate::gateway::Gateway;
+use crate::upstream::refresh;
 use crate::upstream::registry::{self as upstreams, ServerRow};
 
 /// One line of a diff: `+`, `-` or ` `.
@@ -125,12 +128,17 @@ pub async fn approve(
         .await?
         .ok_or_else(|| ConsoleError::NotFound(format!("org `{org}` has no MCP server `{id}`")))?;
     let names = [tool.clone()];
+    let before = row.tools.clone();
     upstreams::approve(&mut row, Some(&names))
         .map_err(|_| ConsoleError::BadRequest(format!("no held definition for `{tool}`")))?;
     let (i, tools) = (id.clone(), row.tools.clone());
     gw.store
         .read(move |c| upstreams::set_tools(c, &i, &tools))
         .await?;
+    let changes = refresh::approved_changes(&before, &row.tools);
+    refresh::record_events(&gw, &row, &changes, UPSTREAM_TOOL_APPROVED, "console")
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
     crate::cluster::coherence::changed(&gw, &org).await;
     let hash = row
         .tools

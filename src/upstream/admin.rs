@@ -162,24 +162,6 @@ fn check_input(req: &RegisterServer) -> Result<(reqwest::Url, String, String), A
     Ok((url, slug, prefix))
 }
 
-/// The definitions an approval changed: old and new approved hash.
-fn approved_changes(
-    before: &[registry::PinnedTool],
-    after: &[registry::PinnedTool],
-) -> Vec<registry::HeldChange> {
-    after
-        .iter()
-        .filter_map(|t| {
-            let old = before.iter().find(|b| b.name == t.name)?;
-            (old.hash != t.hash).then(|| registry::HeldChange {
-                tool: t.name.clone(),
-                old_hash: old.hash.clone(),
-                new_hash: t.hash.clone(),
-            })
-        })
-        .collect()
-}
-
 /// The API view of collisions.
 fn collisions_json(collisions: &[registry::Collision]) -> Value {
     collisions
@@ -377,7 +359,7 @@ async fn approve(
         .read(move |c| registry::set_tools(c, &i, &tools))
         .await?;
     tracing::info!(upstream = %row.slug, org = %org, approved, "upstream tool definitions approved");
-    let changes = approved_changes(&before, &row.tools);
+    let changes = refresh::approved_changes(&before, &row.tools);
     refresh::record_events(&gw, &row, &changes, UPSTREAM_TOOL_APPROVED, "approve").await?;
     coherence::changed(&gw, &org).await;
     let mut api = with_process(&gw, row.to_api(true), &row);

@@ -113,8 +113,8 @@ impl Session {
 impl Session {
     /// The signal of `notifications/tools/list_changed` when the session
     /// has a stream that can carry it (the SSE transport's event stream);
-    /// `None` for a Streamable HTTP session, whose POST answers carry no
-    /// notification about other requests.
+    /// `None` for a Streamable HTTP session, whose announcements arrive on
+    /// its standing `GET` stream (`standing.rs`) instead.
     pub fn list_changed(&self) -> Option<sse::ListChanged> {
         match &self.link {
             Link::Http => None,

@@ -112,6 +112,24 @@ pub async fn record_events(
     Ok(())
 }
 
+/// The definitions an approval changed: old and new approved hash.
+pub fn approved_changes(
+    before: &[registry::PinnedTool],
+    after: &[registry::PinnedTool],
+) -> Vec<registry::HeldChange> {
+    after
+        .iter()
+        .filter_map(|t| {
+            let old = before.iter().find(|b| b.name == t.name)?;
+            (old.hash != t.hash).then(|| registry::HeldChange {
+                tool: t.name.clone(),
+                old_hash: old.hash.clone(),
+                new_hash: t.hash.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Refreshes every registered upstream every `interval_secs` (never when
 /// 0), so a changed definition is held without an operator asking. A
 /// failed refresh is logged and retried at the next tick. Every instance
@@ -148,8 +166,9 @@ pub async fn refresh_loop(gw: Arc<Gateway>) {
 }
 
 /// Lists an upstream again when it announces
-/// `notifications/tools/list_changed` on the stream of its session (the
-/// SSE transport; a Streamable HTTP session opens no stream, and is
+/// `notifications/tools/list_changed`: on the HTTP+SSE event stream, the
+/// standing `GET` stream of a Streamable HTTP session (`standing.rs`), or
+/// a stdio child's output (a 2026-07-28 session has no stream and is
 /// covered by the background refresh). Announcements are gathered for
 /// `list_changed_debounce_ms`, so a burst from one upstream (or several)
 /// causes one listing each.

@@ -15,7 +15,9 @@
 //!   stopped by killing the group (SIGKILL), so what it started (`npx`
 //!   starts `node`) goes with it; its exit status is always collected.
 //! - **Output.** Each stdout line is one JSON-RPC message. Responses are
-//!   matched to their request by id; notifications are ignored; a request
+//!   matched to their request by id; `notifications/tools/list_changed`
+//!   is handed to the debounced refresh under the server's row id (other
+//!   notifications are ignored); a request
 //!   of the server is answered (`ping` with an empty result, anything else
 //!   -32601: the gateway offers no client capabilities). A line longer
 //!   than the answer bound, or one that is not a JSON-RPC message, means
@@ -104,6 +106,9 @@ pub struct StdioServer {
     /// Held while a child starts, so one starts at a time.
     starting: Mutex<()>,
     stderr: Arc<StderrTail>,
+    /// Where `notifications/tools/list_changed` goes (the row id, and the
+    /// runtime's queue of announcements).
+    announce: std::sync::OnceLock<(String, tokio::sync::mpsc::Sender<String>)>,
 }
 
 /// The child and its restart schedule.
@@ -166,7 +171,14 @@ impl StdioServer {
             }),
             starting: Mutex::new(()),
             stderr: Arc::new(StderrTail::default()),
+            announce: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands each `notifications/tools/list_changed` of this server's
+    /// children to `tx` as `id` (set once, when the runtime is built).
+    pub fn announce_to(&self, id: &str, tx: tokio::sync::mpsc::Sender<String>) {
+        let _ = self.announce.set((id.to_string(), tx));
     }
 
     /// What was declared.
@@ -270,7 +282,7 @@ impl StdioServer {
         let kill = Arc::new(Notify::new());
         let (exited_tx, exited) = tokio::sync::watch::channel(false);
         let out = FramedRead::new(stdout, LinesCodec::new_with_max_length(self.max_bytes));
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(read_stdout(
                 out,
                 Arc::clone(&pending),
@@ -291,6 +303,13 @@ impl StdioServer {
                 self.slug.clone(),
             )),
         ];
+        if let Some((id, tx)) = self.announce.get() {
+            tasks.push(tokio::spawn(announce(
+                Arc::clone(&pending),
+                id.clone(),
+                tx.clone(),
+            )));
+        }
         let mut link = Link {
             stdin,
             pending,
@@ -484,6 +503,15 @@ async fn read_stdout(
     if unusable {
         tracing::warn!(error = %reason, "stdio server output unusable; killing it");
         kill.notify_one();
+    }
+}
+
+/// While the child's output is read, hands each of its
+/// `notifications/tools/list_changed` to the refresh (a full queue already
+/// holds a listing to come).
+async fn announce(pending: Arc<Pending>, id: String, tx: tokio::sync::mpsc::Sender<String>) {
+    while pending.next_list_changed().await {
+        let _ = tx.try_send(id.clone());
     }
 }
 
