@@ -18,8 +18,8 @@
 //! PostgreSQL 0.87 when written: a query holding one topic word cannot
 //! find the topic observations without it; PostgreSQL ranked by
 //! `ts_rank_cd`, which has no IDF, scored 0.21 before it ranked with BM25
-//! too); and a search on a second connection sees the observations at
-//! once.
+//! too); a search on a second connection sees the observations at once;
+//! and a deleted project's observations leave the search with it.
 
 #![allow(
     clippy::unwrap_used,
@@ -232,6 +232,38 @@ fn check(writer: &mut Conn, reader: &mut Conn) {
             assert!(!hit.id.starts_with("other-"), "{q}: {}", hit.id);
         }
     }
+    forget_a_deleted_project(writer, reader);
+}
+
+/// A deleted project's observations leave the search with it: the same
+/// project created again recalls only what it holds now.
+fn forget_a_deleted_project(writer: &mut Conn, reader: &mut Conn) {
+    tenants::delete_project(writer, "acme", "web").unwrap();
+    assert!(bounded_ids(reader, "kafka consumer").is_empty());
+    let p = Project {
+        org_id: "acme".into(),
+        id: "web".into(),
+        memory_enabled: true,
+        graph_enabled: false,
+        created_at: "2026-11-23T09:00:00.000Z".into(),
+    };
+    tenants::create_project(writer, &p).unwrap();
+    let rows = [observation("again", "kafka consumer lag")];
+    writer
+        .transaction(|tx| observations::insert_many(tx, &rows))
+        .unwrap();
+    assert_eq!(bounded_ids(reader, "kafka consumer"), vec!["again"]);
+    // The other project kept its own.
+    let other = observations::search(reader, "acme", "other", "kafka consumer", 50).unwrap();
+    assert_eq!(other.len(), 8, "{other:?}");
+}
+
+fn bounded_ids(conn: &mut Conn, q: &str) -> Vec<String> {
+    observations::search(conn, "acme", "web", q, 50)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.id)
+        .collect()
 }
 
 #[test]
