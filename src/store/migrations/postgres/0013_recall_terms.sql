@@ -42,10 +42,13 @@ BEGIN
         ON CONFLICT (org_id, project_id) DO UPDATE
         SET rows = recall_scopes.rows + excluded.rows,
             tokens = recall_scopes.tokens + excluded.tokens;
+    -- Each row's length once, not once per lexeme.
+    WITH a AS MATERIALIZED (
+        SELECT seq, org_id, project_id, search, recall_length(search) AS len FROM added
+    )
     INSERT INTO observation_terms (scope, term, seq, freq, len)
-        SELECT s.id, t.lexeme, a.seq, coalesce(array_length(t.positions, 1), 1),
-               recall_length(a.search)
-        FROM added a
+        SELECT s.id, t.lexeme, a.seq, coalesce(array_length(t.positions, 1), 1), a.len
+        FROM a
         JOIN recall_scopes s ON s.org_id = a.org_id AND s.project_id = a.project_id
         CROSS JOIN LATERAL unnest(a.search) t;
     RETURN NULL;
