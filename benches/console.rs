@@ -3,7 +3,10 @@
 //! of `BENCH_RECORDS` records (default 1,000,000) on SQLite and on
 //! PostgreSQL (`BENCH_PG_URL`, default the local server's `test`). Prints
 //! the median and worst of `BENCH_RUNS` runs per query; the goal is a
-//! filtered page under 50 ms. Figures in `benches/README.md`.
+//! filtered page under 50 ms. Then what the `(resource, decision, seq)`
+//! index costs each decision insert: batches appended with and without it
+//! in alternating rounds (`BENCH_INSERT_ROUNDS`, default 5). Figures in
+//! `benches/README.md`.
 //!
 //! `cargo bench --bench console`
 
@@ -69,29 +72,84 @@ fn record(i: usize, n: usize, start: OffsetDateTime, span: f64) -> NewDecision {
     }
 }
 
+/// The chain's head: the last seq and its hash.
+type Head = (i64, String);
+
 /// Appends `n` chained records in transactions of 20,000.
-fn fill(store: &Store, n: usize) -> Res<()> {
-    let start = OffsetDateTime::now_utc() - time::Duration::days(1);
-    let span = 86_400.0;
-    let mut prev = GENESIS_HASH.to_string();
-    let mut seq = 0i64;
+fn fill(store: &Store, n: usize) -> Res<Head> {
     let started = Instant::now();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(20_000) {
-        let (p, s) = store.read_blocking(|c| {
-            c.transaction(|tx| {
-                let (mut p, mut s) = (prev.clone(), seq);
-                for &i in chunk {
-                    s += 1;
-                    p = decisions::insert(tx, s, &p, &record(i, n, start, span))?;
-                }
-                Ok((p, s))
-            })
-        })?;
-        (prev, seq) = (p, s);
-    }
+    let head = append(store, (0, GENESIS_HASH.to_string()), 0..n, n, 20_000)?;
     println!(
         "  filled {n} records in {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+    Ok(head)
+}
+
+/// Appends records `range` (of a trail of `n`) after `head`, `per_tx` per
+/// transaction; returns the new head.
+fn append(
+    store: &Store,
+    head: Head,
+    range: std::ops::Range<usize>,
+    n: usize,
+    per_tx: usize,
+) -> Res<Head> {
+    let start = OffsetDateTime::now_utc() - time::Duration::days(1);
+    let span = 86_400.0;
+    let (mut seq, mut prev) = head;
+    for chunk in range.collect::<Vec<_>>().chunks(per_tx) {
+        let (s, p) = store.read_blocking(|c| {
+            c.transaction(|tx| {
+                let (mut s, mut p) = (seq, prev.clone());
+                for &i in chunk {
+                    s += 1;
+                    p = decisions::insert(tx, s, &p, &record(i % n, n, start, span))?;
+                }
+                Ok((s, p))
+            })
+        })?;
+        (seq, prev) = (s, p);
+    }
+    Ok((seq, prev))
+}
+
+/// What the `(resource, decision, seq)` index (migration 12) costs each
+/// decision insert: batches of 32 records (a group commit's size under
+/// load) appended to the full trail with the index and without it, in
+/// alternating rounds; prints the median µs per record of each.
+fn insert_cost(store: &Store, mut head: Head, n: usize) -> Res<()> {
+    const INDEX: &str = "decisions_resource_decision";
+    const RECORDS: usize = 4_000;
+    let rounds: usize = env_num("BENCH_INSERT_ROUNDS", 5);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for round in 0..rounds * 2 {
+        let indexed = round % 2 == 0;
+        let ddl = if indexed {
+            format!("CREATE INDEX IF NOT EXISTS {INDEX} ON decisions(resource, decision, seq)")
+        } else {
+            format!("DROP INDEX IF EXISTS {INDEX}")
+        };
+        store.read_blocking(|c| c.execute_batch(&ddl))?;
+        let from = round * RECORDS;
+        let t = Instant::now();
+        head = append(store, head, from..from + RECORDS, n, 32)?;
+        let us = t.elapsed().as_secs_f64() * 1e6 / RECORDS as f64;
+        if indexed { &mut with } else { &mut without }.push(us);
+    }
+    let ddl = format!("CREATE INDEX IF NOT EXISTS {INDEX} ON decisions(resource, decision, seq)");
+    store.read_blocking(|c| c.execute_batch(&ddl))?;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (w, wo) = (median(&mut with), median(&mut without));
+    println!(
+        "  decision insert, batches of 32 ({rounds} rounds of {RECORDS}): \
+         {wo:.1} µs/record without the (resource, decision, seq) index, {w:.1} with it \
+         (+{:.1} µs, {:+.0}%)",
+        w - wo,
+        (w / wo - 1.0) * 100.0
     );
     Ok(())
 }
@@ -258,16 +316,18 @@ fn main() -> Res<()> {
     let sqlite = format!("sqlite://{}", dir.path().join("trail.db").display());
     println!("SQLite");
     let store = Store::open_ready(&sqlite, &StoreOptions::default())?;
-    fill(&store, n)?;
+    let head = fill(&store, n)?;
     queries(&store, n, runs)?;
+    insert_cost(&store, head, n)?;
     drop(store);
     println!("\nPostgreSQL");
     let (url, schema) = fresh_schema(&pg)?;
     let result = (|| -> Res<()> {
         let store = Store::open_ready(&url, &StoreOptions::default())?;
-        fill(&store, n)?;
+        let head = fill(&store, n)?;
         store.read_blocking(|c| c.execute_batch("ANALYZE decisions"))?;
-        queries(&store, n, runs)
+        queries(&store, n, runs)?;
+        insert_cost(&store, head, n)
     })();
     let mut c = postgres::Client::connect(&pg, postgres::NoTls)?;
     c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))?;

@@ -125,6 +125,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("store/migrations/0011_console_indexes.sql"),
     ),
+    (
+        12,
+        include_str!("store/migrations/0012_console_resource_decision.sql"),
+    ),
+    (13, include_str!("store/migrations/0013_recall_terms.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -163,6 +168,14 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         11,
         include_str!("store/migrations/postgres/0011_console_indexes.sql"),
+    ),
+    (
+        12,
+        include_str!("store/migrations/postgres/0012_console_resource_decision.sql"),
+    ),
+    (
+        13,
+        include_str!("store/migrations/postgres/0013_recall_terms.sql"),
     ),
 ];
 

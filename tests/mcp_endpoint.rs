@@ -558,7 +558,7 @@ async fn tool_failure_answers_32603_and_acknowledges_nothing() {
             c.execute_batch(match c.backend() {
                 cedargate::store::Backend::Sqlite => "DROP TABLE observations_fts;",
                 cedargate::store::Backend::Postgres => {
-                    "ALTER TABLE observations DROP COLUMN search;
+                    "DROP TABLE recall_scopes CASCADE;
                      ALTER TABLE observations ADD CONSTRAINT broken CHECK (false) NOT VALID;"
                 }
             })
