@@ -332,11 +332,18 @@ fn sqlite_candidates(
     per_term: usize,
 ) -> Result<Vec<(i64, f64)>, StoreError> {
     let totals = sqlite_totals(conn)?;
+    if totals.rows < 1.0 {
+        return Ok(Vec::new()); // an empty index matches nothing
+    }
     let scope = scope_token(org_id, project_id);
     let mut cands: HashMap<i64, Candidate> = HashMap::new();
     let mut idf = Vec::with_capacity(terms.len());
     for (i, term) in terms.iter().enumerate() {
-        idf.push(sqlite_idf(conn, term, &totals)?);
+        let (term_idf, matches) = sqlite_idf(conn, term, &totals)?;
+        idf.push(term_idf);
+        if matches == 0 {
+            continue; // in no row of any project: no candidate to read
+        }
         let expr = format!("scope : \"{scope}\" AND {{content type}} : \"{term}\"");
         for row in conn.query(SQLITE_TERM_CANDIDATES, params![&expr, per_term as i64])? {
             let seq: i64 = row.get(0)?;
@@ -369,7 +376,8 @@ fn bm25(c: &Candidate, idf: &[f64], avg_len: f64) -> f64 {
 /// FTS5's IDF of a term over the whole index: exact when fewer than
 /// [`DF_PROBE`] rows match, otherwise estimated from the share of the
 /// rowid range the newest [`DF_PROBE`] matches span.
-fn sqlite_idf(conn: &mut Conn, term: &str, totals: &FtsTotals) -> Result<f64, StoreError> {
+/// Also returns how many matches were counted (0: the term is in no row).
+fn sqlite_idf(conn: &mut Conn, term: &str, totals: &FtsTotals) -> Result<(f64, i64), StoreError> {
     let phrase = format!("\"{term}\"");
     let (counted, oldest): (i64, Option<i64>) =
         conn.query_row(SQLITE_TERM_PROBE, params![&phrase, DF_PROBE as i64], |r| {
@@ -382,7 +390,7 @@ fn sqlite_idf(conn: &mut Conn, term: &str, totals: &FtsTotals) -> Result<f64, St
         (1, totals.max_seq),
         totals.rows,
     );
-    Ok(bm25_idf(df, totals.rows))
+    Ok((bm25_idf(df, totals.rows), counted))
 }
 
 /// A term's document frequency from a count bounded by `probe`: the count
