@@ -73,9 +73,11 @@ impl KeywordIndex {
         self.total_len += u64::from(len);
     }
 
-    fn part(&self, tf: u16, len: u32, avg: f64) -> f64 {
-        let tf = f64::from(tf);
-        tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * f64::from(len) / avg))
+    /// One term's BM25 contribution (written as it always was, so scores
+    /// stay bit-identical).
+    fn score(idf: f64, tf: u16, len: u32, avg: f64) -> f64 {
+        let (tf, len) = (f64::from(tf), f64::from(len));
+        idf * tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * len / avg))
     }
 
     /// The `limit` best nodes for `terms` by BM25, best first (ties: lower
@@ -100,7 +102,7 @@ impl KeywordIndex {
             query.push(Term {
                 order: query.len(),
                 idf,
-                bound: idf * self.part(p.max_tf, p.min_len, avg) * (1.0 + 1e-9),
+                bound: Self::score(idf, p.max_tf, p.min_len, avg) * (1.0 + 1e-9),
                 postings: &p.list,
             });
         }
@@ -136,7 +138,7 @@ impl KeywordIndex {
                 let parts = found.entry(node).or_insert_with(|| vec![None; width]);
                 let len = self.doc_len.get(node as usize).copied().unwrap_or(1);
                 if let Some(slot) = parts.get_mut(term.order) {
-                    *slot = Some(term.idf * self.part(tf, len, avg));
+                    *slot = Some(Self::score(term.idf, tf, len, avg));
                 }
             }
         }
@@ -170,10 +172,38 @@ impl KeywordIndex {
                 }
                 let len = self.doc_len.get(n as usize).copied().unwrap_or(1);
                 if let Some(slot) = found.get_mut(node).and_then(|p| p.get_mut(term.order)) {
-                    *slot = Some(term.idf * self.part(tf, len, avg));
+                    *slot = Some(Self::score(term.idf, tf, len, avg));
                 }
             }
         }
+    }
+
+    /// The exhaustive ranking (every posting scored): the reference
+    /// [`KeywordIndex::search`] is tested and measured against.
+    pub fn exhaustive(&self, terms: &[String], limit: usize) -> Vec<(u32, f64)> {
+        let index = self;
+        let n = index.doc_len.len() as f64;
+        if n == 0.0 || limit == 0 {
+            return Vec::new();
+        }
+        let avg = (index.total_len as f64 / n).max(1.0);
+        let mut scores: HashMap<u32, f64> = HashMap::new();
+        let mut seen = HashSet::new();
+        for term in terms {
+            if !seen.insert(term) {
+                continue;
+            }
+            let Some(p) = index.postings.get(term) else {
+                continue;
+            };
+            let df = p.list.len() as f64;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for &(node, tf) in &p.list {
+                let len = index.doc_len.get(node as usize).copied().unwrap_or(1);
+                *scores.entry(node).or_insert(0.0) += Self::score(idf, tf, len, avg);
+            }
+        }
+        top_k(scores.into_iter(), limit)
     }
 }
 
@@ -194,29 +224,6 @@ fn kth_partial(found: &HashMap<u32, Vec<Option<f64>>>, limit: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The exhaustive BM25 ranking (every posting scored).
-    fn exhaustive(index: &KeywordIndex, terms: &[String], limit: usize) -> Vec<(u32, f64)> {
-        let n = index.doc_len.len() as f64;
-        let avg = (index.total_len as f64 / n).max(1.0);
-        let mut scores: HashMap<u32, f64> = HashMap::new();
-        let mut seen = HashSet::new();
-        for term in terms {
-            if !seen.insert(term) {
-                continue;
-            }
-            let Some(p) = index.postings.get(term) else {
-                continue;
-            };
-            let df = p.list.len() as f64;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for &(node, tf) in &p.list {
-                let len = index.doc_len[node as usize];
-                *scores.entry(node).or_insert(0.0) += idf * index.part(tf, len, avg);
-            }
-        }
-        top_k(scores.into_iter(), limit)
-    }
 
     #[test]
     fn pruned_search_equals_the_exhaustive_one() {
@@ -250,7 +257,7 @@ mod tests {
             for limit in [1, 10, 30, 1000] {
                 assert_eq!(
                     index.search(&terms, limit),
-                    exhaustive(&index, &terms, limit),
+                    index.exhaustive(&terms, limit),
                     "{q} / {limit}"
                 );
             }

@@ -287,6 +287,26 @@ impl ProjectGraph {
         self.vectors.search(query, limit)
     }
 
+    /// [`ProjectGraph::keyword_search`] scoring every match (the reference
+    /// it is tested and measured against).
+    pub fn keyword_search_exhaustive(&self, terms: &[String], limit: usize) -> Vec<(u32, f64)> {
+        self.keywords.exhaustive(terms, limit)
+    }
+
+    /// [`ProjectGraph::vector_search`] scanning every vector exactly (the
+    /// reference it is tested and measured against).
+    pub fn vector_search_exhaustive(
+        &self,
+        model: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Vec<(u32, f64)> {
+        if model != self.model {
+            return Vec::new();
+        }
+        self.vectors.exhaustive(query, limit)
+    }
+
     /// The k-hop neighborhood of `start` through admitted nodes, optionally
     /// along one relationship only. `None` when `start` is not admitted.
     pub fn neighbors(

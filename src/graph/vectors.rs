@@ -234,8 +234,9 @@ impl VectorIndex {
         (kept.into_iter().map(|(i, _)| i).collect(), rest.max(r))
     }
 
-    /// The full exact scan.
-    fn exhaustive(&self, query: &[f32], limit: usize) -> Vec<(u32, f64)> {
+    /// The full exact scan: the reference [`VectorIndex::search`] is
+    /// tested and measured against.
+    pub fn exhaustive(&self, query: &[f32], limit: usize) -> Vec<(u32, f64)> {
         let scores = self
             .exact
             .chunks_exact(self.dims)
