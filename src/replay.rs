@@ -407,39 +407,91 @@ pub fn replay_with(
         ..ReplayReport::default()
     };
     let mut caches = Caches::default();
-    let mut cursor = None;
-    loop {
-        if control.is_cancelled() {
-            return Err(ReplayError::Cancelled(control.records_read()));
-        }
-        let mut rows = audit_query::page_filtered(conn, filter, cursor, Order::Asc, PAGE)?;
-        let Some(last) = rows.last() else { break };
-        cursor = Some(last.seq);
-        control.read.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        rows.retain(|r| {
-            !r.record
-                .action
-                .starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
-        });
-        // Resolve bundles and snapshots for the page (sequential: SQLite).
-        let mut jobs: Vec<(&StoredDecision, Resolved)> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if crate::audit::events::is_event(&row.record) {
-                report.events += 1;
-                continue;
+    let mut page = read_page(conn, filter, None, against, &mut caches, control)?;
+    while let Some(current) = page {
+        // The next page is read and resolved while this one is evaluated;
+        // pages are still counted in chain order.
+        let (replayed, next) = rayon::join(
+            || evaluate(&current),
+            || {
+                read_page(
+                    conn,
+                    filter,
+                    current.last_seq,
+                    against,
+                    &mut caches,
+                    control,
+                )
+            },
+        );
+        for (row, decisions) in current.rows.iter().zip(replayed) {
+            match decisions {
+                None => report.events += 1,
+                Some(d) => tally(&mut report, row, d),
             }
-            jobs.push((row, caches.resolve(conn, against, row)?));
         }
-        let replayed: Vec<Result<Vec<Replayed>, Unreplayable>> = jobs
-            .par_iter()
-            .map(|(row, resolved)| replay_one(row, resolved))
-            .collect();
-        for ((row, _), decisions) in jobs.iter().zip(replayed) {
-            tally(&mut report, row, decisions);
-        }
+        page = next?;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// One page of the trail with what each record replays with (`None`: a
+/// trail event, nothing to replay).
+struct Page {
+    rows: Vec<StoredDecision>,
+    resolved: Vec<Option<Resolved>>,
+    /// Cursor after this page.
+    last_seq: Option<i64>,
+}
+
+/// Reads the page after `cursor` and resolves its bundles and snapshots
+/// (sequential: one connection); `None` after the last page.
+fn read_page(
+    conn: &mut Conn,
+    filter: &DecisionFilter,
+    cursor: Option<i64>,
+    against: &Against,
+    caches: &mut Caches,
+    control: &Control,
+) -> Result<Option<Page>, ReplayError> {
+    if control.is_cancelled() {
+        return Err(ReplayError::Cancelled(control.records_read()));
+    }
+    let mut rows = audit_query::page_filtered(conn, filter, cursor, Order::Asc, PAGE)?;
+    let Some(last) = rows.last() else {
+        return Ok(None);
+    };
+    let last_seq = Some(last.seq);
+    control.read.fetch_add(rows.len() as u64, Ordering::Relaxed);
+    rows.retain(|r| {
+        !r.record
+            .action
+            .starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
+    });
+    let mut resolved = Vec::with_capacity(rows.len());
+    for row in &rows {
+        resolved.push(if crate::audit::events::is_event(&row.record) {
+            None
+        } else {
+            Some(caches.resolve(conn, against, row)?)
+        });
+    }
+    Ok(Some(Page {
+        rows,
+        resolved,
+        last_seq,
+    }))
+}
+
+/// Decides every record of a page again, on the rayon pool, in order
+/// (`None` for a trail event).
+fn evaluate(page: &Page) -> Vec<Option<Result<Vec<Replayed>, Unreplayable>>> {
+    page.rows
+        .par_iter()
+        .zip(&page.resolved)
+        .map(|(row, resolved)| resolved.as_ref().map(|r| replay_one(row, r)))
+        .collect()
 }
 
 /// A verdict as the trail holds it.
