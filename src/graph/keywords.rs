@@ -106,62 +106,85 @@ impl KeywordIndex {
                 postings: &p.list,
             });
         }
-        let contributions = self.collect(&mut query, limit, avg);
-        let scored = contributions.into_iter().map(|(node, parts)| {
+        let found = self.collect(&mut query, limit, avg);
+        let scored = found.nodes.iter().enumerate().map(|(c, node)| {
             // Sum in query order, as an exhaustive search would.
-            (node, parts.iter().flatten().sum::<f64>())
+            (
+                *node,
+                found.parts(c).iter().filter(|x| !x.is_nan()).sum::<f64>(),
+            )
         });
         top_k(scored, limit)
     }
 
-    /// Each candidate's contribution per query term (`None`: the term does
-    /// not match it), for every node that can reach the top `limit`.
-    fn collect(
-        &self,
-        query: &mut [Term<'_>],
-        limit: usize,
-        avg: f64,
-    ) -> HashMap<u32, Vec<Option<f64>>> {
+    /// Each candidate's contribution per query term, for every node that
+    /// can reach the top `limit`.
+    fn collect(&self, query: &mut [Term<'_>], limit: usize, avg: f64) -> Found {
         query.sort_by(|a, b| b.bound.total_cmp(&a.bound));
-        let width = query.len();
-        let remaining: Vec<f64> = (0..=width)
-            .map(|j| query.get(j..).unwrap_or(&[]).iter().map(|t| t.bound).sum())
-            .collect();
-        let mut found: HashMap<u32, Vec<Option<f64>>> = HashMap::new();
+        let mut found = Found {
+            width: query.len(),
+            ..Found::default()
+        };
         for (j, term) in query.iter().enumerate() {
-            let rest = remaining.get(j).copied().unwrap_or(0.0);
-            if found.len() >= limit && kth_partial(&found, limit) > rest {
+            let rest: f64 = query.get(j..).unwrap_or(&[]).iter().map(|t| t.bound).sum();
+            if found.nodes.len() >= limit && found.kth_partial(limit) > rest {
                 self.look_up(&mut found, query.get(j..).unwrap_or(&[]), limit, avg);
                 return found;
             }
-            for &(node, tf) in term.postings {
-                let parts = found.entry(node).or_insert_with(|| vec![None; width]);
-                let len = self.doc_len.get(node as usize).copied().unwrap_or(1);
-                if let Some(slot) = parts.get_mut(term.order) {
-                    *slot = Some(Self::score(term.idf, tf, len, avg));
-                }
-            }
+            found = self.merge(found, term, avg);
         }
         found
     }
 
+    /// The candidates plus every node `term` matches (both in node order,
+    /// merged in one pass), with the term's contributions.
+    fn merge(&self, found: Found, term: &Term<'_>, avg: f64) -> Found {
+        let width = found.width;
+        let mut out = Found {
+            width,
+            nodes: Vec::with_capacity(found.nodes.len() + term.postings.len()),
+            parts: Vec::with_capacity((found.nodes.len() + term.postings.len()) * width),
+        };
+        let (mut a, mut b) = (0usize, 0usize);
+        loop {
+            let old = found.nodes.get(a).copied();
+            let new = term.postings.get(b).copied();
+            let (node, from_old, posting) = match (old, new) {
+                (None, None) => break,
+                (Some(n), Some((m, tf))) if n == m => (n, true, Some(tf)),
+                (Some(n), Some((m, _))) if n < m => (n, true, None),
+                (Some(n), None) => (n, true, None),
+                (_, Some((m, tf))) => (m, false, Some(tf)),
+            };
+            out.nodes.push(node);
+            if from_old {
+                out.parts.extend_from_slice(found.parts(a));
+                a += 1;
+            } else {
+                out.parts.extend(std::iter::repeat_n(f64::NAN, width));
+            }
+            if let Some(tf) = posting {
+                let len = self.doc_len.get(node as usize).copied().unwrap_or(1);
+                let slot = (out.nodes.len() - 1) * width + term.order;
+                if let Some(x) = out.parts.get_mut(slot) {
+                    *x = Self::score(term.idf, tf, len, avg);
+                }
+                b += 1;
+            }
+        }
+        out
+    }
+
     /// Adds the contributions of `terms` to the candidates that can still
     /// reach the top `limit` (the others are dropped).
-    fn look_up(
-        &self,
-        found: &mut HashMap<u32, Vec<Option<f64>>>,
-        terms: &[Term<'_>],
-        limit: usize,
-        avg: f64,
-    ) {
-        let kth = kth_partial(found, limit);
+    fn look_up(&self, found: &mut Found, terms: &[Term<'_>], limit: usize, avg: f64) {
+        let kth = found.kth_partial(limit);
         let rest: f64 = terms.iter().map(|t| t.bound).sum();
-        found.retain(|_, parts| partial(parts) + rest >= kth);
-        let mut nodes: Vec<u32> = found.keys().copied().collect();
-        nodes.sort_unstable();
+        found.retain(|partial| partial + rest >= kth);
+        let width = found.width;
         for term in terms {
             let mut from = 0usize;
-            for node in &nodes {
+            for (c, node) in found.nodes.iter().enumerate() {
                 let list = term.postings.get(from..).unwrap_or(&[]);
                 from += list.partition_point(|(n, _)| n < node);
                 let Some(&(n, tf)) = term.postings.get(from) else {
@@ -171,8 +194,8 @@ impl KeywordIndex {
                     continue;
                 }
                 let len = self.doc_len.get(n as usize).copied().unwrap_or(1);
-                if let Some(slot) = found.get_mut(node).and_then(|p| p.get_mut(term.order)) {
-                    *slot = Some(Self::score(term.idf, tf, len, avg));
+                if let Some(x) = found.parts.get_mut(c * width + term.order) {
+                    *x = Self::score(term.idf, tf, len, avg);
                 }
             }
         }
@@ -207,18 +230,52 @@ impl KeywordIndex {
     }
 }
 
-fn partial(parts: &[Option<f64>]) -> f64 {
-    parts.iter().flatten().sum()
+/// Candidates in node order, with `width` contributions each (`NaN`: the
+/// term does not match the node).
+#[derive(Debug, Default)]
+struct Found {
+    width: usize,
+    nodes: Vec<u32>,
+    parts: Vec<f64>,
 }
 
-/// The `limit`-th best partial score among the candidates.
-fn kth_partial(found: &HashMap<u32, Vec<Option<f64>>>, limit: usize) -> f64 {
-    let mut scores: Vec<f64> = found.values().map(|p| partial(p)).collect();
-    if scores.len() < limit {
-        return f64::NEG_INFINITY;
+impl Found {
+    fn parts(&self, c: usize) -> &[f64] {
+        self.parts
+            .get(c * self.width..(c + 1) * self.width)
+            .unwrap_or(&[])
     }
-    let (_, kth, _) = scores.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
-    *kth
+
+    fn partial(&self, c: usize) -> f64 {
+        self.parts(c).iter().filter(|x| !x.is_nan()).sum()
+    }
+
+    /// The `limit`-th best partial score (`-∞` with fewer candidates).
+    fn kth_partial(&self, limit: usize) -> f64 {
+        let mut scores: Vec<f64> = (0..self.nodes.len()).map(|c| self.partial(c)).collect();
+        if scores.len() < limit || limit == 0 {
+            return f64::NEG_INFINITY;
+        }
+        let (_, kth, _) = scores.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+        *kth
+    }
+
+    /// Keeps the candidates whose partial score passes `keep`.
+    fn retain(&mut self, keep: impl Fn(f64) -> bool) {
+        let mut out = Found {
+            width: self.width,
+            ..Found::default()
+        };
+        for c in 0..self.nodes.len() {
+            if keep(self.partial(c))
+                && let Some(n) = self.nodes.get(c)
+            {
+                out.nodes.push(*n);
+                out.parts.extend_from_slice(self.parts(c));
+            }
+        }
+        *self = out;
+    }
 }
 
 #[cfg(test)]
