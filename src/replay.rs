@@ -17,7 +17,8 @@
 //!
 //! Fast by construction: parsed policy sets and entity snapshots are cached
 //! by hash (a trail holds few distinct ones), records are read in pages,
-//! and each page is evaluated in parallel (rayon).
+//! and each page is evaluated in parallel (rayon) while the next one is
+//! read and resolved (`rayon::join`; tallies stay in chain order).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
