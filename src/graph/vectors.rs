@@ -21,6 +21,9 @@
 //! on the rayon pool when the graph holds more than [`PARALLEL_FROM`]
 //! vectors.
 
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
 use rayon::prelude::*;
 
 use super::embed::dot;
@@ -250,26 +253,52 @@ impl VectorIndex {
 
 /// The `k` best items and the best score among those dropped (`-∞` when
 /// none was; a non-finite score counts as `+∞`, so it is never dropped
-/// silently).
+/// silently). A bounded heap: one comparison per item, no copy of the
+/// scan.
 fn top_k_with_rest(items: impl Iterator<Item = (u32, f64)>, k: usize) -> (Vec<(u32, f64)>, f64) {
     let mut rest = f64::NEG_INFINITY;
-    let mut finite = Vec::new();
+    let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
     for (i, s) in items {
-        if s.is_finite() {
-            finite.push((i, s));
-        } else {
+        if !s.is_finite() {
             rest = f64::INFINITY;
+            continue;
+        }
+        if heap.len() < k {
+            heap.push(Worst(s, i));
+            continue;
+        }
+        match heap.peek() {
+            Some(worst) if Worst(s, i) < *worst => {
+                rest = rest.max(worst.0);
+                heap.pop();
+                heap.push(Worst(s, i));
+            }
+            _ => rest = rest.max(s),
         }
     }
-    if finite.len() <= k {
-        return (finite, rest);
+    (heap.into_iter().map(|Worst(s, i)| (i, s)).collect(), rest)
+}
+
+/// Ordered so that a max-heap's top is the worst kept item (lowest score;
+/// ties: larger index).
+#[derive(PartialEq)]
+struct Worst(f64, u32);
+
+impl Eq for Worst {}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
-    finite.select_nth_unstable_by(k, |a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    if let Some(&(_, s)) = finite.get(k) {
-        rest = rest.max(s);
+}
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .0
+            .total_cmp(&self.0)
+            .then_with(|| self.1.cmp(&other.1))
     }
-    finite.truncate(k);
-    (finite, rest)
 }
 
 #[cfg(test)]
