@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::model::top_k;
+use super::rank::top_k;
 
 /// BM25 parameters.
 const BM25_K1: f64 = 1.2;

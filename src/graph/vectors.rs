@@ -27,7 +27,7 @@ use std::collections::BinaryHeap;
 use rayon::prelude::*;
 
 use super::embed::dot;
-use super::model::top_k;
+use super::rank::top_k;
 
 /// Nodes rescored exactly per result wanted.
 const RESCORE_PER_RESULT: usize = 4;
