@@ -260,6 +260,7 @@ async fn run() -> Res<()> {
         "graph bench: {n_nodes} nodes, {n_edges} edges, {iters} iterations per figure, {} cores",
         support::cores()
     );
+    growth_curve(iters)?;
     let names = load_graph(&gw, n_nodes, n_edges).await?;
 
     let client = Client {
@@ -291,6 +292,121 @@ async fn run() -> Res<()> {
         support::server::Stopped::Cleanly => {}
         stopped => eprintln!("server stopped {stopped}"),
     }
+    Ok(())
+}
+
+/// The growth curve, in-process (the graph work of each tool, without HTTP
+/// nor Cedar): for each size of `GRAPH_CURVE` (default 10,000, 100,000 and
+/// 1,000,000 nodes, three edges per node) the view's build time, the three
+/// traversals, and the two seed searches of `graph_query` against their
+/// exhaustive references in alternation (same answers asserted), with the
+/// ratio of the medians.
+fn growth_curve(iters: usize) -> Res<()> {
+    let sizes: Vec<usize> = std::env::var("GRAPH_CURVE")
+        .unwrap_or_else(|_| "10000,100000,1000000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    if sizes.is_empty() {
+        return Ok(());
+    }
+    println!("growth curve (in-process, no HTTP nor Cedar; p50 / p99 ms):");
+    for n in sizes {
+        let (nodes, edges) = generate(n, 3 * n);
+        let t = Instant::now();
+        let g = ProjectGraph::from_rows(cedargate::graph::embed::LOCAL_MODEL, nodes, edges);
+        println!(
+            "  {n} nodes, {} edges: view built in {:.2} s",
+            g.edge_count(),
+            t.elapsed().as_secs_f64()
+        );
+        curve_point(&g, iters)?;
+    }
+    println!();
+    Ok(())
+}
+
+/// The figures of one size of the growth curve.
+fn curve_point(g: &ProjectGraph, iters: usize) -> Res<()> {
+    use cedargate::graph::model::AdmitAll;
+    let model = g.model().to_string();
+    let mut rng = Rng(7);
+    let [
+        mut query,
+        mut vec_b,
+        mut vec_x,
+        mut kw_b,
+        mut kw_x,
+        mut nb,
+        mut pa,
+    ] = std::array::from_fn(|_| Vec::new());
+    for i in 0..iters {
+        let text = QUERIES.get(i % QUERIES.len()).copied().unwrap_or("auth");
+        let t = Instant::now();
+        let qv = LocalEmbedder::vector(text);
+        let terms = cedargate::graph::tokens(text);
+        let out = cedargate::graph::pipeline::search(
+            g,
+            &model,
+            &qv,
+            &terms,
+            10,
+            2,
+            2000,
+            100,
+            &mut AdmitAll,
+        );
+        query.push(t.elapsed());
+        std::hint::black_box(out);
+        let t = Instant::now();
+        let bounded = g.vector_search(&model, &qv, 30);
+        vec_b.push(t.elapsed());
+        let t = Instant::now();
+        let exact = g.vector_search_exhaustive(&model, &qv, 30);
+        vec_x.push(t.elapsed());
+        if bounded != exact {
+            return Err(format!("vector search differs from the exhaustive one: {text}").into());
+        }
+        let t = Instant::now();
+        let bounded = g.keyword_search(&terms, 30);
+        kw_b.push(t.elapsed());
+        let t = Instant::now();
+        let exact = g.keyword_search_exhaustive(&terms, 30);
+        kw_x.push(t.elapsed());
+        if bounded != exact {
+            return Err(format!("keyword search differs from the exhaustive one: {text}").into());
+        }
+        let n = u32::try_from(g.node_count()).unwrap_or(u32::MAX).max(1);
+        let (a, b) = (rng.below(n as usize) as u32, rng.below(n as usize) as u32);
+        let t = Instant::now();
+        std::hint::black_box(g.neighbors(a, 2, None, 1000, &mut AdmitAll));
+        nb.push(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(g.path(a, b, 6, 20_000, &mut AdmitAll));
+        pa.push(t.elapsed());
+    }
+    let stats = |v: Vec<Duration>| Stats::of(v, Rank::Nearest);
+    let line = |label: &str, s: &Stats| {
+        println!(
+            "    {label:<40} p50 {:>8.3}   p99 {:>8.3}",
+            s.p50 / 1e3,
+            s.p99 / 1e3
+        );
+    };
+    line("graph_query search (topK 10, depth 2)", &stats(query));
+    let (vb, vx) = (stats(vec_b), stats(vec_x));
+    line("  vector seeds, bounded (i8 scan)", &vb);
+    line("  vector seeds, exhaustive f32 (before)", &vx);
+    let (kb, kx) = (stats(kw_b), stats(kw_x));
+    line("  keyword seeds, pruned", &kb);
+    line("  keyword seeds, exhaustive (before)", &kx);
+    println!(
+        "    seeds speed-up (exhaustive / new, medians): vector {:.1}x, keyword {:.1}x",
+        vx.p50 / vb.p50.max(1e-3),
+        kx.p50 / kb.p50.max(1e-3)
+    );
+    line("graph_neighbors depth 2", &stats(nb));
+    line("graph_path maxDepth 6", &stats(pa));
     Ok(())
 }
 

@@ -95,7 +95,7 @@ pub fn decide(
         principal: principal.to_string(),
         action: action.name().to_string(),
         resource: resource.to_string(),
-        context: context.text.clone(),
+        context: context.text().to_string(),
         entities_hash: slice.hash.clone(),
         entities: Some(slice.json.clone()),
         policy_hash: bundle.hash.clone(),
@@ -504,7 +504,7 @@ impl<'a> NodeGuard<'a> {
             resource: crate::policy::Kind::Project
                 .uid(&self.project_id)
                 .to_string(),
-            context: self.context.text.clone(),
+            context: self.context.text().to_string(),
             entities_hash: self.slice.hash.clone(),
             entities: Some(self.slice.json.clone()),
             policy_hash: self.bundle.hash.clone(),

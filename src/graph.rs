@@ -3,8 +3,9 @@
 //! and [`Graphs`] ([`state`]), which owns the in-memory views and the
 //! per-project write locks that keep them coherent with the store.
 //! [`extract`] finds entities in observations, [`embed`] turns texts into
-//! vectors, [`model`] is one project's in-memory graph and [`pipeline`]
-//! plans ingest and feedback writes.
+//! vectors, [`model`] is one project's in-memory graph (its search indexes
+//! are [`keywords`] and [`vectors`], both ranking through [`rank`]) and
+//! [`pipeline`] plans ingest and feedback writes.
 //!
 //! Children use each other directly and never this file's items, which
 //! only re-exports them for the rest of the crate.
@@ -15,10 +16,13 @@
 
 pub mod embed;
 pub mod extract;
+pub mod keywords;
 pub mod model;
 pub mod pipeline;
+pub mod rank;
 pub mod state;
 pub mod text;
+pub mod vectors;
 
 use crate::store::tenants::SessionTenant;
 

@@ -360,8 +360,9 @@ impl Hooks {
 pub struct PreparedContext {
     /// The context as Cedar JSON.
     pub json: serde_json::Value,
-    /// `json` serialized, as recorded in the decision trail.
-    pub text: String,
+    /// `json` serialized, as recorded in the decision trail: made on first
+    /// use (a replayed decision records nothing and never needs it).
+    text: std::sync::OnceLock<String>,
     /// The Cedar context; a plain session context is built from `json` on
     /// first use (a reused verdict needs none).
     cedar: std::sync::OnceLock<Result<Context, ContextError>>,
@@ -371,6 +372,11 @@ pub struct PreparedContext {
 }
 
 impl PreparedContext {
+    /// The context serialized, as recorded in the decision trail.
+    pub fn text(&self) -> &str {
+        self.text.get_or_init(|| self.json.to_string())
+    }
+
     /// The Cedar context (built now if it was deferred).
     fn cedar(&self) -> &Result<Context, ContextError> {
         self.cedar.get_or_init(|| match self.session_and_time() {
@@ -498,7 +504,7 @@ impl PolicyBundle {
         cedar: std::sync::OnceLock<Result<Context, ContextError>>,
     ) -> PreparedContext {
         PreparedContext {
-            text: json.to_string(),
+            text: std::sync::OnceLock::new(),
             json,
             cedar,
             schema_hash: self.schema_hash.clone(),

@@ -169,7 +169,7 @@ impl<'a> ToolListGuard<'a> {
             principal: self.principal.to_string(),
             action: Action::ViewTool.name().to_string(),
             resource: Kind::Session.uid(&self.session_id).to_string(),
-            context: self.context.text.clone(),
+            context: self.context.text().to_string(),
             entities_hash: self.slice.hash.clone(),
             entities: Some(self.slice.json.clone()),
             policy_hash: self.bundle.hash.clone(),

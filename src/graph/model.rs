@@ -8,17 +8,14 @@
 //! never used as a stepping stone; filters are asked level by level, in
 //! batches.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::store::graph::{EdgeRow, NodeRow, Provenance};
 
-use super::embed::dot;
-
-/// BM25 parameters.
-const BM25_K1: f64 = 1.2;
-const BM25_B: f64 = 0.75;
+use super::keywords::KeywordIndex;
+pub use super::rank::top_k;
+use super::vectors::VectorIndex;
 
 /// A node.
 #[derive(Debug, Clone)]
@@ -81,16 +78,12 @@ pub struct ProjectGraph {
     /// Incident edges of each node (both directions).
     adjacency: Vec<Vec<u32>>,
     relationships: HashSet<Arc<str>>,
-    /// term → (node, term frequency).
-    postings: HashMap<String, Vec<(u32, u16)>>,
-    doc_len: Vec<u32>,
-    total_len: u64,
+    /// BM25 over name, type and description.
+    keywords: KeywordIndex,
     /// Model whose vectors are indexed.
     model: String,
-    dims: usize,
-    /// `dims` floats per node (zeros when the node has no vector).
-    vectors: Vec<f32>,
-    has_vector: Vec<bool>,
+    /// The node vectors of `model`.
+    vectors: VectorIndex,
     /// Triplet embeddings (active model) by edge index.
     edge_vectors: HashMap<u32, Vec<f32>>,
 }
@@ -175,36 +168,14 @@ impl ProjectGraph {
         self.by_id.insert(row.id.clone(), i);
         self.by_key.insert(row.key.clone(), i);
         self.adjacency.push(Vec::new());
-        // Keyword index over name, type and description.
         let text = format!("{} {} {}", row.name, row.node_type, row.description);
-        let mut tf: HashMap<String, u16> = HashMap::new();
-        let mut len = 0u32;
-        for t in super::text::tokens(&text) {
-            len += 1;
-            let c = tf.entry(t).or_insert(0);
-            *c = c.saturating_add(1);
-        }
-        for (t, c) in tf {
-            self.postings.entry(t).or_default().push((i, c));
-        }
-        self.doc_len.push(len);
-        self.total_len += u64::from(len);
-        // Vector index.
+        self.keywords
+            .push(i, super::text::tokens(&text).into_iter());
         let vector = match &row.embedding {
-            Some((m, v)) if *m == self.model && !v.is_empty() => {
-                if self.dims == 0 {
-                    self.dims = v.len();
-                    self.vectors = vec![0.0; self.nodes.len() * self.dims];
-                }
-                (v.len() == self.dims).then_some(v.as_slice())
-            }
+            Some((m, v)) if *m == self.model => Some(v.as_slice()),
             _ => None,
         };
-        match vector {
-            Some(v) => self.vectors.extend_from_slice(v),
-            None => self.vectors.extend(std::iter::repeat_n(0.0, self.dims)),
-        }
-        self.has_vector.push(vector.is_some());
+        self.vectors.push(vector);
         self.nodes.push(Node {
             id: row.id,
             name: row.name,
@@ -272,22 +243,8 @@ impl ProjectGraph {
 
     /// Replaces a node's vector (ignored for another model or dimension).
     pub fn set_node_vector(&mut self, i: u32, model: &str, v: &[f32]) {
-        if model != self.model || v.is_empty() {
-            return;
-        }
-        if self.dims == 0 {
-            self.dims = v.len();
-            self.vectors = vec![0.0; self.nodes.len() * self.dims];
-        }
-        if v.len() != self.dims {
-            return;
-        }
-        let start = i as usize * self.dims;
-        if let Some(slot) = self.vectors.get_mut(start..start + self.dims) {
-            slot.copy_from_slice(v);
-            if let Some(h) = self.has_vector.get_mut(i as usize) {
-                *h = true;
-            }
+        if model == self.model {
+            self.vectors.set(i, v);
         }
     }
 
@@ -319,46 +276,35 @@ impl ProjectGraph {
 
     /// The `limit` best nodes for `terms` by BM25, best first.
     pub fn keyword_search(&self, terms: &[String], limit: usize) -> Vec<(u32, f64)> {
-        let n = self.nodes.len() as f64;
-        if n == 0.0 || limit == 0 {
-            return Vec::new();
-        }
-        let avg = (self.total_len as f64 / n).max(1.0);
-        let mut scores: HashMap<u32, f64> = HashMap::new();
-        let mut seen: HashSet<&str> = HashSet::new();
-        for term in terms {
-            if !seen.insert(term.as_str()) {
-                continue;
-            }
-            let Some(list) = self.postings.get(term) else {
-                continue;
-            };
-            let df = list.len() as f64;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for &(node, tf) in list {
-                let len = f64::from(self.doc_len.get(node as usize).copied().unwrap_or(1));
-                let tf = f64::from(tf);
-                let s = idf * tf * (BM25_K1 + 1.0)
-                    / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * len / avg));
-                *scores.entry(node).or_insert(0.0) += s;
-            }
-        }
-        top_k(scores.into_iter(), limit)
+        self.keywords.search(terms, limit)
     }
 
     /// The `limit` nodes most similar to `query` (same model), best first.
     pub fn vector_search(&self, model: &str, query: &[f32], limit: usize) -> Vec<(u32, f64)> {
-        if model != self.model || self.dims == 0 || query.len() != self.dims || limit == 0 {
+        if model != self.model {
             return Vec::new();
         }
-        let scores = self
-            .vectors
-            .chunks_exact(self.dims)
-            .zip(&self.has_vector)
-            .enumerate()
-            .filter(|(_, (_, has))| **has)
-            .map(|(i, (v, _))| (i as u32, f64::from(dot(v, query))));
-        top_k(scores, limit)
+        self.vectors.search(query, limit)
+    }
+
+    /// [`ProjectGraph::keyword_search`] scoring every match (the reference
+    /// it is tested and measured against).
+    pub fn keyword_search_exhaustive(&self, terms: &[String], limit: usize) -> Vec<(u32, f64)> {
+        self.keywords.exhaustive(terms, limit)
+    }
+
+    /// [`ProjectGraph::vector_search`] scanning every vector exactly (the
+    /// reference it is tested and measured against).
+    pub fn vector_search_exhaustive(
+        &self,
+        model: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Vec<(u32, f64)> {
+        if model != self.model {
+            return Vec::new();
+        }
+        self.vectors.exhaustive(query, limit)
     }
 
     /// The k-hop neighborhood of `start` through admitted nodes, optionally
@@ -637,51 +583,6 @@ impl ProjectGraph {
             })
             .collect()
     }
-}
-
-#[derive(PartialEq)]
-struct Scored(f64, u32);
-
-impl Eq for Scored {}
-
-impl PartialOrd for Scored {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Scored {
-    // Reversed: the heap's top is the worst kept score (ties: larger index).
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .0
-            .total_cmp(&self.0)
-            .then_with(|| self.1.cmp(&other.1))
-    }
-}
-
-/// The `k` best `(index, score)` pairs, best first (ties: lower index).
-pub fn top_k(items: impl Iterator<Item = (u32, f64)>, k: usize) -> Vec<(u32, f64)> {
-    if k == 0 {
-        return Vec::new();
-    }
-    let mut heap: BinaryHeap<Scored> = BinaryHeap::with_capacity(k + 1);
-    for (i, s) in items {
-        if !s.is_finite() {
-            continue;
-        }
-        if heap.len() < k {
-            heap.push(Scored(s, i));
-        } else if let Some(worst) = heap.peek()
-            && Scored(s, i) < *worst
-        {
-            heap.pop();
-            heap.push(Scored(s, i));
-        }
-    }
-    let mut out: Vec<(u32, f64)> = heap.into_iter().map(|Scored(s, i)| (i, s)).collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    out
 }
 
 #[cfg(test)]
