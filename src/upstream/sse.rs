@@ -21,7 +21,9 @@ use std::sync::Arc;
 use reqwest::header::ACCEPT;
 use serde_json::Value;
 
-use super::wire::{ClientError, Pending, Waiter, event_end, event_message, too_large, transport};
+use super::wire::{
+    ClientError, Pending, Waiter, event_end, event_message, is_event_stream, too_large, transport,
+};
 
 /// One open event stream and the endpoint its messages are POSTed to.
 #[derive(Debug)]
@@ -97,12 +99,7 @@ pub async fn open(
             resp.status().as_u16()
         )));
     }
-    let is_sse = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("text/event-stream"));
-    if !is_sse {
+    if !is_event_stream(&resp) {
         return Err(ClientError::Invalid(
             "the upstream's SSE URL did not answer an event stream".into(),
         ));

@@ -35,7 +35,7 @@ use reqwest::header::ACCEPT;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::wire::{ClientError, event_end, event_message, too_large, transport};
+use super::wire::{ClientError, event_end, event_message, is_event_stream, too_large, transport};
 use crate::a2a::registry::PeerAuth;
 use crate::mcp::protocol;
 
@@ -177,12 +177,7 @@ async fn connect(p: &Params, last_event_id: Option<&str>) -> Result<reqwest::Res
     if !status.is_success() {
         return Err(Refused::Failed(ClientError::Status(status.as_u16())));
     }
-    let is_sse = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("text/event-stream"));
-    if !is_sse {
+    if !is_event_stream(&resp) {
         return Err(Refused::NotOffered("not an event stream".into()));
     }
     Ok(resp)

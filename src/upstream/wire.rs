@@ -87,6 +87,15 @@ pub fn transport(e: &reqwest::Error) -> ClientError {
     ClientError::Transport(format!("cannot reach the upstream: {source}"))
 }
 
+/// Whether an answer is an event stream (`text/event-stream`, with or
+/// without parameters).
+pub fn is_event_stream(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"))
+}
+
 pub fn too_large(max: usize) -> ClientError {
     ClientError::Invalid(format!("the upstream's answer is larger than {max} bytes"))
 }
