@@ -17,6 +17,8 @@
 
 mod common;
 
+use common::sse::Events;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -850,38 +852,6 @@ async fn a_2025_11_25_client_is_unchanged() {
     )
     .await;
     assert_eq!(a.status, 400);
-}
-
-/// The `message` events of an SSE answer, read chunk by chunk.
-struct Events {
-    resp: reqwest::Response,
-    buf: String,
-}
-
-impl Events {
-    /// The next `message` event's JSON (keep-alive comments skipped);
-    /// `None` when the stream ended.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = block
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim)
-                    .collect();
-                if block.lines().any(|l| l.trim() == "event: message") {
-                    return Some(serde_json::from_str(&data.join("\n")).unwrap());
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), self.resp.chunk())
-                .await
-                .expect("the stream stalled")
-                .ok()??;
-            self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-    }
 }
 
 /// Opens `subscriptions/listen` (request id 9) for tool-list changes.

@@ -581,3 +581,106 @@ async fn an_oversized_read_is_refused_and_an_upstream_error_keeps_its_code() {
     );
     g.stop().await;
 }
+
+/// `subscriptions/listen` (2026-07-28) following the resources and prompts
+/// lists: a policy reload that hides one resource and one prompt from the
+/// agent is announced on each list, and the tools list, not followed,
+/// announces nothing.
+#[tokio::test]
+async fn a_listen_stream_announces_resource_and_prompt_list_changes() {
+    if !installed() {
+        return;
+    }
+    let up = Everything::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = common::copy_policies(dir.path());
+    let policies_dir = policies.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = policies_dir;
+        c.lifecycle.watch = false;
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "everything", "transport": "streamable-http", "url": up.url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": {
+        "notifications": {"resourcesListChanged": true, "promptsListChanged": true},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        },
+    }});
+    let resp = g
+        .http
+        .post(&t.mcp_url)
+        .bearer_auth(&t.key)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut events = common::sse::Events {
+        resp,
+        buf: String::new(),
+    };
+    let ack = events.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourcesListChanged": true, "promptsListChanged": true}),
+        "{ack}"
+    );
+
+    std::fs::write(policies.join("hide.cedar"), FORBID_ONE_OF_EACH).unwrap();
+    let (status, reload) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 200, "{reload}");
+    let mut announced = Vec::new();
+    for _ in 0..2 {
+        let note = events.next().await.unwrap();
+        assert_eq!(
+            note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 5,
+            "{note}"
+        );
+        announced.push(note["method"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        announced,
+        [
+            "notifications/resources/list_changed",
+            "notifications/prompts/list_changed"
+        ]
+    );
+    // The re-check decided the lists again and recorded the hidden entries.
+    let hidden = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| {
+            d.record.action == "read_resource"
+                && d.record.decision == "deny"
+                && d.record.resource.contains("architecture.md")
+        })
+        .count();
+    assert!(hidden >= 1, "the re-check's decisions are in the trail");
+
+    // A reload that changes nothing these lists show announces nothing.
+    std::fs::write(policies.join("noop.cedar"), "").unwrap();
+    let (status, _) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 200);
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), events.next()).await;
+    assert!(quiet.is_err(), "announced without a change: {quiet:?}");
+    drop(events);
+    g.stop().await;
+}

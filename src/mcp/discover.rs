@@ -27,15 +27,14 @@ pub fn discover() -> Value {
     })
 }
 
-/// What the gateway offers at 2026-07-28: tools, whose list changes are
-/// announced on `subscriptions/listen`, and the resources and prompts of
-/// the org's upstream servers (listed and read; their list changes are not
-/// announced, and resources cannot be subscribed to).
+/// What the gateway offers at 2026-07-28: tools, and the resources and
+/// prompts of the org's upstream servers, each list's changes announced on
+/// `subscriptions/listen` (resources cannot be subscribed to).
 pub fn capabilities() -> Value {
     json!({
         "tools": { "listChanged": true },
-        "resources": { "subscribe": false, "listChanged": false },
-        "prompts": { "listChanged": false },
+        "resources": { "subscribe": false, "listChanged": true },
+        "prompts": { "listChanged": true },
     })
 }
 

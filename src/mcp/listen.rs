@@ -4,13 +4,19 @@
 //! The stream opens after the same prelude as any request (key, session,
 //! isolation, header check, `access_session`). Its first event is
 //! `notifications/subscriptions/acknowledged` with the subset of the
-//! client's filter the gateway honours (`toolsListChanged` only: it has no
-//! prompts or resources). Then, whenever what a session may see can have
-//! changed (a policy reload, an admin change of the org: peers, upstream
-//! servers, the project's graph gate; the same on another instance), the
-//! stream re-runs the prelude and the `view_tool` decisions of a
-//! `tools/list` (recorded like one) and sends
-//! `notifications/tools/list_changed` only if the visible names differ.
+//! client's filter the gateway honours (`toolsListChanged`,
+//! `resourcesListChanged`, `promptsListChanged`; not resource
+//! subscriptions). Then, whenever what a session may see can have changed
+//! (a policy reload, an admin change of the org: peers, upstream servers,
+//! the project's graph gate; the same on another instance), the stream
+//! re-runs the prelude and, for each list it follows, the decisions of
+//! that list (`view_tool` for tools, `read_resource` / `get_prompt` for
+//! the upstreams' resources, templates and prompts; recorded like the
+//! list), and sends `notifications/<list>/list_changed` only if the names
+//! the agent may see differ. Resources and templates count as one list,
+//! as `resources/list_changed` covers both. A list that cannot be read at
+//! a re-check (an upstream down) keeps its last names rather than
+//! announcing a change that did not happen.
 //! Every notification carries the request's id as
 //! `io.modelcontextprotocol/subscriptionId`.
 //!
@@ -41,8 +47,9 @@ use super::era::META_SERVER_INFO;
 use super::error::McpError;
 use super::jsonrpc::Id;
 use super::streams::Registration;
-use super::{protocol, tools_list};
+use super::{entries, protocol, tools_list};
 use crate::gateway::Gateway;
+use crate::upstream::entries::EntryKind;
 
 /// How often a stream checks that it is still registered.
 const SHUTDOWN_CHECK: Duration = Duration::from_secs(1);
@@ -58,8 +65,86 @@ struct Listener {
     stream_id: Uuid,
     tx: mpsc::Sender<Event>,
     subscription: Value,
+    follows: Follows,
+    seen: Seen,
+}
+
+/// The lists a subscription asked to hear about.
+#[derive(Debug, Clone, Copy)]
+struct Follows {
     tools: bool,
-    seen: BTreeSet<String>,
+    resources: bool,
+    prompts: bool,
+}
+
+impl Follows {
+    /// Read from the request's `notifications` filter.
+    fn of(params: &Value) -> Follows {
+        let asked = |k: &str| params["notifications"][k].as_bool() == Some(true);
+        Follows {
+            tools: asked("toolsListChanged"),
+            resources: asked("resourcesListChanged"),
+            prompts: asked("promptsListChanged"),
+        }
+    }
+
+    /// The filter the gateway honours: what was asked of these lists.
+    fn honoured(self) -> Value {
+        let mut map = serde_json::Map::new();
+        for (key, on) in [
+            ("toolsListChanged", self.tools),
+            ("resourcesListChanged", self.resources),
+            ("promptsListChanged", self.prompts),
+        ] {
+            if on {
+                map.insert(key.into(), Value::Bool(true));
+            }
+        }
+        Value::Object(map)
+    }
+}
+
+/// The names the agent may see in each followed list (`None`: not
+/// followed, or not readable this time).
+#[derive(Debug, Default)]
+struct Seen {
+    tools: Option<BTreeSet<String>>,
+    resources: Option<BTreeSet<String>>,
+    prompts: Option<BTreeSet<String>>,
+}
+
+/// The names of `call`'s visible entries of every followed list.
+async fn seen_by(call: &Call, follows: Follows) -> Seen {
+    Seen {
+        tools: follows.tools.then(|| visible_names(call)),
+        resources: if follows.resources {
+            entry_names(call, &[EntryKind::Resources, EntryKind::Templates]).await
+        } else {
+            None
+        },
+        prompts: if follows.prompts {
+            entry_names(call, &[EntryKind::Prompts]).await
+        } else {
+            None
+        },
+    }
+}
+
+/// The ids of the entries of `kinds` the agent may see (decisions
+/// deferred); `None` when a list cannot be read.
+async fn entry_names(call: &Call, kinds: &[EntryKind]) -> Option<BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    for &kind in kinds {
+        let list = entries::list(call, kind).await.ok()?;
+        let items = list[kind.key()].as_array().cloned().unwrap_or_default();
+        names.extend(
+            items
+                .iter()
+                .filter_map(|e| e[kind.id_field()].as_str())
+                .map(|id| format!("{}:{id}", kind.key())),
+        );
+    }
+    Some(names)
 }
 
 /// Opens the stream of `subscriptions/listen` request `id`.
@@ -81,16 +166,12 @@ pub async fn open(
         .get(&stream_id)
         .map(|entry| entry.tx)
         .ok_or(McpError::Closing("the gateway is shutting down"))?;
-    let tools = params["notifications"]["toolsListChanged"].as_bool() == Some(true);
+    let follows = Follows::of(params);
     let subscription: Value = serde_json::from_str(id.as_raw()).unwrap_or(Value::Null);
     // Subscribe before taking the baseline, so no change falls between.
     let changes = gw.watch_changes();
-    let seen = visible_names(call);
-    let honoured = if tools {
-        json!({ "toolsListChanged": true })
-    } else {
-        json!({})
-    };
+    let seen = seen_by(call, follows).await;
+    let honoured = follows.honoured();
     let ack = notification(
         "notifications/subscriptions/acknowledged",
         &subscription,
@@ -106,7 +187,7 @@ pub async fn open(
         stream_id,
         tx,
         subscription,
-        tools,
+        follows,
         seen,
     };
     tokio::spawn(listener.run(changes, keepalive));
@@ -170,38 +251,59 @@ impl Listener {
         }
     }
 
-    /// Re-decides the visible tools; sends `list_changed` when they differ.
-    /// False when the stream should end.
+    /// Re-decides the followed lists; sends each one's `list_changed` when
+    /// its names differ. False when the stream should end.
     async fn recheck(&mut self) -> bool {
-        if !self.tools {
+        let follows = self.follows;
+        if !(follows.tools || follows.resources || follows.prompts) {
             return true;
         }
-        let Some(now) = self.visible_now().await else {
+        let Some(now) = self.seen_now().await else {
             return false;
         };
-        if now == self.seen {
-            return true;
+        let changes = [
+            ("notifications/tools/list_changed", now.tools, 0),
+            ("notifications/resources/list_changed", now.resources, 1),
+            ("notifications/prompts/list_changed", now.prompts, 2),
+        ];
+        for (method, names, which) in changes {
+            let Some(names) = names else { continue };
+            let last = match which {
+                0 => &mut self.seen.tools,
+                1 => &mut self.seen.resources,
+                _ => &mut self.seen.prompts,
+            };
+            if last.as_ref() == Some(&names) {
+                continue;
+            }
+            // A list first read now (it could not be at the last check)
+            // is a baseline, not a change.
+            let announce = last.is_some();
+            *last = Some(names);
+            if announce {
+                let note = notification(method, &self.subscription, json!({}));
+                if self.tx.send(note).await.is_err() {
+                    return false;
+                }
+            }
         }
-        self.seen = now;
-        let note = notification(
-            "notifications/tools/list_changed",
-            &self.subscription,
-            json!({}),
-        );
-        self.tx.send(note).await.is_ok()
+        true
     }
 
-    /// The prelude and the `view_tool` decisions again; `None` when the
-    /// session can no longer be used.
-    async fn visible_now(&self) -> Option<BTreeSet<String>> {
+    /// The prelude and the followed lists' decisions again; `None` when
+    /// the session can no longer be used.
+    async fn seen_now(&self) -> Option<Seen> {
         let version = Some(protocol::MODERN.to_string());
         let call = prepare(&self.gw, &self.session_id, &self.headers, version, &[])
             .await
             .ok()?;
         let admitted = admit(&call).await;
-        let names = admitted.is_ok().then(|| visible_names(&call));
+        let seen = match admitted {
+            Ok(_) => Some(seen_by(&call, self.follows).await),
+            Err(_) => None,
+        };
         call.flush_deferred().await;
-        names
+        seen
     }
 
     /// The graceful end: the request's own (empty) result.

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod pg;
 pub mod sdk_peer;
 pub mod setup;
+pub mod sse;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
