@@ -184,6 +184,10 @@ async fn server_everything_over_stdio_is_governed_isolated_and_restarted() {
     let g = TestGateway::start_with(move |c| {
         c.policies_dir = dir;
         c.upstreams = vec![everything];
+        // The server announces list changes of its own; a listing while
+        // its child is down would mark it unreachable and hide its tools
+        // (-32601), which is not what the crash below checks.
+        c.upstream_refresh.list_changed_debounce_ms = 3_600_000;
     })
     .await;
     let t = g.tenant("acme").await;
