@@ -17,7 +17,7 @@ pub mod node_filter;
 pub mod spec;
 
 pub use adapter::{
-    AfterCommit, Executed, Failed, Failure, Invocation, ToolAdapter, ToolCall, ToolError,
+    AfterCommit, Executed, Failed, Failure, Invocation, Relay, ToolAdapter, ToolCall, ToolError,
     ToolFuture, ToolOutput, text_result,
 };
 pub use catalog::Catalog;

@@ -49,7 +49,8 @@ use tokio::sync::{Mutex, Semaphore};
 
 use crate::metrics::UpstreamMetrics;
 use crate::store::{Store, StoreError};
-use client::{ClientError, Endpoint, Session, Transport};
+use crate::tools::Relay;
+use client::{ClientError, Endpoint, Outgoing, Session, Transport};
 use declared::Declared;
 use registry::{Listing, OrgUpstreams, PinnedTool, ServerTarget};
 use stdio::StdioServer;
@@ -248,10 +249,14 @@ impl Upstreams {
         name: &str,
         arguments: &Value,
         schema: &Value,
+        relay: &Relay,
     ) -> Result<Value, ClientError> {
         let params = json!({ "name": name, "arguments": arguments });
-        self.forward(target, "tools/call", params, Some(schema))
-            .await
+        let out = Outgoing {
+            schema: Some(schema),
+            relay: Some(relay),
+        };
+        self.forward(target, "tools/call", params, out).await
     }
 
     /// Sends one request of `method` to the upstream within its slots and
@@ -261,7 +266,7 @@ impl Upstreams {
         target: &ServerTarget,
         method: &str,
         params: Value,
-        schema: Option<&Value>,
+        out: Outgoing<'_>,
     ) -> Result<Value, ClientError> {
         let budget = target.timeout;
         let slots = self.slots.get_with(target.id.clone(), || {
@@ -273,7 +278,7 @@ impl Upstreams {
                 .acquire()
                 .await
                 .map_err(|_| ClientError::Transport("the upstream was removed".into()))?;
-            self.request(target, method, params, schema).await
+            self.request(target, method, params, out).await
         };
         let answer = tokio::time::timeout(budget, run)
             .await
@@ -299,7 +304,7 @@ impl Upstreams {
         target: &ServerTarget,
         method: &str,
         params: Value,
-        schema: Option<&Value>,
+        out: Outgoing<'_>,
     ) -> Result<Value, ClientError> {
         if target.transport == registry::STDIO {
             return self.stdio_for(target)?.request(method, params).await;
@@ -315,11 +320,11 @@ impl Upstreams {
             .sessions
             .get_with(target.id.clone(), || Arc::new(Mutex::new(None)));
         let session = self.session(&cell, ep, None, target).await?;
-        match client::request(&self.http, ep, &session, method, params.clone(), schema).await {
+        match client::request(&self.http, ep, &session, method, params.clone(), out).await {
             Err(ClientError::Expired) => {
                 tracing::info!(upstream = %target.slug, "upstream session expired; initializing again");
                 let fresh = self.session(&cell, ep, Some(&session), target).await?;
-                client::request(&self.http, ep, &fresh, method, params, schema).await
+                client::request(&self.http, ep, &fresh, method, params, out).await
             }
             other => other,
         }
@@ -433,9 +438,10 @@ impl Upstreams {
         };
         let session = client::initialize(&self.http, ep).await?;
         let (http, open) = (&self.http, &session);
-        let tools =
-            list_pages(move |params| client::request(http, ep, open, "tools/list", params, None))
-                .await?;
+        let tools = list_pages(move |params| {
+            client::request(http, ep, open, "tools/list", params, Outgoing::default())
+        })
+        .await?;
         // The listing session is not kept: calls open their own.
         Ok((tools, session.version))
     }

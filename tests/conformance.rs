@@ -7,29 +7,26 @@
 //! as sent (`Host` and `Origin` included, so the DNS-rebinding scenario
 //! reaches the gateway's own allow-lists). Each scenario is one run of the
 //! suite; the test reads the checks it saved (`checks.json`) and requires at
-//! least one success and no failure but those [`NOT_SERVED`] lists.
+//! least one success and no failure.
 //!
-//! The gateway under test fronts one fixture upstream (started here),
-//! registered with `prefix: ""`: the suite calls the first listed tool
-//! with empty arguments and expects a result, and exercises `x-mcp-header`
-//! on the first tool that has one, so a policy lets the agent see only the
-//! fixture's `echo`, which takes no required argument and mirrors `region`
-//! into `Mcp-Param-Region`; the fixture also lists one resource, one
-//! template and one prompt, so the caching scenario reads every list
+//! The gateway under test fronts one fixture upstream (started here), a
+//! 2026-07-28 server registered with `prefix: ""`: the suite calls the
+//! first listed tool with empty arguments and expects a result, and
+//! exercises `x-mcp-header` on the first tool that has one, so a policy
+//! lets the agent see only the fixture's tools: `echo`, which takes no
+//! required argument and mirrors `region` into `Mcp-Param-Region`, and the
+//! suite's three diagnostic tools, which exercise what the gateway relays
+//! between a 2026-07-28 caller and such a server (its declared client
+//! capabilities, an `input_required` round trip, -32021 as HTTP 400, no
+//! log the caller did not ask for). The fixture also lists one resource,
+//! one template and one prompt, so the caching scenario reads every list
 //! through the gateway.
 //!
 //! Figures (suite 0.2.0-alpha.12):
-//! - 2026-07-28: 6 of 6 scenarios pass: `server-stateless`, `tools-list`,
-//!   `dns-rebinding-protection`, `caching` (every list and
-//!   `resources/read` with its hints), `http-header-validation`,
-//!   `http-custom-header-server-validation`. Four checks of
-//!   `server-stateless` still fail for a reason outside what is served
-//!   and are listed in [`NOT_SERVED`]: they need the suite's diagnostic
-//!   tools (`test_missing_capability`, `test_streaming_elicitation`,
-//!   `test_logging_tool`), whose behaviour (a tool requiring the caller's
-//!   sampling capability, a tool streaming an elicitation, a log without a
-//!   log level) needs the caller's client capabilities and server-to-client
-//!   messages carried upstream, which the gateway does not do.
+//! - 2026-07-28: 6 of 6 scenarios pass, every check:
+//!   `server-stateless`, `tools-list`, `dns-rebinding-protection`,
+//!   `caching` (every list and `resources/read` with its hints),
+//!   `http-header-validation`, `http-custom-header-server-validation`.
 //! - 2025-11-25: 5 of 5 pass: `server-initialize`, `ping`, `tools-list`,
 //!   `dns-rebinding-protection`, `server-session-lifecycle`.
 //! - Fronting `@modelcontextprotocol/server-everything` with `prefix: ""`
@@ -108,7 +105,7 @@ fn installed() -> bool {
     )
 }
 
-/// What the agent under test may see: only the fixture upstream's tool.
+/// What the agent under test may see: only the fixture upstream's tools.
 /// The suite calls the first listed tool with empty arguments and expects
 /// a result, and exercises `x-mcp-header` on the first tool that has one;
 /// the gateway's own tools take required arguments and carry no
@@ -117,7 +114,12 @@ const FIXTURE_ONLY: &str = r#"
 @id("conformance-fixture-only")
 @advice("this agent sees the conformance fixture only")
 forbid (principal, action == Gateway::Action::"view_tool", resource)
-unless { resource == Gateway::Tool::"echo" };
+unless { resource in [
+    Gateway::Tool::"echo",
+    Gateway::Tool::"test_missing_capability",
+    Gateway::Tool::"test_streaming_elicitation",
+    Gateway::Tool::"test_logging_tool"
+] };
 "#;
 
 /// A gateway whose tenant `acme` has the fixture upstream registered.
@@ -135,13 +137,24 @@ async fn gateway() -> (TestGateway, Tenant) {
         )
         .await;
     assert_eq!(status, 201, "{server}");
-    assert_eq!(g.tool_names(&t).await, ["echo"]);
+    let mut names = g.tool_names(&t).await;
+    names.sort();
+    assert_eq!(names, FIXTURE_TOOLS);
     (g, t)
 }
 
-/// A minimal upstream MCP server (2025-06-18, JSON answers) with one tool,
-/// `echo`, that takes no required argument and mirrors `region` into the
-/// `Mcp-Param-Region` header.
+/// The fixture's tools, by name (the order a 2026-07-28 list has).
+const FIXTURE_TOOLS: [&str; 4] = [
+    "echo",
+    "test_logging_tool",
+    "test_missing_capability",
+    "test_streaming_elicitation",
+];
+
+/// A minimal 2026-07-28 upstream MCP server (it answers `server/discover`,
+/// so the gateway speaks that revision to it) with `echo`, which takes no
+/// required argument and mirrors `region` into the `Mcp-Param-Region`
+/// header, and the suite's diagnostic tools (see [`diagnostic`]).
 async fn fixture() -> String {
     let app = axum::Router::new().route("/mcp", axum::routing::post(fixture_answer));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -155,10 +168,11 @@ async fn fixture_answer(body: String) -> Response {
     let Some(id) = msg.get("id").cloned() else {
         return StatusCode::ACCEPTED.into_response();
     };
+    let params = &msg["params"];
     let result = match msg["method"].as_str().unwrap_or_default() {
-        "initialize" => json!({"protocolVersion": "2025-06-18",
-                               "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
-                               "serverInfo": {"name": "fixture", "version": "1"}}),
+        "server/discover" => json!({"supportedVersions": ["2026-07-28"],
+                                    "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
+                                    "serverInfo": {"name": "fixture", "version": "1"}}),
         "tools/list" => json!({"tools": [{
             "name": "echo",
             "description": "Answers the arguments it was given",
@@ -166,11 +180,16 @@ async fn fixture_answer(body: String) -> Response {
                 "region": {"type": "string", "x-mcp-header": "Region"},
                 "query": {"type": "string"}
             }}
-        }]}),
-        "tools/call" => {
-            let text = msg["params"]["arguments"].to_string();
-            json!({"content": [{"type": "text", "text": text}], "isError": false})
-        }
+        }, diagnostic_tool("test_missing_capability", "Asks the caller's model to sample"),
+           diagnostic_tool("test_streaming_elicitation", "Asks the caller's user to confirm"),
+           diagnostic_tool("test_logging_tool", "Logs while it runs")]}),
+        "tools/call" => match diagnostic(&id, params) {
+            Ok(answer) => return answer,
+            Err(()) => {
+                let text = params["arguments"].to_string();
+                json!({"content": [{"type": "text", "text": text}], "isError": false})
+            }
+        },
         "resources/list" => json!({"resources": [
             {"uri": "fixture://notes/readme", "name": "readme", "mimeType": "text/plain"}
         ]}),
@@ -178,7 +197,7 @@ async fn fixture_answer(body: String) -> Response {
             {"uriTemplate": "fixture://notes/{name}", "name": "note", "mimeType": "text/plain"}
         ]}),
         "resources/read" => json!({"contents": [{
-            "uri": msg["params"]["uri"], "mimeType": "text/plain", "text": "a note"
+            "uri": params["uri"], "mimeType": "text/plain", "text": "a note"
         }]}),
         "prompts/list" => json!({"prompts": [{"name": "greet", "description": "Says hello"}]}),
         "prompts/get" => json!({"messages": [
@@ -187,6 +206,54 @@ async fn fixture_answer(body: String) -> Response {
         _ => json!({}),
     };
     axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+}
+
+fn diagnostic_tool(name: &str, description: &str) -> Value {
+    json!({"name": name, "description": description,
+           "inputSchema": {"type": "object", "properties": {}}})
+}
+
+/// The suite's diagnostic tools, as its reference server behaves, deciding
+/// on the client capabilities the gateway relays in `_meta`:
+/// `test_missing_capability` needs `sampling` and `test_streaming_elicitation`
+/// `elicitation` (-32021 naming it when undeclared; else an
+/// `input_required` result asking for it, and on the retry with the answer
+/// a result quoting it); `test_logging_tool` logs (`notifications/message`
+/// on an event-stream answer) whatever the caller asked, which the gateway
+/// must not pass on. `Err` for any other tool.
+fn diagnostic(id: &Value, params: &Value) -> Result<Response, ()> {
+    let (capability, key, method) = match params["name"].as_str().unwrap_or_default() {
+        "test_missing_capability" => ("sampling", "sample", "sampling/createMessage"),
+        "test_streaming_elicitation" => ("elicitation", "confirm", "elicitation/create"),
+        "test_logging_tool" => {
+            let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                             "params": {"level": "info", "data": "working"}});
+            let done = json!({"jsonrpc": "2.0", "id": id, "result":
+                              {"content": [{"type": "text", "text": "logged"}]}});
+            let body = format!("event: message\ndata: {log}\n\nevent: message\ndata: {done}\n\n");
+            return Ok(([(header::CONTENT_TYPE, "text/event-stream")], body).into_response());
+        }
+        _ => return Err(()),
+    };
+    let meta = &params["_meta"];
+    let declared = meta["io.modelcontextprotocol/clientCapabilities"][capability].is_object();
+    let answer = if !declared {
+        json!({"error": {"code": -32021, "message": format!("{capability} is required"),
+                         "data": {"requiredCapabilities": {capability: {}}}}})
+    } else if let Some(response) = params["inputResponses"].get(key) {
+        assert_eq!(
+            params["requestState"], "fixture-state",
+            "the state comes back as sent"
+        );
+        json!({"result": {"content": [{"type": "text", "text": format!("answered: {response}")}]}})
+    } else {
+        json!({"result": {"resultType": "input_required", "requestState": "fixture-state",
+                          "inputRequests": {key: {"method": method, "params": {}}}}})
+    };
+    let mut answer = answer;
+    answer["jsonrpc"] = json!("2.0");
+    answer["id"] = id.clone();
+    Ok(axum::Json(answer).into_response())
 }
 
 /// Request headers the proxy does not pass on (hop-by-hop, or set again
@@ -275,7 +342,7 @@ type Verdict = Result<usize, String>;
 /// Runs one scenario of the suite at `version` against `url`.
 async fn scenario(url: &str, name: &str, version: &str) -> Verdict {
     let (checks, exited_ok, log) = run_suite(url, name, version).await?;
-    judge(name, &checks, exited_ok).map_err(|e| format!("{e}\n{log}"))
+    judge(&checks, exited_ok).map_err(|e| format!("{e}\n{log}"))
 }
 
 /// Runs one scenario and answers the checks it saved, whether the suite
@@ -335,47 +402,11 @@ fn saved_checks(dir: &Path, name: &str) -> Result<Vec<Value>, String> {
         .ok_or_else(|| format!("checks.json is not a list: {text}"))
 }
 
-/// Checks the suite reports as failed for a reason outside the gateway:
-/// (scenario, check id, text its message must hold). Anything else that
-/// fails, or one of these failing for another reason, fails the test.
-const NOT_SERVED: &[(&str, &str, &str)] = &[
-    // Diagnostic tools of the suite's reference server.
-    (
-        "server-stateless",
-        "sep-2575-server-rejects-undeclared-capability",
-        "'test_missing_capability'",
-    ),
-    (
-        "server-stateless",
-        "sep-2575-missing-capability-http-400",
-        "'test_missing_capability'",
-    ),
-    (
-        "server-stateless",
-        "sep-2575-http-server-no-independent-requests-on-stream",
-        "'test_streaming_elicitation'",
-    ),
-    (
-        "server-stateless",
-        "sep-2575-server-no-log-without-loglevel",
-        "'test_logging_tool'",
-    ),
-];
-
-/// Whether a failed check of `scenario` is one [`NOT_SERVED`] lists.
-fn not_served(scenario: &str, check: &Value) -> bool {
-    let message = check["errorMessage"].as_str().unwrap_or_default();
-    NOT_SERVED
+/// At least one check passed, none failed, and the suite agreed.
+fn judge(checks: &[Value], exited_ok: bool) -> Verdict {
+    let failed: Vec<String> = checks
         .iter()
-        .any(|(s, id, text)| *s == scenario && check["id"] == *id && message.contains(text))
-}
-
-/// At least one check passed, none failed (but those [`NOT_SERVED`]
-/// lists), and the suite agreed unless one of those failed.
-fn judge(scenario: &str, checks: &[Value], exited_ok: bool) -> Verdict {
-    let failures = || checks.iter().filter(|c| c["status"] == "FAILURE");
-    let failed: Vec<String> = failures()
-        .filter(|c| !not_served(scenario, c))
+        .filter(|c| c["status"] == "FAILURE")
         .map(|c| format!("{}: {}", c["id"], c["errorMessage"]))
         .collect();
     let passed = checks.iter().filter(|c| c["status"] == "SUCCESS").count();
@@ -385,7 +416,7 @@ fn judge(scenario: &str, checks: &[Value], exited_ok: bool) -> Verdict {
     if passed == 0 {
         return Err(format!("no check passed: {checks:#?}"));
     }
-    if !exited_ok && failures().next().is_none() {
+    if !exited_ok {
         return Err("the suite exited with a failure".into());
     }
     Ok(passed)

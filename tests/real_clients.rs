@@ -21,12 +21,13 @@
 
 mod common;
 
+use common::setup::{clients_dir, clients_installed as installed};
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{Tenant, TestGateway, repo};
+use common::{Tenant, TestGateway};
 use serde_json::Value;
 
 /// Denies recall for everyone: the call every client must see fail with -32003.
@@ -38,20 +39,6 @@ forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::
 
 /// Upper bound on one client run (a hang fails instead of blocking).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn clients_dir() -> PathBuf {
-    repo().join("tests/clients")
-}
-
-/// Runs the installer once per test binary.
-fn installed() -> bool {
-    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
-    common::setup::install_once(
-        &SETUP,
-        &clients_dir().join("install.sh"),
-        "real MCP clients",
-    )
-}
 
 /// What a client process did.
 struct Run {

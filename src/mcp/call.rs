@@ -59,6 +59,10 @@ pub struct Call {
     /// The caller's W3C trace context, written into the `notes` of every
     /// decision record of the request.
     pub trace: Option<TraceContext>,
+    /// The client capabilities a 2026-07-28 request declared in its
+    /// `_meta` (`None` for older revisions, which declare them at
+    /// `initialize`): handed to adapters fronting other MCP servers.
+    pub capabilities: Option<serde_json::Map<String, serde_json::Value>>,
     /// The trace context of the message being answered, when a legacy
     /// body's message carries its own (see [`Call::enter_message`]).
     message_trace: Mutex<Option<TraceContext>>,
@@ -314,6 +318,7 @@ pub async fn prepare(
         pending: Mutex::new(Vec::new()),
         sealed: Mutex::new(Vec::new()),
         trace: None,
+        capabilities: None,
         message_trace: Mutex::new(None),
     })
 }

@@ -166,7 +166,7 @@ async fn get(
     let answer = call
         .gw
         .upstreams
-        .forward(&target, method, Value::Object(params), None)
+        .forward(&target, method, Value::Object(params), Default::default())
         .await
         .and_then(|r| checked(r, method, required));
     let outcome = outcome(&target, &answer, started);

@@ -481,6 +481,11 @@ impl McpError {
     pub fn modern_status(&self) -> StatusCode {
         match self {
             McpError::MethodNotFound(_) => StatusCode::NOT_FOUND,
+            // A fronted server's -32021 is the caller's to fix, as the
+            // gateway's own is.
+            McpError::Remote { code, .. } if *code == jsonrpc::MISSING_CLIENT_CAPABILITY => {
+                StatusCode::BAD_REQUEST
+            }
             _ => self.status(),
         }
     }

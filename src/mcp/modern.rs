@@ -15,9 +15,14 @@
 //! else (`initialize` and `ping` included, which the revision
 //! removed) answers 404 with -32601.
 //!
-//! Result shapes: every result carries `resultType: "complete"` (the
-//! gateway never asks a client for input) and the gateway's `serverInfo`
-//! in `_meta`. `tools/list` lists the visible tools ordered by name, with
+//! Result shapes: every result carries `resultType: "complete"` and the
+//! gateway's `serverInfo` in `_meta`, but one: a tool of a server the
+//! gateway fronts may ask the caller for input (`"input_required"`, passed
+//! on as it came); the caller's retry is a new `tools/call`, decided by
+//! Cedar again, whose answers travel back to that server
+//! (`crate::upstream::client`, "Relayed callers"). The caller's
+//! capabilities go there too, and a -32021 of that server answers 400 as
+//! the gateway's own does. `tools/list` lists the visible tools ordered by name, with
 //! `ttlMs` (`cache_ttl_secs`, the staleness the gateway itself accepts for
 //! a change made elsewhere; a call to a tool gone since is decided and
 //! refused like any other) and `cacheScope: "private"`, always: every list
@@ -102,6 +107,7 @@ async fn answer(
     )
     .await?;
     call.trace = request.trace.clone();
+    call.capabilities = Some(request.capabilities.clone());
     if let Err(mismatch) = headers::validate(headers, &request, &call.view) {
         return Err(refuse(&call, mismatch).await);
     }
@@ -230,11 +236,14 @@ fn cached(mut result: Value, ttl_ms: Option<u64>) -> Value {
     result
 }
 
-/// A result with the revision's `resultType` and the gateway's
+/// A result with the revision's `resultType` (`complete`, unless a
+/// fronted server asks the caller for input) and the gateway's
 /// `serverInfo` in `_meta`.
 fn complete(mut result: Value) -> Value {
     if let Value::Object(map) = &mut result {
-        map.insert("resultType".into(), "complete".into());
+        if map.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            map.insert("resultType".into(), "complete".into());
+        }
         let meta = map.entry("_meta").or_insert_with(|| json!({}));
         if let Value::Object(meta) = meta {
             meta.insert(META_SERVER_INFO.into(), discover::server_info());

@@ -26,7 +26,7 @@ use crate::policy::{Action, Kind, PreparedContext};
 use crate::store::WriteOp;
 use crate::tools::spec::echo;
 use crate::tools::{
-    Executed, Failed, Failure, Invocation, ToolAdapter, ToolCall, ToolSpec, text_result,
+    Executed, Failed, Failure, Invocation, Relay, ToolAdapter, ToolCall, ToolSpec, text_result,
 };
 
 /// `params` of a `tools/call`.
@@ -34,6 +34,10 @@ struct Request {
     /// The name as called (canonical or a legacy alias).
     name: String,
     arguments: Map<String, Value>,
+    /// `inputResponses` of a 2026-07-28 retry.
+    input_responses: Option<Map<String, Value>>,
+    /// `requestState` of a 2026-07-28 retry.
+    request_state: Option<String>,
 }
 
 /// The decisions that let a call run: the tool's own, and `write_node`
@@ -45,7 +49,7 @@ struct Allowed {
 
 /// Runs one `tools/call`.
 pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
-    let request = parse(params)?;
+    let mut request = parse(params)?;
     let tool = match resolve(call, &request.name) {
         Resolved::Tool(tool) => tool,
         Resolved::Answer(result) => return Ok(result),
@@ -57,16 +61,19 @@ pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
     };
     let spec = Arc::clone(tool.spec());
     check_view(call, &spec.name, &request.name, true).await?;
-    let (args, notes) = validated_arguments(call, &spec, request.name.as_str(), request.arguments)?;
+    let arguments = std::mem::take(&mut request.arguments);
+    let (args, notes) = validated_arguments(call, &spec, request.name.as_str(), arguments)?;
     let inv = call.invocation();
     if !still_offered(tool.as_ref(), &inv, &request.name).await? {
         return Err(McpError::UnknownTool(request.name));
     }
     let allowed = decide(call, tool.as_ref(), &inv, &args, notes, &request.name).await?;
+    let relay = relay(call, &mut request);
     let started = Instant::now();
     let tool_call = ToolCall {
         args: &args,
         decision_id: allowed.call.id(),
+        relay: &relay,
     };
     let executed = tool.execute(&inv, tool_call).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -98,7 +105,47 @@ fn parse(params: Value) -> Result<Request, McpError> {
             });
         }
     };
-    Ok(Request { name, arguments })
+    let input_responses = match params.remove("inputResponses") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(r)) => Some(r),
+        Some(_) => {
+            return Err(McpError::InvalidParams {
+                message: "`params.inputResponses` must be an object",
+                field: "inputResponses",
+            });
+        }
+    };
+    let request_state = match params.remove("requestState") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => {
+            return Err(McpError::InvalidParams {
+                message: "`params.requestState` must be a string",
+                field: "requestState",
+            });
+        }
+    };
+    Ok(Request {
+        name,
+        arguments,
+        input_responses,
+        request_state,
+    })
+}
+
+/// What the adapter may carry to a server it fronts: a 2026-07-28
+/// caller's capabilities and, on a retry, its answers and the server's
+/// state. An older revision's caller has neither (its `inputResponses`,
+/// not of its revision, are dropped).
+fn relay(call: &Call, request: &mut Request) -> Relay {
+    let Some(capabilities) = &call.capabilities else {
+        return Relay::default();
+    };
+    Relay {
+        capabilities: Some(capabilities.clone()),
+        input_responses: request.input_responses.take(),
+        request_state: request.request_state.take(),
+    }
 }
 
 enum Resolved {
@@ -253,6 +300,7 @@ async fn decide(
             ToolCall {
                 args,
                 decision_id: decided.id(),
+                relay: &Relay::default(),
             },
         );
         let denial = denial(&spec.name, &decided);
@@ -380,16 +428,27 @@ fn failure_error(failure: Failure, called_as: &str, tool: &str, decision_id: &st
             class,
             message,
             detail,
-        } => McpError::Remote {
-            code,
-            message,
-            data: json!({
+        } => {
+            let mut data = json!({
                 "tool": tool,
                 "class": class,
                 "decisionId": decision_id,
-                "detail": detail,
-            }),
-        },
+            });
+            // A server the gateway fronts that needs a capability the
+            // caller did not declare: the caller gets the revision's own
+            // error shape, `requiredCapabilities` at the top of `data`.
+            if code == super::jsonrpc::MISSING_CLIENT_CAPABILITY
+                && let Some(required) = detail.get("requiredCapabilities").filter(|r| r.is_object())
+            {
+                data["requiredCapabilities"] = required.clone();
+            }
+            data["detail"] = detail;
+            McpError::Remote {
+                code,
+                message,
+                data,
+            }
+        }
         Failure::Internal(_) => McpError::Internal,
         Failure::Gone => McpError::UnknownTool(called_as.to_string()),
     }

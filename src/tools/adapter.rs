@@ -89,6 +89,34 @@ pub struct ToolCall<'a> {
     pub args: &'a Value,
     /// The id of the decision that let the call run (or denied it).
     pub decision_id: &'a str,
+    /// What of the caller's request an adapter fronting another MCP
+    /// server carries to it (built-in tools ignore it).
+    pub relay: &'a Relay,
+}
+
+/// What a 2026-07-28 caller hands an adapter that fronts another MCP
+/// server: the client capabilities it declared on this request and, when
+/// it retries a call that asked it for input, its answers and the
+/// server's opaque state. A caller of an older revision declares its
+/// capabilities only at `initialize` and cannot take an input request, so
+/// it hands nothing ([`Relay::default`]).
+#[derive(Debug, Clone, Default)]
+pub struct Relay {
+    /// `_meta["io.modelcontextprotocol/clientCapabilities"]` of the
+    /// request (`None`: a caller of an older revision).
+    pub capabilities: Option<Map<String, Value>>,
+    /// `params.inputResponses` of a retry.
+    pub input_responses: Option<Map<String, Value>>,
+    /// `params.requestState` of a retry.
+    pub request_state: Option<String>,
+}
+
+impl Relay {
+    /// Whether the caller can take an input request
+    /// (`resultType: "input_required"`) and retry with its answers.
+    pub fn takes_input(&self) -> bool {
+        self.capabilities.is_some()
+    }
 }
 
 /// A call that ran: its answer, the writes to commit with its record, and

@@ -19,9 +19,18 @@
 //! then initialized as before: `initialize` offering the newest version of
 //! that era the gateway speaks and accepting any it supports, then
 //! `notifications/initialized`. HTTP+SSE upstreams are always initialized.
-//! Both eras fail with the same classes. A 2026-07-28 result asking the
-//! client for input (`resultType: "input_required"`) is an invalid response
-//! (-32203): the gateway has no user to ask and relays no such round trip.
+//! Both eras fail with the same classes.
+//!
+//! **Relayed callers.** A tool call made for a 2026-07-28 caller
+//! ([`Outgoing::relay`]) carries that caller's declared client
+//! capabilities in `_meta` (a server of the revision decides on them, and
+//! answers -32021 for one it needs and was not given), and, on a retry,
+//! the caller's `inputResponses` and the server's `requestState`; its
+//! answer may then ask for input (`resultType: "input_required"`), which
+//! goes back to the caller, who alone can answer it. Every other request
+//! declares no capability, and a result asking for input is an invalid
+//! response (-32203): the gateway has nobody to ask. Older revisions carry
+//! no capabilities per request, so nothing is relayed to such a server.
 //!
 //! **Architecture Invariant:** the only credential sent is the upstream's
 //! own bearer token, resolved by the caller; nothing of the agent's request
@@ -35,6 +44,7 @@ use serde_json::{Value, json};
 
 use super::sse;
 use crate::mcp::protocol;
+use crate::tools::Relay;
 
 pub use super::wire::{ClientError, codes};
 use super::wire::{event_end, event_message, too_large, transport};
@@ -60,6 +70,23 @@ pub struct Endpoint<'a> {
     pub bearer: Option<&'a str>,
     /// Largest answer accepted, in bytes.
     pub max_bytes: usize,
+}
+
+/// What a request carries besides its method and params.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outgoing<'a> {
+    /// The called tool's input schema: its `x-mcp-header` arguments are
+    /// mirrored into `Mcp-Param-*` headers at 2026-07-28.
+    pub schema: Option<&'a Value>,
+    /// The 2026-07-28 caller a tool call is made for (see the module doc).
+    pub relay: Option<&'a Relay>,
+}
+
+impl Outgoing<'_> {
+    /// Whether an answer asking for input goes back to a caller.
+    fn takes_input(&self) -> bool {
+        self.relay.is_some_and(Relay::takes_input)
+    }
 }
 
 /// How a session's messages travel.
@@ -151,7 +178,16 @@ pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Sess
         "capabilities": {},
         "clientInfo": { "name": "cedargate", "version": env!("CARGO_PKG_VERSION") },
     });
-    let (posted, result) = exchange(http, ep, &link, None, "initialize", params, None).await?;
+    let (posted, result) = exchange(
+        http,
+        ep,
+        &link,
+        None,
+        "initialize",
+        params,
+        Outgoing::default(),
+    )
+    .await?;
     let version = result
         .get("protocolVersion")
         .and_then(Value::as_str)
@@ -192,7 +228,7 @@ async fn discover(
         Some(&probe),
         "server/discover",
         json!({}),
-        None,
+        Outgoing::default(),
     )
     .await
     {
@@ -208,18 +244,31 @@ async fn discover(
     }
 }
 
-/// `params` with the `_meta` every 2026-07-28 request carries.
-fn with_modern_meta(mut params: Value) -> Value {
+/// `params` with the `_meta` every 2026-07-28 request carries (the
+/// relayed caller's capabilities, else none) and a relayed retry's
+/// `inputResponses` and `requestState`.
+fn with_modern_meta(mut params: Value, relay: Option<&Relay>) -> Value {
     if !params.is_object() {
         params = json!({});
     }
+    let capabilities = relay
+        .and_then(|r| r.capabilities.clone())
+        .unwrap_or_default();
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": protocol::MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {
             "name": "cedargate", "version": env!("CARGO_PKG_VERSION"),
         },
     });
+    if let (Some(map), Some(relay)) = (params.as_object_mut(), relay) {
+        if let Some(responses) = &relay.input_responses {
+            map.insert("inputResponses".into(), Value::Object(responses.clone()));
+        }
+        if let Some(state) = &relay.request_state {
+            map.insert("requestState".into(), state.clone().into());
+        }
+    }
     if let Some(map) = params.as_object_mut() {
         match map.get_mut("_meta").and_then(Value::as_object_mut) {
             Some(existing) => {
@@ -287,19 +336,11 @@ pub async fn request(
     session: &Session,
     method: &str,
     params: Value,
-    schema: Option<&Value>,
+    out: Outgoing<'_>,
 ) -> Result<Value, ClientError> {
-    exchange(
-        http,
-        ep,
-        &session.link,
-        Some(session),
-        method,
-        params,
-        schema,
-    )
-    .await
-    .map(|(_, result)| result)
+    exchange(http, ep, &session.link, Some(session), method, params, out)
+        .await
+        .map(|(_, result)| result)
 }
 
 /// Sends a request and reads its response's `result` (or error).
@@ -310,13 +351,13 @@ async fn exchange(
     session: Option<&Session>,
     method: &str,
     params: Value,
-    schema: Option<&Value>,
+    out: Outgoing<'_>,
 ) -> Result<(Posted, Value), ClientError> {
     let id = Value::from(NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let modern = session.is_some_and(Session::is_modern);
     let (params, headers) = if modern {
-        let headers = modern_headers(method, &params, schema);
-        (with_modern_meta(params), headers)
+        let headers = modern_headers(method, &params, out.schema);
+        (with_modern_meta(params, out.relay), headers)
     } else {
         (params, Vec::new())
     };
@@ -328,9 +369,10 @@ async fn exchange(
         )));
     };
     let result = response_result(message)?;
-    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+    let asks_input = result.get("resultType").and_then(Value::as_str) == Some("input_required");
+    if asks_input && !(modern && out.takes_input()) {
         return Err(ClientError::Invalid(format!(
-            "the upstream asked for client input to answer `{method}`, which the gateway does not relay"
+            "the upstream asked for client input to answer `{method}`, and this caller cannot be asked"
         )));
     }
     Ok((posted, result))
@@ -426,10 +468,19 @@ async fn post(
     {
         return Err(ClientError::Expired);
     }
-    if !status.is_success() {
-        return Err(ClientError::Status(status.as_u16()));
-    }
     let content_type = header(resp.headers(), "content-type").unwrap_or_default();
+    if !status.is_success() {
+        return match expect.filter(|_| status.is_client_error()) {
+            Some(id) => error_answer(resp, id, &content_type, ep.max_bytes)
+                .await
+                .map(|message| Posted {
+                    session_id,
+                    message: Some(message),
+                })
+                .ok_or(ClientError::Status(status.as_u16())),
+            None => Err(ClientError::Status(status.as_u16())),
+        };
+    }
     let accepted_only = status == reqwest::StatusCode::ACCEPTED
         || (legacy && !content_type.starts_with("application/json"));
     let Some(expect) = expect.filter(|_| !accepted_only) else {
@@ -449,6 +500,27 @@ async fn post(
         session_id,
         message: Some(message),
     })
+}
+
+/// The JSON-RPC error a 4xx answer carries for request `id`, if it is one:
+/// a server of 2026-07-28 answers some errors (-32021 a missing client
+/// capability, -32020, -32022) with 400 and the error in the body, and
+/// that error, not the status, is the answer.
+async fn error_answer(
+    resp: reqwest::Response,
+    id: &Value,
+    content_type: &str,
+    max: usize,
+) -> Option<Value> {
+    if !content_type.starts_with("application/json") {
+        return None;
+    }
+    let bytes = read_limited(resp, max).await.ok()?;
+    let message: Value = serde_json::from_slice(&bytes).ok()?;
+    let error = message.get("error")?;
+    let is_error = error.get("code").is_some_and(Value::is_i64)
+        && error.get("message").is_some_and(Value::is_string);
+    (is_error && message.get("id") == Some(id)).then_some(message)
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {

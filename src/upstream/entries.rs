@@ -199,7 +199,9 @@ impl Upstreams {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
-            let mut page = self.forward(target, kind.method(), params, None).await?;
+            let mut page = self
+                .forward(target, kind.method(), params, Default::default())
+                .await?;
             let Some(Value::Array(listed)) = page.get_mut(kind.key()).map(Value::take) else {
                 return Err(ClientError::Invalid(format!(
                     "the upstream's {} result has no `{}` array",

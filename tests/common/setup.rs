@@ -54,3 +54,19 @@ pub fn upstreams_installed() -> bool {
         "upstream MCP servers",
     )
 }
+
+/// Where `tests/clients/install.sh` installs the real MCP clients the
+/// tests drive (npm packages, the Python SDK's venv).
+pub fn clients_dir() -> PathBuf {
+    super::repo().join("tests/clients")
+}
+
+/// Runs the clients' installer once per test binary.
+pub fn clients_installed() -> bool {
+    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
+    install_once(
+        &SETUP,
+        &clients_dir().join("install.sh"),
+        "real MCP clients",
+    )
+}

@@ -6,9 +6,12 @@ Usage: python py_server.py PORT
 
 Tools: `add` (two integers), `shout` (uppercases a text), `locate` (its
 `region` argument is marked `x-mcp-header`, so a 2026-07-28 client must
-mirror it as `Mcp-Param-Region`), and `calls_seen`, which answers how many
-calls of the others reached this server, so a test can prove a denied
-call never arrived.
+mirror it as `Mcp-Param-Region`), `archive` (asks the user to confirm
+through the SDK's `Elicit` resolver: at 2026-07-28 an `input_required`
+result the client answers by calling again, and -32021 for a client that
+did not declare `elicitation`), and `calls_seen`, which answers how many
+calls of `add`, `shout`, `locate` and `archive` reached this server, so a
+test can prove a denied call never arrived.
 """
 
 import sys
@@ -16,7 +19,8 @@ from typing import Annotated
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
-from pydantic import Field
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from pydantic import BaseModel, Field
 
 calls: list[str] = []
 server = MCPServer("py-upstream", version="1.0.0")
@@ -43,9 +47,24 @@ def locate(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Regi
     return f"served from {region}"
 
 
+class Confirmation(BaseModel):
+    ok: bool
+
+
+def ask_to_archive(name: str) -> Elicit[Confirmation]:
+    return Elicit(f"Archive {name}?", Confirmation)
+
+
+@server.tool()
+def archive(name: str, confirmation: Annotated[Confirmation, Resolve(ask_to_archive)]) -> str:
+    """Archive a note once the user confirms."""
+    calls.append("archive")
+    return f"archived {name}" if confirmation.ok else f"kept {name}"
+
+
 @server.tool()
 def calls_seen() -> int:
-    """How many calls of `add` and `shout` reached this server."""
+    """How many calls of the other tools reached this server."""
     return len(calls)
 
 
