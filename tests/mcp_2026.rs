@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::modern::{V, modern, post, request, standard_headers};
+use common::modern::{V, modern, post, posting, request, standard_headers};
 use common::sse::Events;
 
 use std::sync::Arc;
@@ -796,17 +796,10 @@ async fn listen(g: &TestGateway, t: &Tenant) -> (u16, Option<Events>) {
         "subscriptions/listen",
         json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["x://y"]}}),
     );
-    let mut req = g
-        .http
-        .post(&t.mcp_url)
-        .bearer_auth(&t.key)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    for (k, v) in standard_headers(&body) {
-        req = req.header(k, v);
-    }
-    let resp = req.send().await.unwrap();
+    let resp = posting(g, t, &standard_headers(&body), &body)
+        .send()
+        .await
+        .unwrap();
     let status = resp.status().as_u16();
     if status != 200 {
         return (status, None);
@@ -886,4 +879,43 @@ async fn subscriptions_listen_announces_tool_list_changes_and_is_bounded_per_key
     }
     let (again, _) = listen(&g, &t).await;
     assert_eq!(again, 200);
+}
+
+/// `arguments`, `inputResponses` and `requestState` of a `tools/call` of
+/// the wrong type answer -32602 naming the field, before any tool is
+/// decided or run.
+#[tokio::test]
+async fn tools_call_params_of_the_wrong_type_answer_32602_and_run_nothing() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let cases = [
+        ("arguments", json!({"arguments": "content"})),
+        (
+            "inputResponses",
+            json!({"arguments": {"content": "x"}, "inputResponses": ["yes"]}),
+        ),
+        (
+            "requestState",
+            json!({"arguments": {"content": "x"}, "requestState": 7}),
+        ),
+    ];
+    for (field, extra) in cases {
+        let mut params = json!({"name": "af_memory_remember"});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let a = modern(&g, &t, &request(1, "tools/call", params)).await;
+        assert_eq!(code(&a.body), -32602, "{field}: {}", a.body);
+        assert_eq!(a.body["error"]["data"]["field"], field, "{}", a.body);
+    }
+    let decided: Vec<String> = g
+        .decisions()
+        .await
+        .into_iter()
+        .map(|d| d.record.action)
+        .filter(|a| a != "access_session")
+        .collect();
+    assert!(decided.is_empty(), "no tool was decided: {decided:?}");
+    assert_eq!(g.count("observations").await, 0, "nothing was remembered");
 }

@@ -88,16 +88,7 @@ async fn a_python_sdk_server_is_fronted_with_its_results_unchanged_and_denials_n
         return;
     }
     let py = PyServer::start().await;
-    let g = TestGateway::start_with_policy("no-shouting.cedar", DENY_SHOUT).await;
-    let t = g.tenant("acme").await;
-    let (status, server) = g
-        .admin(
-            Method::POST,
-            "/admin/orgs/acme/mcp-servers",
-            Some(json!({"name": "py", "transport": "streamable-http", "url": py.url})),
-        )
-        .await;
-    assert_eq!(status, 201, "{server}");
+    let (g, t, server) = fronting(&py, DENY_SHOUT).await;
     assert_eq!(server["health"], "healthy", "{server}");
     assert_eq!(server["toolCount"], 5);
     // The newest revision both sides speak: the SDK answers
@@ -179,10 +170,10 @@ async fn a_python_sdk_server_is_fronted_with_its_results_unchanged_and_denials_n
     assert!(!has("call_tool", "\"py.shout\"", "allow"), "{decided:?}");
 }
 
-/// A gateway on the shipped policies plus an (at first empty) `extra.cedar`,
-/// with the Python server registered for `acme` as `py`.
-async fn fronting(py: &PyServer) -> (TestGateway, Tenant) {
-    let g = TestGateway::start_with_policy("extra.cedar", "// filled in by a test\n").await;
+/// A gateway on the shipped policies plus `policy` in `extra.cedar`, with
+/// the Python server registered for `acme` as `py` (its registration).
+async fn fronting(py: &PyServer, policy: &str) -> (TestGateway, Tenant, Value) {
+    let g = TestGateway::start_with_policy("extra.cedar", policy).await;
     let t = g.tenant("acme").await;
     let (status, server) = g
         .admin(
@@ -192,7 +183,7 @@ async fn fronting(py: &PyServer) -> (TestGateway, Tenant) {
         )
         .await;
     assert_eq!(status, 201, "{server}");
-    (g, t)
+    (g, t, server)
 }
 
 /// The `call_tool` records of `tool`, oldest first: (decision, outcome).
@@ -220,7 +211,7 @@ async fn a_question_of_the_upstream_round_trips_to_the_python_client() {
         return;
     }
     let py = PyServer::start().await;
-    let (g, t) = fronting(&py).await;
+    let (g, t, _) = fronting(&py, "// none yet\n").await;
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::process::Command::new(clients_dir().join(".venv/bin/python"))
@@ -287,7 +278,7 @@ async fn the_retry_carrying_an_answer_is_decided_again() {
         return;
     }
     let py = PyServer::start().await;
-    let (g, t) = fronting(&py).await;
+    let (g, t, _) = fronting(&py, "// none yet\n").await;
     let mut ask = request(
         1,
         "tools/call",

@@ -95,42 +95,55 @@ fn parse(params: Value) -> Result<Request, McpError> {
             field: "name",
         });
     };
-    let arguments = match params.remove("arguments") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(a)) => a,
-        Some(_) => {
-            return Err(McpError::InvalidParams {
-                message: "`params.arguments` must be an object",
-                field: "arguments",
-            });
-        }
+    let object = |v| match v {
+        Value::Object(m) => Some(m),
+        _ => None,
     };
-    let input_responses = match params.remove("inputResponses") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(r)) => Some(r),
-        Some(_) => {
-            return Err(McpError::InvalidParams {
-                message: "`params.inputResponses` must be an object",
-                field: "inputResponses",
-            });
-        }
+    let text = |v| match v {
+        Value::String(s) => Some(s),
+        _ => None,
     };
-    let request_state = match params.remove("requestState") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(_) => {
-            return Err(McpError::InvalidParams {
-                message: "`params.requestState` must be a string",
-                field: "requestState",
-            });
-        }
-    };
+    let arguments = optional(
+        &mut params,
+        "arguments",
+        object,
+        "`params.arguments` must be an object",
+    )?
+    .unwrap_or_default();
+    let input_responses = optional(
+        &mut params,
+        "inputResponses",
+        object,
+        "`params.inputResponses` must be an object",
+    )?;
+    let request_state = optional(
+        &mut params,
+        "requestState",
+        text,
+        "`params.requestState` must be a string",
+    )?;
     Ok(Request {
         name,
         arguments,
         input_responses,
         request_state,
     })
+}
+
+/// `params[field]` through `kind` (absent or null: `None`); another type
+/// is invalid params, answered with `message`.
+fn optional<T>(
+    params: &mut Map<String, Value>,
+    field: &'static str,
+    kind: impl Fn(Value) -> Option<T>,
+    message: &'static str,
+) -> Result<Option<T>, McpError> {
+    match params.remove(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => kind(v)
+            .map(Some)
+            .ok_or(McpError::InvalidParams { message, field }),
+    }
 }
 
 /// What the adapter may carry to a server it fronts: a 2026-07-28

@@ -40,13 +40,13 @@ pub struct Answer {
     pub body: Value,
 }
 
-/// POSTs `body` with `headers` (and the tenant's key).
-pub async fn post(
+/// The POST of `body` with `headers` and the tenant's key, not yet sent.
+pub fn posting(
     g: &TestGateway,
     t: &Tenant,
     headers: &[(String, String)],
     body: &Value,
-) -> Answer {
+) -> reqwest::RequestBuilder {
     let mut req = g
         .http
         .post(&t.mcp_url)
@@ -57,7 +57,17 @@ pub async fn post(
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let resp = req.send().await.unwrap();
+    req
+}
+
+/// POSTs `body` with `headers` (and the tenant's key).
+pub async fn post(
+    g: &TestGateway,
+    t: &Tenant,
+    headers: &[(String, String)],
+    body: &Value,
+) -> Answer {
+    let resp = posting(g, t, headers, body).send().await.unwrap();
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let text = resp.text().await.unwrap();
