@@ -99,7 +99,7 @@ pub struct Upstreams {
     orgs: Cache<String, Arc<OrgUpstreams>>,
     sessions: Cache<String, Arc<Mutex<Option<Session>>>>,
     slots: Cache<String, Arc<Semaphore>>,
-    /// Ids of upstreams that announced `notifications/tools/list_changed`
+    /// Ids of upstreams that announced a list change (`notifications/{tools,resources,prompts}/list_changed`)
     /// (read by [`refresh::list_changed_loop`]).
     list_changed: tokio::sync::mpsc::Sender<String>,
     list_changed_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<String>>>,
@@ -384,7 +384,7 @@ impl Upstreams {
     }
 
     /// While `session`'s stream is open, hands each of its
-    /// `notifications/tools/list_changed` to the refresh (as the server id).
+    /// a list change (`notifications/{tools,resources,prompts}/list_changed`) to the refresh (as the server id).
     fn watch_list_changed(&self, session: &Session, server_id: &str) {
         let Some(signal) = session.list_changed() else {
             return;

@@ -13,7 +13,9 @@
 //! `Last-Event-ID`, so an announcement made meanwhile is replayed and
 //! heard; an upstream answering 405 is asked once; deleting the server
 //! or the upstream ending the session ends its stream, and the next
-//! session opens a new one.
+//! session opens a new one. An upstream announcing that its prompts
+//! changed wakes a 2026-07-28 agent's `subscriptions/listen` stream, which
+//! tells it `notifications/prompts/list_changed`.
 //!
 //! The server is installed by `tests/upstreams/setup.sh` (run by `.ci/run`,
 //! and here when missing). Without network, outside CI, the tests skip
@@ -34,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cedargate::config::DeclaredUpstream;
+use common::modern::listen;
 use common::setup::{upstreams_dir, upstreams_installed as installed};
 use common::{Tenant, TestGateway};
 use reqwest::Method;
@@ -410,4 +413,82 @@ async fn an_expired_session_ends_its_stream_and_the_next_session_opens_one() {
     up.wait_for_lines("standing stream open", 2).await;
     mutate_and_wait(&g, &t, "changing").await;
     assert_held(&g, &t, "changing").await;
+}
+
+/// The upstream adds a prompt and says so on its standing stream: an
+/// agent listening for prompt-list changes hears of it, without an
+/// operator and with the timer off.
+#[tokio::test]
+async fn an_upstream_announcing_new_prompts_is_heard_by_a_listening_agent() {
+    if !installed() {
+        return;
+    }
+    let up = Changing::start().await;
+    let g = gateway(Vec::new()).await;
+    let t = g.tenant("acme").await;
+    register(&g, &up.url).await;
+    let body = g
+        .call_tool(&t, "changing.reword", json!({"message": "a"}))
+        .await;
+    assert_eq!(body["result"]["content"][0]["text"], "reword a", "{body}");
+    up.wait_for_lines("standing stream open", 1).await;
+    // The registration's own wake-up (its tools becoming typed actions)
+    // is over before the agent listens, so only the upstream's
+    // announcement can wake the stream below.
+    wait_typed(&g, "changing.reprompt").await;
+    let (_, mut events) = listen(&g, &t, 7, json!({"promptsListChanged": true})).await;
+
+    let started = Instant::now();
+    let body = g.call_tool(&t, "changing.reprompt", json!({})).await;
+    assert_eq!(body["result"]["content"][0]["text"], "reprompted", "{body}");
+    let heard = tokio::time::timeout(WITHIN, events.next())
+        .await
+        .expect("no announcement within the bound")
+        .expect("the stream ended");
+    eprintln!(
+        "prompts/list_changed reached the listener after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        heard["method"], "notifications/prompts/list_changed",
+        "{heard}"
+    );
+    assert_eq!(
+        heard["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7,
+        "{heard}"
+    );
+    let (status, prompts) = g
+        .mcp(
+            &t,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{prompts}");
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["changing.first", "changing.later"], "{prompts}");
+}
+
+/// Waits until `tool` is a typed action of the effective schema.
+async fn wait_typed(g: &TestGateway, tool: &str) {
+    let started = Instant::now();
+    loop {
+        let (status, policies) = g.admin(Method::GET, "/admin/policies", None).await;
+        assert_eq!(status, 200, "{policies}");
+        if policies["typedTools"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!(tool)))
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < WITHIN,
+            "{tool} never became typed: {policies}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }

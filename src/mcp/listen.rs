@@ -8,7 +8,8 @@
 //! `resourcesListChanged`, `promptsListChanged`; not resource
 //! subscriptions). Then, whenever what a session may see can have changed
 //! (a policy reload, an admin change of the org: peers, upstream servers,
-//! the project's graph gate; the same on another instance), the stream
+//! the project's graph gate; the same on another instance; an upstream
+//! announcing that one of its lists changed), the stream
 //! re-runs the prelude and, for each list it follows, the decisions of
 //! that list (`view_tool` for tools, `read_resource` / `get_prompt` for
 //! the upstreams' resources, templates and prompts; recorded like the

@@ -138,7 +138,7 @@ impl Session {
 }
 
 impl Session {
-    /// The signal of `notifications/tools/list_changed` when the session
+    /// The signal of a list change (`notifications/{tools,resources,prompts}/list_changed`) when the session
     /// has a stream that can carry it (the SSE transport's event stream);
     /// `None` for a Streamable HTTP session, whose announcements arrive on
     /// its standing `GET` stream (`standing.rs`) instead.

@@ -165,13 +165,16 @@ pub async fn refresh_loop(gw: Arc<Gateway>) {
     }
 }
 
-/// Lists an upstream again when it announces
-/// `notifications/tools/list_changed`: on the HTTP+SSE event stream, the
-/// standing `GET` stream of a Streamable HTTP session (`standing.rs`), or
-/// a stdio child's output (a 2026-07-28 session has no stream and is
-/// covered by the background refresh). Announcements are gathered for
-/// `list_changed_debounce_ms`, so a burst from one upstream (or several)
-/// causes one listing each.
+/// Lists an upstream again when it announces that a list changed
+/// (`notifications/tools/list_changed`, or the resources' or prompts'):
+/// on the HTTP+SSE event stream, the standing `GET` stream of a Streamable
+/// HTTP session (`standing.rs`), or a stdio child's output (a 2026-07-28
+/// session has no stream and is covered by the background refresh).
+/// Announcements are gathered for `list_changed_debounce_ms`, so a burst
+/// from one upstream (or several) causes one listing each; then every
+/// listen stream is woken (`Gateway::announce_change`), since resources
+/// and prompts are read live and only a re-check tells whether what an
+/// agent may see changed (a listen stream tells its client only then).
 pub async fn list_changed_loop(gw: Arc<Gateway>) {
     let Some(mut rx) = gw.upstreams.take_list_changed() else {
         return;
@@ -192,11 +195,12 @@ pub async fn list_changed_loop(gw: Arc<Gateway>) {
         };
         for row in rows.into_iter().filter(|r| ids.contains(&r.id)) {
             let id = row.id.clone();
-            tracing::info!(upstream = %row.slug, org = %row.org_id, "upstream tool list changed; listing again");
+            tracing::info!(upstream = %row.slug, org = %row.org_id, "upstream list changed; listing again");
             if let Err(e) = refresh_row(&gw, row, "list-changed").await {
                 tracing::warn!(upstream = %id, error = %e, "MCP server refresh after list_changed failed");
             }
         }
+        gw.announce_change();
     }
 }
 

@@ -42,7 +42,7 @@ impl Drop for Stream {
     }
 }
 
-/// A stream's `notifications/tools/list_changed` announcements.
+/// A stream's a list change (`notifications/{tools,resources,prompts}/list_changed`) announcements.
 #[derive(Debug, Clone)]
 pub struct ListChanged {
     shared: Arc<Pending>,
@@ -66,7 +66,7 @@ impl Stream {
         self.shared.is_open()
     }
 
-    /// The announcements of `notifications/tools/list_changed` on this
+    /// The announcements of a list change (`notifications/{tools,resources,prompts}/list_changed`) on this
     /// stream. Holding it does not keep the stream open.
     pub fn list_changed(&self) -> ListChanged {
         ListChanged {

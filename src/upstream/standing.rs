@@ -22,7 +22,8 @@
 //!   resumable upstream replays what was missed.
 //! - **Bounds.** An event larger than the answer bound closes the stream
 //!   (then reconnects as above); the credential is read at each connect.
-//! - **What is read.** Only `notifications/tools/list_changed`; requests the
+//! - **What is read.** Only the list changes (`notifications/tools/`,
+//!   `resources/` or `prompts/list_changed`, `wire::is_list_changed`); requests the
 //!   upstream sends here (`ping`, sampling) are not answered: the gateway
 //!   declares no client capabilities.
 //! - **2026-07-28.** A session of that revision has no `GET` stream (its
@@ -32,10 +33,11 @@
 use std::time::{Duration, Instant};
 
 use reqwest::header::ACCEPT;
-use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::wire::{ClientError, event_end, event_message, is_event_stream, too_large, transport};
+use super::wire::{
+    ClientError, event_end, event_message, is_event_stream, is_list_changed, too_large, transport,
+};
 use crate::a2a::registry::PeerAuth;
 use crate::mcp::protocol;
 
@@ -213,11 +215,6 @@ async fn read(mut resp: reqwest::Response, p: &Params, resume: &mut Resume) -> C
 /// error but those a later attempt may clear (401, 403, 408, 429).
 fn not_offered(status: reqwest::StatusCode) -> bool {
     status.is_client_error() && ![401, 403, 408, 429].contains(&status.as_u16())
-}
-
-fn is_list_changed(message: &Value) -> bool {
-    message.get("id").is_none()
-        && message.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed")
 }
 
 /// The event's `id:` and `retry:` fields, kept for the next connect.

@@ -15,7 +15,7 @@
 //!   stopped by killing the group (SIGKILL), so what it started (`npx`
 //!   starts `node`) goes with it; its exit status is always collected.
 //! - **Output.** Each stdout line is one JSON-RPC message. Responses are
-//!   matched to their request by id; `notifications/tools/list_changed`
+//!   matched to their request by id; a list change (`notifications/{tools,resources,prompts}/list_changed`)
 //!   is handed to the debounced refresh under the server's row id (other
 //!   notifications are ignored); a request
 //!   of the server is answered (`ping` with an empty result, anything else
@@ -106,7 +106,7 @@ pub struct StdioServer {
     /// Held while a child starts, so one starts at a time.
     starting: Mutex<()>,
     stderr: Arc<StderrTail>,
-    /// Where `notifications/tools/list_changed` goes (the row id, and the
+    /// Where a list change (`notifications/{tools,resources,prompts}/list_changed`) goes (the row id, and the
     /// runtime's queue of announcements).
     announce: std::sync::OnceLock<(String, tokio::sync::mpsc::Sender<String>)>,
 }
@@ -175,7 +175,7 @@ impl StdioServer {
         }
     }
 
-    /// Hands each `notifications/tools/list_changed` of this server's
+    /// Hands each a list change (`notifications/{tools,resources,prompts}/list_changed`) of this server's
     /// children to `tx` as `id` (set once, when the runtime is built).
     pub fn announce_to(&self, id: &str, tx: tokio::sync::mpsc::Sender<String>) {
         let _ = self.announce.set((id.to_string(), tx));
@@ -507,7 +507,7 @@ async fn read_stdout(
 }
 
 /// While the child's output is read, hands each of its
-/// `notifications/tools/list_changed` to the refresh (a full queue already
+/// a list change (`notifications/{tools,resources,prompts}/list_changed`) to the refresh (a full queue already
 /// holds a listing to come).
 async fn announce(pending: Arc<Pending>, id: String, tx: tokio::sync::mpsc::Sender<String>) {
     while pending.next_list_changed().await {

@@ -127,6 +127,23 @@ pub fn event_message(event: &[u8]) -> Option<Value> {
 /// Senders of the responses waited for, by request id (as JSON text).
 type Waiting = HashMap<String, oneshot::Sender<Result<Value, ClientError>>>;
 
+/// Whether `message` is an upstream's announcement that one of its lists
+/// changed: `notifications/tools/list_changed`, `resources/list_changed`
+/// or `prompts/list_changed`. Each lists the tools again (a tool change is
+/// what pins are about) and wakes the listen streams, which re-check the
+/// resources and prompts they follow.
+pub fn is_list_changed(message: &Value) -> bool {
+    message.get("id").is_none()
+        && matches!(
+            message.get("method").and_then(Value::as_str),
+            Some(
+                "notifications/tools/list_changed"
+                    | "notifications/resources/list_changed"
+                    | "notifications/prompts/list_changed"
+            )
+        )
+}
+
 /// The requests waiting for their response on one shared stream, and
 /// whether that stream is still read.
 #[derive(Debug, Default)]
@@ -134,7 +151,7 @@ pub struct Pending {
     /// The waiting requests, or why the stream closed.
     waiting: Mutex<Option<Waiting>>,
     reason: Mutex<Option<ClientError>>,
-    /// Signalled by `notifications/tools/list_changed` (and once more when
+    /// Signalled by a list change ([`is_list_changed`]; and once more when
     /// the stream closes, so a waiter sees it closed and stops).
     list_changed: tokio::sync::Notify,
 }
@@ -159,12 +176,9 @@ impl Pending {
     }
 
     /// Hands a response to the request waiting for it, and signals a
-    /// `notifications/tools/list_changed` (anything else is ignored).
+    /// list change ([`is_list_changed`]; anything else is ignored).
     pub fn deliver(&self, message: Value) {
-        if message.get("id").is_none()
-            && message.get("method").and_then(Value::as_str)
-                == Some("notifications/tools/list_changed")
-        {
+        if is_list_changed(&message) {
             self.list_changed.notify_one();
             return;
         }
@@ -196,7 +210,7 @@ impl Pending {
         self.list_changed.notify_one();
     }
 
-    /// Waits for the next `notifications/tools/list_changed`: true, or
+    /// Waits for the next list change ([`is_list_changed`]): true, or
     /// false once the stream is closed (no more will come).
     pub async fn next_list_changed(&self) -> bool {
         self.list_changed.notified().await;

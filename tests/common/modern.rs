@@ -87,3 +87,34 @@ pub async fn post(
 pub async fn modern(g: &TestGateway, t: &Tenant, body: &Value) -> Answer {
     post(g, t, &standard_headers(body), body).await
 }
+
+/// Opens `subscriptions/listen` (request id `id`) following
+/// `notifications` (e.g. `{"promptsListChanged": true}`), and reads its
+/// acknowledgement, which it answers with the stream.
+pub async fn listen(
+    g: &TestGateway,
+    t: &Tenant,
+    id: i64,
+    notifications: Value,
+) -> (Value, super::sse::Events) {
+    let body = request(
+        id,
+        "subscriptions/listen",
+        json!({ "notifications": notifications }),
+    );
+    let resp = posting(g, t, &standard_headers(&body), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut events = super::sse::Events {
+        resp,
+        buf: String::new(),
+    };
+    let ack = events.next().await.unwrap();
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    (ack, events)
+}

@@ -12,7 +12,8 @@
 // <port>` answers 405 to every GET (no standing stream offered).
 //
 // Tools: `reword` (its description changes at `mutate`), `mutate` (changes
-// `reword`, adds `fresh`, announces), `flood` (sends a notification larger
+// `reword`, adds `fresh`, announces), `reprompt` (adds the prompt `later`
+// beside `first`, announcing notifications/prompts/list_changed), `flood` (sends a notification larger
 // than 4 MiB on every standing stream, then answers), `note` (a small
 // notification on every standing stream), `drop` (closes every standing
 // stream), `expire` (ends every session just after answering: later
@@ -26,10 +27,13 @@ import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import {
   CallToolRequestSchema,
+  GetPromptRequestSchema,
+  ListPromptsRequestSchema,
   ListToolsRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 
 let mutated = false;
+let reprompted = false;
 const servers = new Set();
 const transports = new Map();
 const schema = { type: "object", properties: { message: { type: "string" } } };
@@ -42,6 +46,7 @@ function tools() {
     { name: "drop", description: "closes the standing streams", inputSchema: schema },
     { name: "note", description: "a small notification", inputSchema: schema },
     { name: "expire", description: "ends every session", inputSchema: schema },
+    { name: "reprompt", description: "adds a prompt", inputSchema: schema },
   ];
   if (mutated) list.push({ name: "fresh", description: "a tool added later", inputSchema: schema });
   return list;
@@ -76,9 +81,15 @@ const text = (t) => ({ content: [{ type: "text", text: t }] });
 function newServer() {
   const server = new Server(
     { name: "changing", version: "1" },
-    { capabilities: { tools: { listChanged: true }, logging: {} } },
+    { capabilities: { tools: { listChanged: true }, prompts: { listChanged: true }, logging: {} } },
   );
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: tools() }));
+  server.setRequestHandler(ListPromptsRequestSchema, async () => ({
+    prompts: [{ name: "first" }, ...(reprompted ? [{ name: "later" }] : [])],
+  }));
+  server.setRequestHandler(GetPromptRequestSchema, async (req) => ({
+    messages: [{ role: "user", content: { type: "text", text: req.params.name } }],
+  }));
   server.setRequestHandler(CallToolRequestSchema, async (req) => {
     const name = req.params.name;
     process.stderr.write(`call ${name}\n`);
@@ -86,6 +97,11 @@ function newServer() {
       mutated = true;
       for (const s of servers) s.sendToolListChanged().catch(() => {});
       return text("mutated");
+    }
+    if (name === "reprompt") {
+      reprompted = true;
+      for (const s of servers) s.sendPromptListChanged().catch(() => {});
+      return text("reprompted");
     }
     if (name === "flood") {
       const data = "x".repeat(5 * 1024 * 1024);
