@@ -741,10 +741,15 @@ impl PolicyBundle {
             forbid_errored |= is_forbid;
             errors.push(format!("policy `{id}`: {e}"));
         }
-        let reasons: Vec<String> = diagnostics.reason().map(ToString::to_string).collect();
-        let advice = diagnostics
-            .reason()
-            .filter_map(|id: &PolicyId| self.advice.get(id).cloned())
+        // Cedar reports its reasons as a set: sorted by id, so a record
+        // (and the advice an agent gets) is the same on every run.
+        let mut determining: Vec<&PolicyId> = diagnostics.reason().collect();
+        determining.sort_unstable_by(|a, b| AsRef::<str>::as_ref(*a).cmp(b.as_ref()));
+        errors.sort_unstable();
+        let reasons: Vec<String> = determining.iter().map(ToString::to_string).collect();
+        let advice = determining
+            .into_iter()
+            .filter_map(|id| self.advice.get(id).cloned())
             .collect();
         Verdict {
             allowed: response.decision() == Decision::Allow && !forbid_errored,

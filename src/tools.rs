@@ -22,4 +22,4 @@ pub use adapter::{
 };
 pub use catalog::Catalog;
 pub use node_filter::GuardFilter;
-pub use spec::{ArgumentError, InvalidSchema, ToolSpec, list_result};
+pub use spec::{ArgumentError, InvalidSchema, ToolClass, ToolSpec, list_result};

@@ -981,3 +981,96 @@ async fn a_refresh_that_brings_a_colliding_name_hides_that_tool() {
     assert_eq!(again["collisions"], json!([]));
     assert_eq!(again["toolCount"], 7);
 }
+
+const NO_DESTRUCTIVE_VIEW: &str = r#"
+@id("no-destructive-view")
+forbid (principal, action == Gateway::Action::"view_tool", resource in Gateway::McpServer::"files_server")
+when { resource has destructive && resource.destructive };
+
+@id("no-garbage")
+forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::Tool::"files_server.garbage");
+"#;
+
+/// `tools/list` decides an upstream's tools once per class of tools no
+/// policy can tell apart (same server, same annotations) unless a policy
+/// names one; the record says so, and replay, deciding each tool alone,
+/// finds every verdict again.
+#[tokio::test]
+async fn upstream_tools_with_the_same_annotations_share_one_list_decision() {
+    let (g, t, _up, _) = setup(Some(NO_DESTRUCTIVE_VIEW)).await;
+    let names = g.tool_names(&t).await;
+    let upstream: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("files_server."))
+        .collect();
+    assert_eq!(
+        upstream,
+        ["files_server.echo", "files_server.fail"],
+        "{names:?}"
+    );
+    let list = g
+        .decisions()
+        .await
+        .into_iter()
+        .rev()
+        .find(|d| d.record.action == "view_tool")
+        .unwrap();
+    let notes: Value = serde_json::from_str(&list.record.notes).unwrap();
+    let classes = notes["toolList"]["classes"].as_array().unwrap();
+    // wipe, hang, huge and tool_error: the default annotations (writes,
+    // destructive, open world, no title); `garbage` has them too but is
+    // named, so it is decided alone; echo and fail differ from them and
+    // from each other.
+    let mut shape: Vec<(String, u64)> = classes
+        .iter()
+        .map(|c| {
+            assert_eq!(c["mcpServer"], "files_server", "{c}");
+            (
+                c["decidedOn"].as_str().unwrap().to_string(),
+                c["tools"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    shape.sort();
+    assert_eq!(
+        shape,
+        [
+            ("files_server.echo".to_string(), 1),
+            ("files_server.fail".to_string(), 1),
+            ("files_server.wipe".to_string(), 4),
+        ],
+        "{classes:?}"
+    );
+    // Two policies deny `garbage`; Cedar reports them as a set, the record
+    // by id, the same on every run.
+    let tools = notes["toolList"]["tools"].as_array().unwrap();
+    let garbage = tools
+        .iter()
+        .find(|e| e[0] == "files_server.garbage")
+        .unwrap();
+    let verdict = &notes["toolList"]["verdicts"][garbage[1].as_u64().unwrap() as usize];
+    assert_eq!(
+        verdict["reasons"],
+        json!(["no-destructive-view", "no-garbage"]),
+        "{verdict}"
+    );
+    let report =
+        g.gw.store
+            .read(|c| {
+                Ok(cedargate::replay::replay(
+                    c,
+                    &Default::default(),
+                    &cedargate::replay::Against::Recorded,
+                )
+                .unwrap())
+            })
+            .await
+            .unwrap();
+    assert_eq!(report.identical, report.records, "{report:?}");
+    // Hidden tools answer as unknown; the shown ones work.
+    let body = call(&g, &t, "files_server.hang", json!({})).await;
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    let body = call(&g, &t, "files_server.echo", json!({"message": "hi"})).await;
+    assert!(body["result"].is_object(), "{body}");
+}

@@ -38,7 +38,8 @@ pub struct Listed {
 /// Tools that share one decision (an A2A peer's tools no policy names).
 #[derive(Debug)]
 struct Class {
-    peer: String,
+    /// The class's parent: its kind (`peerAgent`, `mcpServer`) and id.
+    parent: (&'static str, String),
     decided_on: String,
     verdict: usize,
     tools: usize,
@@ -112,11 +113,17 @@ impl<'a> ToolListGuard<'a> {
         }
     }
 
-    /// Opens the equivalence class of `peer`'s tools, decided on `tool`
-    /// (just decided with `listed`); returns the class to share.
-    pub fn open_class(&mut self, peer: &str, tool: &str, listed: Listed) -> usize {
+    /// Opens an equivalence class of the tools of `parent` (its kind and
+    /// id), decided on `tool` (just decided with `listed`); returns the
+    /// class to share.
+    pub fn open_class(
+        &mut self,
+        parent: (&'static str, &str),
+        tool: &str,
+        listed: Listed,
+    ) -> usize {
         self.classes.push(Class {
-            peer: peer.to_string(),
+            parent: (parent.0, parent.1.to_string()),
             decided_on: tool.to_string(),
             verdict: listed.verdict,
             tools: 1,
@@ -195,9 +202,11 @@ impl<'a> ToolListGuard<'a> {
             list["classes"] = self
                 .classes
                 .iter()
-                .map(
-                    |c| json!({ "peerAgent": c.peer, "decidedOn": c.decided_on, "tools": c.tools }),
-                )
+                .map(|c| {
+                    let mut class = json!({ "decidedOn": c.decided_on, "tools": c.tools });
+                    class[c.parent.0] = c.parent.1.clone().into();
+                    class
+                })
                 .collect();
         }
         json!({ TOOL_LIST_KEY: list })

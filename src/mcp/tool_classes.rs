@@ -1,40 +1,44 @@
-//! The equivalence classes of a session's remote peer tools, which
+//! The equivalence classes of a session's remote tools, which
 //! `tools/list` decides once per class, and so the number of decisions a
 //! `tools/list` makes (what it costs against the rate limits).
 //!
-//! Two tools of one peer are indistinguishable to any policy that does not
-//! name one of them: same type, same parents (the peer), same attributes,
-//! same context. Cedar can tell them apart only by their uid, which a
-//! policy can compare only with a literal. So a tool whose name appears as
-//! a string literal (or template link) in the active set is decided on its
-//! own, and every other tool of a peer shares one decision made on a
-//! representative. Built-in tools are decided one by one.
+//! Two remote tools are indistinguishable to any policy that does not name
+//! one of them when they have the same type, the same parent and the same
+//! attributes, and share the context ([`crate::tools::ToolClass`]): every
+//! tool of one A2A peer, and the tools of one upstream MCP server whose
+//! annotations agree (`readOnly`, `destructive`, `openWorld`, `title`).
+//! Cedar can tell them apart only by their uid, which a policy can compare
+//! only with a literal. So a tool whose name appears as a string literal
+//! (or template link) in the active set is decided on its own, and every
+//! other tool of a class shares one decision made on a representative.
+//! Built-in tools are decided one by one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::gateway::{Gateway, SessionView};
 use crate::policy::PolicyBundle;
+use crate::tools::ToolClass;
 
-/// The equivalence classes of a session's peer tools.
+/// The equivalence classes of a session's remote tools.
 pub struct Classes<'a> {
     /// Tool names the active policy set names as literals (`None`: the
-    /// session has no peer tools).
+    /// session has no remote tools).
     named: Option<Arc<HashSet<String>>>,
-    /// Members per peer (tools not named).
+    /// Members per class key (tools not named).
     sizes: HashMap<&'a str, usize>,
 }
 
 impl<'a> Classes<'a> {
     /// The classes of `view`'s tools under `bundle`.
     pub fn of(gw: &Gateway, bundle: &PolicyBundle, view: &'a SessionView) -> Classes<'a> {
-        let peer_tools = || {
+        let remote = || {
             view.tools
                 .iter()
                 .map(|t| t.spec())
-                .filter(|s| s.peer.is_some())
+                .filter_map(|s| Some((s.name.as_str(), s.class.as_ref()?)))
         };
-        if peer_tools().next().is_none() {
+        if remote().next().is_none() {
             return Classes {
                 named: None,
                 sizes: HashMap::new(),
@@ -42,10 +46,8 @@ impl<'a> Classes<'a> {
         }
         let named = gw.a2a.policy_literals(bundle);
         let mut sizes: HashMap<&str, usize> = HashMap::new();
-        for spec in peer_tools().filter(|s| !named.contains(&s.name)) {
-            *sizes
-                .entry(spec.peer.as_deref().unwrap_or_default())
-                .or_default() += 1;
+        for (_, class) in remote().filter(|(name, _)| !named.contains(*name)) {
+            *sizes.entry(class.key.as_str()).or_default() += 1;
         }
         Classes {
             named: Some(named),
@@ -53,16 +55,11 @@ impl<'a> Classes<'a> {
         }
     }
 
-    /// The class a tool shares its decision with: its peer, unless the
-    /// policies name it (or it has no peer).
-    pub fn class_of<'t>(&self, name: &str, peer: Option<&'t str>) -> Option<&'t str> {
+    /// The class a tool shares its decision with, unless the policies name
+    /// it (or it is a built-in tool).
+    pub fn class_of<'t>(&self, name: &str, class: Option<&'t ToolClass>) -> Option<&'t ToolClass> {
         let named = self.named.as_ref()?;
-        peer.filter(|_| !named.contains(name))
-    }
-
-    /// Members of `peer`'s class.
-    pub fn size(&self, peer: &str) -> usize {
-        self.sizes.get(peer).copied().unwrap_or(1)
+        class.filter(|_| !named.contains(name))
     }
 
     /// How many `view_tool` decisions a `tools/list` of `view` makes: one

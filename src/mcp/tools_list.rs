@@ -1,12 +1,13 @@
 //! `tools/list`: the session's tools that Cedar lets the agent
 //! `view_tool`, assembled from each tool's entry serialized once.
 //!
-//! Tools of one remote peer are decided per equivalence class instead of
-//! once each (`tool_classes`). Two such tools are indistinguishable to
-//! any policy that does not name one of them, so every unnamed tool of a
-//! peer shares one decision made on a representative (unless that decision
-//! carries errors, which may name the tool: the next one is then decided
-//! alone). Built-in tools are decided one by one.
+//! Remote tools (an A2A peer's, an upstream server's) are decided per
+//! equivalence class instead of once each (`tool_classes`). The tools of a
+//! class are indistinguishable to any policy that does not name one of
+//! them, so every unnamed tool of a class shares one decision made on a
+//! representative (unless that decision carries errors, which may name
+//! the tool: the next one is then decided alone). Built-in tools are
+//! decided one by one.
 //!
 //! The list's decisions are recorded as one batched `view_tool` record
 //! (`audit::tool_list`) listing every tool with its verdict and each
@@ -32,18 +33,19 @@ pub fn tools_list(call: &Call) -> String {
 pub fn visible(call: &Call) -> Vec<&ToolSpec> {
     let classes = Classes::of(&call.gw, &call.bundle, &call.view);
     let mut list = call.tool_list();
-    // The class each peer's unnamed tools share, once decided.
-    let mut class_of_peer: HashMap<&str, usize> = HashMap::new();
+    // The decision each class's unnamed tools share, once made.
+    let mut decided: HashMap<&str, usize> = HashMap::new();
     let mut entries: Vec<&ToolSpec> = Vec::new();
     for tool in &call.view.tools {
         let spec = tool.spec();
-        let peer = classes.class_of(&spec.name, spec.peer.as_deref());
-        let shown = match peer.and_then(|p| class_of_peer.get(p)) {
-            Some(class) => list.share(&spec.name, *class),
+        let class = classes.class_of(&spec.name, spec.class.as_ref());
+        let shown = match class.and_then(|c| decided.get(c.key.as_str())) {
+            Some(at) => list.share(&spec.name, *at),
             None => {
                 let listed = list.decide(&spec.name);
-                if let Some(p) = peer.filter(|_| listed.shareable) {
-                    class_of_peer.insert(p, list.open_class(p, &spec.name, listed));
+                if let Some(c) = class.filter(|_| listed.shareable) {
+                    let parent = (c.parent_kind, c.parent.as_str());
+                    decided.insert(&c.key, list.open_class(parent, &spec.name, listed));
                 }
                 listed.allowed
             }

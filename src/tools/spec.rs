@@ -43,9 +43,28 @@ pub struct ToolSpec {
     /// The upstream MCP server serving it and what its annotations say
     /// (its Cedar `McpServer` parent and attributes).
     pub upstream: Option<UpstreamToolFacts>,
+    /// The remote tools it is indistinguishable from (`None`: a built-in
+    /// tool, decided alone).
+    pub class: Option<ToolClass>,
     validator: jsonschema::Validator,
     /// The `tools/list` entry, serialized once.
     listing_json: String,
+}
+
+/// The remote tools a policy cannot tell apart without naming one (by its
+/// uid, a literal): the same Cedar parent and the same attributes. The
+/// tools of one A2A peer all are; an upstream server's tools are when
+/// their annotations agree. `tools/list` decides each class once
+/// (`mcp::tool_classes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolClass {
+    /// Equal for exactly the tools sharing parent and attributes.
+    pub key: String,
+    /// How the `tools/list` record names the class: the parent's kind
+    /// (`peerAgent`, `mcpServer`)…
+    pub parent_kind: &'static str,
+    /// …and its id.
+    pub parent: String,
 }
 
 /// A tool whose `inputSchema` does not compile.
@@ -94,6 +113,7 @@ impl ToolSpec {
             writes_graph: false,
             keeps_tenant_context: true,
             upstream: None,
+            class: None,
             validator,
         })
     }
@@ -102,6 +122,11 @@ impl ToolSpec {
     /// `a2a_invoke`, its arguments sent without the gateway's context.
     pub fn with_peer(mut self, slug: &str) -> ToolSpec {
         self.peer = Some(slug.to_string());
+        self.class = Some(ToolClass {
+            key: format!("peer\u{1f}{slug}"),
+            parent_kind: "peerAgent",
+            parent: slug.to_string(),
+        });
         self.action = Action::A2aInvoke;
         self.keeps_tenant_context = false;
         self
@@ -113,6 +138,20 @@ impl ToolSpec {
     /// own entry under the gateway's name).
     pub fn with_upstream(mut self, facts: UpstreamToolFacts, listing: &Value) -> ToolSpec {
         self.group = "upstream".into();
+        // Every attribute of the Cedar entity (see `policy::entities`).
+        let key = serde_json::to_string(&(
+            &facts.server,
+            self.read_only,
+            facts.destructive,
+            facts.open_world,
+            &facts.title,
+        ))
+        .unwrap_or_default();
+        self.class = Some(ToolClass {
+            key: format!("mcp\u{1f}{key}"),
+            parent_kind: "mcpServer",
+            parent: facts.server.clone(),
+        });
         self.upstream = Some(facts);
         self.keeps_tenant_context = false;
         self.listing_json = listing.to_string();
