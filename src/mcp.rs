@@ -37,6 +37,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod modern;
 pub mod protocol;
+pub mod relay;
 pub mod router;
 pub mod sse;
 pub mod streamable;

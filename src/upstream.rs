@@ -31,6 +31,7 @@ pub mod client;
 pub mod declared;
 pub mod descriptor;
 pub mod entries;
+pub mod input;
 pub mod refresh;
 pub mod registry;
 pub mod sse;

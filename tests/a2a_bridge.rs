@@ -1237,18 +1237,7 @@ forbid (principal, action == Gateway::Action::"view_tool", resource == Gateway::
         "allow"
     );
     // Replay decides each listed tool alone and finds every verdict again.
-    let report =
-        g.gw.store
-            .read(|c| {
-                Ok(cedargate::replay::replay(
-                    c,
-                    &Default::default(),
-                    &cedargate::replay::Against::Recorded,
-                )
-                .unwrap())
-            })
-            .await
-            .unwrap();
+    let report = g.replay_recorded().await;
     assert_eq!(report.identical, report.records, "{report:?}");
     // A call to the hidden tool answers as unknown; the others work.
     let body = call(&g, &t, "vercel_ops.boom", json!({})).await;

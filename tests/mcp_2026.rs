@@ -919,3 +919,161 @@ async fn tools_call_params_of_the_wrong_type_answer_32602_and_run_nothing() {
     assert!(decided.is_empty(), "no tool was decided: {decided:?}");
     assert_eq!(g.count("observations").await, 0, "nothing was remembered");
 }
+
+/// A 2026-07-28 upstream whose prompt and resource ask the caller to
+/// confirm first, as an `input_required` result (-32021 with HTTP 400 for
+/// a caller that did not declare `elicitation`), and answer once the
+/// retry carries `inputResponses.confirm` and the state they sent.
+async fn asking_upstream() -> String {
+    async fn handle(body: String) -> Response {
+        let msg: Value = serde_json::from_str(&body).unwrap();
+        let Some(id) = msg.get("id").cloned() else {
+            return axum::http::StatusCode::ACCEPTED.into_response();
+        };
+        let params = &msg["params"];
+        let done = match msg["method"].as_str().unwrap_or_default() {
+            "server/discover" => json!({"supportedVersions": [V], "capabilities":
+                {"tools": {}, "prompts": {}, "resources": {}}}),
+            "tools/list" => json!({"tools": []}),
+            "prompts/list" => json!({"prompts": [{"name": "farewell"}]}),
+            "resources/list" => json!({"resources": [{"uri": "note://a", "name": "a"}]}),
+            "prompts/get" => json!({"messages": [
+                {"role": "user", "content": {"type": "text", "text": "Goodbye"}}]}),
+            "resources/read" => json!({"contents": [{"uri": "note://a", "text": "a note"}]}),
+            _ => json!({}),
+        };
+        let asks = matches!(params["name"].as_str(), Some("farewell"))
+            || matches!(params["uri"].as_str(), Some("note://a"));
+        let declared = params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["elicitation"]
+            .is_object();
+        let (status, answer) = if !asks || params["inputResponses"]["confirm"].is_object() {
+            (200, json!({"result": done}))
+        } else if !declared {
+            (
+                400,
+                json!({"error": {"code": -32021, "message": "elicitation is required",
+                         "data": {"requiredCapabilities": {"elicitation": {}}}}}),
+            )
+        } else {
+            (
+                200,
+                json!({"result": {"resultType": "input_required", "requestState": "s1",
+                "inputRequests": {"confirm": {"method": "elicitation/create",
+                                              "params": {"message": "Sure?"}}}}}),
+            )
+        };
+        let mut answer = answer;
+        answer["jsonrpc"] = json!("2.0");
+        answer["id"] = id;
+        let status = axum::http::StatusCode::from_u16(status).unwrap();
+        (status, axum::Json(answer)).into_response()
+    }
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handle));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// `prompts/get` and `resources/read` of a fronted server relay its
+/// questions as `tools/call` does: the `input_required` result (with no
+/// cache hints) to a 2026-07-28 caller, the answers of its retry back,
+/// each round decided and recorded; an older caller gets the server's
+/// -32021.
+#[tokio::test]
+async fn prompts_and_resources_that_ask_for_input_round_trip() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let url = asking_upstream().await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "asker", "transport": "streamable-http", "url": url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    let cases = [
+        ("prompts/get", json!({"name": "asker.farewell"}), "messages"),
+        (
+            "resources/read",
+            json!({"uri": "asker+note://a"}),
+            "contents",
+        ),
+    ];
+    for (method, params, answer) in cases {
+        let mut ask = request(1, method, params.clone());
+        ask["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+            json!({"elicitation": {}});
+        let mut headers = standard_headers(&ask);
+        if method == "resources/read" {
+            headers.push(("mcp-name".into(), "asker+note://a".into()));
+        }
+        let asked = post(&g, &t, &headers, &ask).await;
+        assert_eq!(asked.status, 200, "{method}: {}", asked.body);
+        let result = &asked.body["result"];
+        assert_eq!(result["resultType"], "input_required", "{}", asked.body);
+        assert_eq!(
+            result["inputRequests"]["confirm"]["method"],
+            "elicitation/create"
+        );
+        assert!(result.get("cacheScope").is_none(), "{result}");
+        let mut retry = ask.clone();
+        retry["id"] = json!(2);
+        retry["params"]["inputResponses"] = json!({"confirm": {"action": "accept"}});
+        retry["params"]["requestState"] = result["requestState"].clone();
+        let done = post(&g, &t, &headers, &retry).await;
+        assert_eq!(done.status, 200, "{method}: {}", done.body);
+        assert_eq!(
+            done.body["result"]["resultType"], "complete",
+            "{}",
+            done.body
+        );
+        assert!(done.body["result"][answer].is_array(), "{}", done.body);
+        // Without the capability: the server's own refusal, as HTTP 400.
+        let bare = request(3, method, params.clone());
+        let refused = post(&g, &t, &headers, &bare).await;
+        assert_eq!(
+            (refused.status, code(&refused.body)),
+            (400, -32021),
+            "{method}: {}",
+            refused.body
+        );
+        assert!(
+            refused.body["error"]["data"]["requiredCapabilities"]["elicitation"].is_object(),
+            "{}",
+            refused.body
+        );
+    }
+    let outcomes: Vec<(String, String, Value)> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.action == "get_prompt" || d.record.action == "read_resource")
+        .map(|d| {
+            let o: Value = serde_json::from_str(&d.record.outcome).unwrap();
+            (d.record.action.clone(), d.record.decision.clone(), o)
+        })
+        .collect();
+    for action in ["get_prompt", "read_resource"] {
+        let rounds: Vec<&Value> = outcomes
+            .iter()
+            .filter(|(a, d, _)| a == action && d == "allow")
+            .map(|(_, _, o)| o)
+            .collect();
+        assert_eq!(rounds.len(), 3, "{action}: {outcomes:?}");
+        assert_eq!(rounds[0]["inputRequired"], true, "{action}: {outcomes:?}");
+        assert_eq!(rounds[1]["inputResponses"], json!(["confirm"]), "{action}");
+        assert_eq!(rounds[2]["error"]["code"], -32021, "{action}");
+    }
+    // A 2025-11-25 caller declares nothing per request: the server refuses.
+    let (status, legacy) = g
+        .mcp(
+            &t,
+            json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
+                   "params": {"name": "asker.farewell"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{legacy}");
+    assert_eq!(legacy["error"]["code"], -32021, "{legacy}");
+}

@@ -805,18 +805,7 @@ async fn a_hand_typed_a2a_tool_and_replay_of_every_record_kind() {
 
     // Replay under the recorded set reproduces every record exactly;
     // under a candidate without the forbid only the `main` deploy flips.
-    let report =
-        g.gw.store
-            .read(|c| {
-                Ok(cedargate::replay::replay(
-                    c,
-                    &Default::default(),
-                    &cedargate::replay::Against::Recorded,
-                )
-                .unwrap())
-            })
-            .await
-            .unwrap();
+    let report = g.replay_recorded().await;
     assert_eq!(report.records as usize, records.len());
     assert_eq!(
         report.identical as usize,

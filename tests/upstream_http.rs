@@ -1055,18 +1055,7 @@ async fn upstream_tools_with_the_same_annotations_share_one_list_decision() {
         json!(["no-destructive-view", "no-garbage"]),
         "{verdict}"
     );
-    let report =
-        g.gw.store
-            .read(|c| {
-                Ok(cedargate::replay::replay(
-                    c,
-                    &Default::default(),
-                    &cedargate::replay::Against::Recorded,
-                )
-                .unwrap())
-            })
-            .await
-            .unwrap();
+    let report = g.replay_recorded().await;
     assert_eq!(report.identical, report.records, "{report:?}");
     // Hidden tools answer as unknown; the shown ones work.
     let body = call(&g, &t, "files_server.hang", json!({})).await;

@@ -205,21 +205,27 @@ async fn register(g: &TestGateway, url: &str) -> String {
     server["id"].as_str().unwrap().to_string()
 }
 
+/// A gateway with `up` registered for `acme`, after a first call opened
+/// the upstream session, and with it the standing stream.
+async fn connected(up: &Changing) -> (TestGateway, Tenant) {
+    let g = gateway(Vec::new()).await;
+    let t = g.tenant("acme").await;
+    register(&g, &up.url).await;
+    let body = g
+        .call_tool(&t, "changing.reword", json!({"message": "a"}))
+        .await;
+    assert_eq!(body["result"]["content"][0]["text"], "reword a", "{body}");
+    up.wait_for_lines("standing stream open", 1).await;
+    (g, t)
+}
+
 #[tokio::test]
 async fn a_streamable_http_upstream_announcing_a_change_has_it_held_without_an_operator() {
     if !installed() {
         return;
     }
     let up = Changing::start().await;
-    let g = gateway(Vec::new()).await;
-    let t = g.tenant("acme").await;
-    register(&g, &up.url).await;
-    // The first call opens the upstream session, and with it the stream.
-    let body = g
-        .call_tool(&t, "changing.reword", json!({"message": "a"}))
-        .await;
-    assert_eq!(body["result"]["content"][0]["text"], "reword a", "{body}");
-    up.wait_for_lines("standing stream open", 1).await;
+    let (g, t) = connected(&up).await;
 
     let took = mutate_and_wait(&g, &t, "changing").await;
     eprintln!("list_changed over Streamable HTTP held the tool after {took:?}");
@@ -424,14 +430,7 @@ async fn an_upstream_announcing_new_prompts_is_heard_by_a_listening_agent() {
         return;
     }
     let up = Changing::start().await;
-    let g = gateway(Vec::new()).await;
-    let t = g.tenant("acme").await;
-    register(&g, &up.url).await;
-    let body = g
-        .call_tool(&t, "changing.reword", json!({"message": "a"}))
-        .await;
-    assert_eq!(body["result"]["content"][0]["text"], "reword a", "{body}");
-    up.wait_for_lines("standing stream open", 1).await;
+    let (g, t) = connected(&up).await;
     // The registration's own wake-up (its tools becoming typed actions)
     // is over before the agent listens, so only the upstream's
     // announcement can wake the stream below.

@@ -38,11 +38,14 @@ use serde_json::{Map, Value, json};
 
 use super::call::Call;
 use super::error::McpError;
+use super::relay;
 use crate::policy::entities::{EntitySlice, UpstreamEntryFacts, with_upstream_entries};
 use crate::policy::{Action, Kind};
 use crate::store::WriteOp;
-use crate::upstream::client::ClientError;
+use crate::tools::Relay;
+use crate::upstream::client::{ClientError, Outgoing};
 use crate::upstream::entries::{self, Entry, EntryKind};
+use crate::upstream::input;
 use crate::upstream::registry::{OrgUpstreams, ServerTarget};
 
 /// Longest resource URI or prompt name accepted by a read or get.
@@ -129,6 +132,7 @@ async fn get(
     method: &'static str,
     required: &'static str,
 ) -> Result<Value, McpError> {
+    let relay = relay::take(call, &mut params)?;
     let set = org_upstreams(call).await?;
     let resolved = entries::resolve(&set, prompt, id);
     let (action, entity) = vocabulary(prompt);
@@ -163,13 +167,17 @@ async fn get(
     let field = if prompt { "name" } else { "uri" };
     params.insert(field.into(), upstream.into());
     let started = Instant::now();
+    let out = Outgoing {
+        schema: None,
+        relay: Some(&relay),
+    };
     let answer = call
         .gw
         .upstreams
-        .forward(&target, method, Value::Object(params), Default::default())
+        .forward(&target, method, Value::Object(params), out)
         .await
-        .and_then(|r| checked(r, method, required));
-    let outcome = outcome(&target, &answer, started);
+        .and_then(|r| input::checked(r, &relay, method, required));
+    let outcome = outcome(&target, &answer, &relay, started);
     let decision_id = decided.id().to_string();
     call.commit(vec![WriteOp::Decision(Box::new(decided.finish(outcome)))])
         .await?;
@@ -214,19 +222,13 @@ fn slice(call: &Call, facts: &[UpstreamEntryFacts]) -> Result<EntitySlice, McpEr
     })
 }
 
-/// An upstream result must be an object with a `required` array.
-fn checked(result: Value, method: &str, required: &str) -> Result<Value, ClientError> {
-    if result.get(required).is_some_and(Value::is_array) {
-        Ok(result)
-    } else {
-        Err(ClientError::Invalid(format!(
-            "the upstream's {method} result has no `{required}` array"
-        )))
-    }
-}
-
 /// The outcome of an allowed read or get, for its record.
-fn outcome(target: &ServerTarget, answer: &Result<Value, ClientError>, started: Instant) -> Value {
+fn outcome(
+    target: &ServerTarget,
+    answer: &Result<Value, ClientError>,
+    relay: &Relay,
+    started: Instant,
+) -> Value {
     let mut outcome = Map::new();
     let status = if answer.is_ok() {
         "completed"
@@ -244,6 +246,7 @@ fn outcome(target: &ServerTarget, answer: &Result<Value, ClientError>, started: 
             json!({ "code": e.code(), "class": e.class(), "message": e.to_string() }),
         );
     }
+    input::note(&mut outcome, relay, answer.as_ref().ok());
     Value::Object(outcome)
 }
 
@@ -262,14 +265,10 @@ fn remote(e: ClientError, field: &str, id: &str, decision_id: &str) -> McpError 
         ClientError::Remote { data, .. } => data.clone(),
         _ => Value::Null,
     };
-    McpError::Remote {
-        code: e.code(),
-        message: e.to_string(),
-        data: json!({
-            field: crate::tools::spec::echo(id),
-            "class": e.class(),
-            "decisionId": decision_id,
-            "detail": detail,
-        }),
-    }
+    let data = json!({
+        field: crate::tools::spec::echo(id),
+        "class": e.class(),
+        "decisionId": decision_id,
+    });
+    McpError::remote(e.code(), e.to_string(), data, detail)
 }

@@ -509,6 +509,24 @@ impl McpError {
 }
 
 impl McpError {
+    /// A fronted server's failure: its code and message, `data` (the
+    /// gateway's fields) with the server's own `error.data` as `detail`;
+    /// for a -32021, its `requiredCapabilities` also at the top, where the
+    /// revision puts them.
+    pub fn remote(code: i64, message: String, mut data: Value, detail: Value) -> McpError {
+        if code == jsonrpc::MISSING_CLIENT_CAPABILITY
+            && let Some(required) = detail.get("requiredCapabilities").filter(|r| r.is_object())
+        {
+            data["requiredCapabilities"] = required.clone();
+        }
+        data["detail"] = detail;
+        McpError::Remote {
+            code,
+            message,
+            data,
+        }
+    }
+
     /// The answer to a failed 2026-07-28 request: its status and code at
     /// that revision, with the request's id when it had one.
     pub fn modern_response(self, id: Option<&Id>) -> Response {

@@ -16,10 +16,11 @@
 //! removed) answers 404 with -32601.
 //!
 //! Result shapes: every result carries `resultType: "complete"` and the
-//! gateway's `serverInfo` in `_meta`, but one: a tool of a server the
-//! gateway fronts may ask the caller for input (`"input_required"`, passed
-//! on as it came); the caller's retry is a new `tools/call`, decided by
-//! Cedar again, whose answers travel back to that server
+//! gateway's `serverInfo` in `_meta`, but one: a server the gateway
+//! fronts may ask the caller for input on a `tools/call`, `prompts/get` or
+//! `resources/read` (`"input_required"`, passed on as it came, without
+//! cache hints); the caller's retry is a new request, decided by Cedar
+//! again, whose answers travel back to that server
 //! (`crate::upstream::client`, "Relayed callers"). The caller's
 //! capabilities go there too, and a -32021 of that server answers 400 as
 //! the gateway's own does. `tools/list` lists the visible tools ordered by name, with
@@ -228,6 +229,10 @@ async fn listed(call: &Call, kind: EntryKind) -> Result<Reply, McpError> {
 /// and `ttlMs`: `ttl_ms`, else the upstream's own when it gave a
 /// non-negative integer, else 0.
 fn cached(mut result: Value, ttl_ms: Option<u64>) -> Value {
+    if crate::upstream::input::asks_input(&result) {
+        // A question is no content to cache.
+        return result;
+    }
     if let Value::Object(map) = &mut result {
         let upstream = map.get("ttlMs").and_then(Value::as_u64);
         map.insert("ttlMs".into(), ttl_ms.or(upstream).unwrap_or(0).into());

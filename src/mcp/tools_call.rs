@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 
 use super::call::Call;
 use super::error::{BadArgument, Denial, McpError};
-use super::protocol;
+use super::{protocol, relay};
 use crate::audit::Decided;
 use crate::policy::{Action, Kind, PreparedContext};
 use crate::store::WriteOp;
@@ -34,10 +34,8 @@ struct Request {
     /// The name as called (canonical or a legacy alias).
     name: String,
     arguments: Map<String, Value>,
-    /// `inputResponses` of a 2026-07-28 retry.
-    input_responses: Option<Map<String, Value>>,
-    /// `requestState` of a 2026-07-28 retry.
-    request_state: Option<String>,
+    /// What goes on to a server the tool fronts (`relay`).
+    relay: Relay,
 }
 
 /// The decisions that let a call run: the tool's own, and `write_node`
@@ -49,7 +47,7 @@ struct Allowed {
 
 /// Runs one `tools/call`.
 pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
-    let mut request = parse(params)?;
+    let mut request = parse(call, params)?;
     let tool = match resolve(call, &request.name) {
         Resolved::Tool(tool) => tool,
         Resolved::Answer(result) => return Ok(result),
@@ -68,12 +66,11 @@ pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
         return Err(McpError::UnknownTool(request.name));
     }
     let allowed = decide(call, tool.as_ref(), &inv, &args, notes, &request.name).await?;
-    let relay = relay(call, &mut request);
     let started = Instant::now();
     let tool_call = ToolCall {
         args: &args,
         decision_id: allowed.call.id(),
-        relay: &relay,
+        relay: &request.relay,
     };
     let executed = tool.execute(&inv, tool_call).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -81,8 +78,9 @@ pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
     Ok(tool.render(output, protocol::has_structured_content(&call.version)))
 }
 
-/// Reads `params.name` and `params.arguments` (absent or null: none).
-fn parse(params: Value) -> Result<Request, McpError> {
+/// Reads `params.name` and `params.arguments` (absent or null: none), and
+/// what goes on to a fronted server (`relay::take`).
+fn parse(call: &Call, params: Value) -> Result<Request, McpError> {
     let Value::Object(mut params) = params else {
         return Err(McpError::InvalidParams {
             message: "tools/call needs `params` with a `name`",
@@ -99,66 +97,19 @@ fn parse(params: Value) -> Result<Request, McpError> {
         Value::Object(m) => Some(m),
         _ => None,
     };
-    let text = |v| match v {
-        Value::String(s) => Some(s),
-        _ => None,
-    };
-    let arguments = optional(
+    let arguments = relay::optional(
         &mut params,
         "arguments",
         object,
         "`params.arguments` must be an object",
     )?
     .unwrap_or_default();
-    let input_responses = optional(
-        &mut params,
-        "inputResponses",
-        object,
-        "`params.inputResponses` must be an object",
-    )?;
-    let request_state = optional(
-        &mut params,
-        "requestState",
-        text,
-        "`params.requestState` must be a string",
-    )?;
+    let relay = relay::take(call, &mut params)?;
     Ok(Request {
         name,
         arguments,
-        input_responses,
-        request_state,
+        relay,
     })
-}
-
-/// `params[field]` through `kind` (absent or null: `None`); another type
-/// is invalid params, answered with `message`.
-fn optional<T>(
-    params: &mut Map<String, Value>,
-    field: &'static str,
-    kind: impl Fn(Value) -> Option<T>,
-    message: &'static str,
-) -> Result<Option<T>, McpError> {
-    match params.remove(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => kind(v)
-            .map(Some)
-            .ok_or(McpError::InvalidParams { message, field }),
-    }
-}
-
-/// What the adapter may carry to a server it fronts: a 2026-07-28
-/// caller's capabilities and, on a retry, its answers and the server's
-/// state. An older revision's caller has neither (its `inputResponses`,
-/// not of its revision, are dropped).
-fn relay(call: &Call, request: &mut Request) -> Relay {
-    let Some(capabilities) = &call.capabilities else {
-        return Relay::default();
-    };
-    Relay {
-        capabilities: Some(capabilities.clone()),
-        input_responses: request.input_responses.take(),
-        request_state: request.request_state.take(),
-    }
 }
 
 enum Resolved {
@@ -442,25 +393,8 @@ fn failure_error(failure: Failure, called_as: &str, tool: &str, decision_id: &st
             message,
             detail,
         } => {
-            let mut data = json!({
-                "tool": tool,
-                "class": class,
-                "decisionId": decision_id,
-            });
-            // A server the gateway fronts that needs a capability the
-            // caller did not declare: the caller gets the revision's own
-            // error shape, `requiredCapabilities` at the top of `data`.
-            if code == super::jsonrpc::MISSING_CLIENT_CAPABILITY
-                && let Some(required) = detail.get("requiredCapabilities").filter(|r| r.is_object())
-            {
-                data["requiredCapabilities"] = required.clone();
-            }
-            data["detail"] = detail;
-            McpError::Remote {
-                code,
-                message,
-                data,
-            }
+            let data = json!({ "tool": tool, "class": class, "decisionId": decision_id });
+            McpError::remote(code, message, data, detail)
         }
         Failure::Internal(_) => McpError::Internal,
         Failure::Gone => McpError::UnknownTool(called_as.to_string()),

@@ -19,13 +19,11 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use super::Upstreams;
 use super::client::ClientError;
 use super::registry::UpstreamTool;
-use crate::tools::spec::echo;
+use super::{Upstreams, input};
 use crate::tools::{
-    Executed, Failed, Failure, Invocation, Relay, ToolAdapter, ToolCall, ToolFuture, ToolOutput,
-    ToolSpec,
+    Executed, Failed, Failure, Invocation, ToolAdapter, ToolCall, ToolFuture, ToolOutput, ToolSpec,
 };
 
 /// One upstream tool of a session's view, with the runtime that calls it.
@@ -89,8 +87,8 @@ impl UpstreamAdapter {
                 call.relay,
             )
             .await
-            .and_then(|result| checked_result(result, call.relay));
-        note_input(&mut outcome, call.relay, result.as_ref().ok());
+            .and_then(|result| input::checked(result, call.relay, "tools/call", "content"));
+        input::note(&mut outcome, call.relay, result.as_ref().ok());
         let upstream_ms = started.elapsed().as_secs_f64() * 1000.0;
         outcome.insert("upstreamMs".into(), upstream_ms.into());
         match result {
@@ -130,59 +128,6 @@ impl UpstreamAdapter {
             }
         }
     }
-}
-
-/// A `tools/call` result must be an object with a `content` array, or,
-/// for a caller who can be asked (the client let it through only then),
-/// a request for input: `inputRequests` (an object) or `requestState` (a
-/// string).
-fn checked_result(result: Value, relay: &Relay) -> Result<Value, ClientError> {
-    let asks_input = result.get("resultType").and_then(Value::as_str) == Some("input_required");
-    let well_formed = if asks_input {
-        relay.takes_input()
-            && (result.get("inputRequests").is_some_and(Value::is_object)
-                || result.get("requestState").is_some_and(Value::is_string))
-    } else {
-        result.get("content").is_some_and(Value::is_array)
-    };
-    if well_formed {
-        Ok(result)
-    } else if asks_input {
-        Err(ClientError::Invalid(
-            "the upstream asked for input without `inputRequests` or `requestState`".into(),
-        ))
-    } else {
-        Err(ClientError::Invalid(
-            "the upstream's tools/call result has no `content` array".into(),
-        ))
-    }
-}
-
-/// What the record says of a round trip: the keys of the answers a retry
-/// carried (`inputResponses`), and the methods a result asking for input
-/// requests of the caller (`inputRequests`), so an auditor sees what the
-/// server asked and that the answer was decided again.
-fn note_input(outcome: &mut Map<String, Value>, relay: &Relay, result: Option<&Value>) {
-    if let Some(responses) = &relay.input_responses {
-        let keys: Vec<Value> = responses.keys().map(|k| echo(k).into()).collect();
-        outcome.insert("inputResponses".into(), keys.into());
-    }
-    let Some(requests) = result
-        .filter(|r| r.get("resultType").and_then(Value::as_str) == Some("input_required"))
-        .map(|r| r.get("inputRequests").and_then(Value::as_object))
-    else {
-        return;
-    };
-    let methods: Vec<Value> = requests
-        .into_iter()
-        .flatten()
-        .map(|(key, request)| {
-            let method = request.get("method").and_then(Value::as_str).unwrap_or("");
-            serde_json::json!({ "key": echo(key), "method": echo(method) })
-        })
-        .collect();
-    outcome.insert("inputRequired".into(), true.into());
-    outcome.insert("inputRequests".into(), methods.into());
 }
 
 impl ToolAdapter for UpstreamAdapter {

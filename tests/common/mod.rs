@@ -433,6 +433,22 @@ impl TestGateway {
     }
 
     /// Every decision record, oldest first (after a flush).
+    /// Replays the whole trail under the sets that recorded it.
+    pub async fn replay_recorded(&self) -> cedargate::replay::ReplayReport {
+        self.gw
+            .store
+            .read(|c| {
+                Ok(cedargate::replay::replay(
+                    c,
+                    &Default::default(),
+                    &cedargate::replay::Against::Recorded,
+                )
+                .unwrap())
+            })
+            .await
+            .unwrap()
+    }
+
     pub async fn decisions(&self) -> Vec<cedargate::store::decisions::StoredDecision> {
         self.gw.store.writer().flush().await.unwrap();
         self.gw
