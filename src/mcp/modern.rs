@@ -59,6 +59,7 @@ use super::{entries, listen, protocol, tools_call, tools_list};
 use crate::gateway::Gateway;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
 use crate::upstream::entries::EntryKind;
+use crate::upstream::input;
 
 /// Serves one 2026-07-28 POST inside a span carrying its trace context.
 pub async fn serve(
@@ -229,7 +230,7 @@ async fn listed(call: &Call, kind: EntryKind) -> Result<Reply, McpError> {
 /// and `ttlMs`: `ttl_ms`, else the upstream's own when it gave a
 /// non-negative integer, else 0.
 fn cached(mut result: Value, ttl_ms: Option<u64>) -> Value {
-    if crate::upstream::input::asks_input(&result) {
+    if input::asks_input(&result) {
         // A question is no content to cache.
         return result;
     }
@@ -245,8 +246,9 @@ fn cached(mut result: Value, ttl_ms: Option<u64>) -> Value {
 /// fronted server asks the caller for input) and the gateway's
 /// `serverInfo` in `_meta`.
 fn complete(mut result: Value) -> Value {
+    let asks_input = input::asks_input(&result);
     if let Value::Object(map) = &mut result {
-        if map.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        if !asks_input {
             map.insert("resultType".into(), "complete".into());
         }
         let meta = map.entry("_meta").or_insert_with(|| json!({}));

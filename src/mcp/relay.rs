@@ -16,14 +16,6 @@ use crate::tools::Relay;
 
 /// Takes the retry fields out of `params` and builds the caller's relay.
 pub fn take(call: &Call, params: &mut Map<String, Value>) -> Result<Relay, McpError> {
-    let object = |v| match v {
-        Value::Object(m) => Some(m),
-        _ => None,
-    };
-    let text = |v| match v {
-        Value::String(s) => Some(s),
-        _ => None,
-    };
     let input_responses = optional(
         params,
         "inputResponses",
@@ -44,6 +36,22 @@ pub fn take(call: &Call, params: &mut Map<String, Value>) -> Result<Relay, McpEr
         input_responses,
         request_state,
     })
+}
+
+/// A JSON object, for [`optional`].
+pub fn object(v: Value) -> Option<Map<String, Value>> {
+    match v {
+        Value::Object(m) => Some(m),
+        _ => None,
+    }
+}
+
+/// A JSON string, for [`optional`].
+fn text(v: Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
 }
 
 /// `params[field]` through `kind` (absent or null: `None`); another type

@@ -93,14 +93,10 @@ fn parse(call: &Call, params: Value) -> Result<Request, McpError> {
             field: "name",
         });
     };
-    let object = |v| match v {
-        Value::Object(m) => Some(m),
-        _ => None,
-    };
     let arguments = relay::optional(
         &mut params,
         "arguments",
-        object,
+        relay::object,
         "`params.arguments` must be an object",
     )?
     .unwrap_or_default();

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 
-use super::sse;
+use super::{input, sse};
 use crate::mcp::protocol;
 use crate::tools::Relay;
 
@@ -369,8 +369,7 @@ async fn exchange(
         )));
     };
     let result = response_result(message)?;
-    let asks_input = result.get("resultType").and_then(Value::as_str) == Some("input_required");
-    if asks_input && !(modern && out.takes_input()) {
+    if input::asks_input(&result) && !(modern && out.takes_input()) {
         return Err(ClientError::Invalid(format!(
             "the upstream asked for client input to answer `{method}`, and this caller cannot be asked"
         )));

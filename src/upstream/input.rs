@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::client::ClientError;
+use super::wire::ClientError;
 use crate::tools::Relay;
 use crate::tools::spec::echo;
 
