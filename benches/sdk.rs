@@ -36,6 +36,11 @@
 //! rounds of req/s, CPU µs per request and c=1 p50/p99, then the ratios
 //! against rmcp and the c=1 durable-call margin over the fsync floor,
 //! each next to its goal.
+//!
+//! `BENCH_BASELINE_BIN=<another cedargate binary>` adds it as a fourth
+//! server, `baseline`, measured in the same rounds (before and after a
+//! change in one run); the report then ends with cedargate / baseline for
+//! every figure.
 
 #![allow(
     clippy::unwrap_used,
@@ -100,7 +105,12 @@ fn main() -> support::Res<()> {
     let bodies = bodies();
     rt.block_on(harness::wait_answering(&rmcp, &bodies.list))?;
     rt.block_on(harness::wait_answering(&floor, &bodies.list))?;
-    let targets = [gateway, rmcp, floor];
+    let baseline = harness::start_baseline(dir.path())?;
+    if let Some(b) = &baseline {
+        rt.block_on(harness::wait_ready(b.addr))?;
+    }
+    let mut targets = vec![gateway, rmcp, floor];
+    targets.extend(baseline);
     let mut figures = Figures::default();
     for round in 0..rounds {
         for i in 0..targets.len() {
@@ -148,7 +158,7 @@ async fn measure_round(t: &Target, b: &Bodies, figures: &mut Figures) -> support
     let s = harness::latency(t, &b.recall, iters).await?;
     figures.push(t.name, "tools/call c=1 p50 µs", s.p50);
     figures.push(t.name, "tools/call c=1 p99 µs", s.p99);
-    if t.name == "cedargate" {
+    if t.writes.is_some() {
         let s = harness::latency_writes(t, &b.remember, iters / 4).await?;
         figures.push(t.name, "durable call c=1 p50 µs", s.p50);
     }
@@ -162,7 +172,7 @@ fn report(figures: &Figures, rounds: usize) {
         "sdk: medians of {rounds} alternating rounds ({})",
         support::procfs::cpu_model()
     );
-    figures.table(&["cedargate", "rmcp", "floor"]);
+    figures.table(&["cedargate", "rmcp", "floor", "baseline"]);
     let fsync = figures.median("fsync floor", "p50");
     println!("fsync floor (SQLite WAL commit, synchronous=FULL) p50: {fsync:.1} µs");
     let ratio = |m: &str| {
@@ -179,4 +189,5 @@ fn report(figures: &Figures, rounds: usize) {
         "durable tools/call c=1 p50 {durable:.1} µs = fsync floor + {:.1} µs (goal <= floor + 150 µs)",
         durable - fsync
     );
+    figures.against_baseline("cedargate");
 }

@@ -23,6 +23,10 @@
 //! p50 cedargate adds at c=1 over direct (≤ fsync floor + 150 µs), the
 //! p50/p99 ratios at c=1 and c=16, cedargate's CPU per call against the
 //! forwarder's (≤ 4×), and `tools/list` p99 with 500 upstream tools (≤ 2 ms).
+//!
+//! `BENCH_BASELINE_BIN=<another cedargate binary>` adds it as a fourth way,
+//! `baseline` (registered the same way), measured in the same rounds; the
+//! report then ends with cedargate / baseline for every figure.
 
 #![allow(
     clippy::unwrap_used,
@@ -79,24 +83,29 @@ fn main() -> Res<()> {
     let gateway = harness::start_cedargate(dir.path())?;
     rt.block_on(harness::wait_ready(gateway.addr))?;
     rt.block_on(register(&gateway, &upstream.url()))?;
-    let ways = [
+    let baseline = harness::start_baseline(dir.path())?;
+    let mut ways = vec![
         ("direct", &upstream, call_body("tool_000")),
         ("forwarder", &forwarder, call_body("tool_000")),
         ("cedargate", &gateway, call_body("u0.tool_000")),
     ];
+    if let Some(b) = &baseline {
+        rt.block_on(harness::wait_ready(b.addr))?;
+        rt.block_on(register(b, &upstream.url()))?;
+        ways.push(("baseline", b, call_body("u0.tool_000")));
+    }
+    let gateways: Vec<&Target> = std::iter::once(&gateway).chain(&baseline).collect();
     let mut figures = Figures::default();
     for round in 0..rounds {
         for i in 0..ways.len() {
             let (name, target, body) = &ways[(i + round) % ways.len()];
             rt.block_on(measure(name, target, body, &mut figures))?;
         }
-        let list = rt.block_on(harness::latency(
-            &gateway,
-            &rpc("tools/list", json!({})),
-            500,
-        ))?;
-        figures.push("cedargate", "tools/list (every tool) c=1 p50 µs", list.p50);
-        figures.push("cedargate", "tools/list (every tool) c=1 p99 µs", list.p99);
+        for g in &gateways {
+            let list = rt.block_on(harness::latency(g, &rpc("tools/list", json!({})), 500))?;
+            figures.push(g.name, "tools/list (every tool) c=1 p50 µs", list.p50);
+            figures.push(g.name, "tools/list (every tool) c=1 p99 µs", list.p99);
+        }
         figures.push("fsync floor", "p50", harness::fsync_floor(dir.path(), 500)?);
         eprintln!("round {} of {rounds} done", round + 1);
     }
@@ -179,7 +188,7 @@ fn report(f: &Figures, rounds: usize) {
         "upstream: medians of {rounds} alternating rounds ({})",
         support::procfs::cpu_model()
     );
-    f.table(&["direct", "forwarder", "cedargate"]);
+    f.table(&["direct", "forwarder", "cedargate", "baseline"]);
     let fsync = f.median("fsync floor", "p50");
     println!("fsync floor (SQLite WAL commit, synchronous=FULL) p50: {fsync:.1} µs");
     let added = f.median("cedargate", "tools/call c=1 p50 µs")
@@ -208,4 +217,5 @@ fn report(f: &Figures, rounds: usize) {
         REGISTRATIONS * env_num::<usize>("BENCH_TOOLS", 100),
         f.median("cedargate", "tools/list (every tool) c=1 p99 µs")
     );
+    f.against_baseline("cedargate");
 }

@@ -96,6 +96,27 @@ impl Target {
 /// Provisions one tenant in `dir/data`, writes the config (rate limits
 /// off: the load is one key at full speed) and starts `cedargate serve`.
 pub fn start_cedargate(dir: &Path) -> Res<Target> {
+    start_cedargate_binary(dir, "cedargate", Path::new(env!("CARGO_BIN_EXE_cedargate")))
+}
+
+/// The binary named by `BENCH_BASELINE_BIN` (another build of cedargate,
+/// say the commit before a change), started as the target `baseline` over
+/// a data directory of its own under `dir`, so a bench measures before and
+/// after in the same rounds; `None` when the variable is unset.
+pub fn start_baseline(dir: &Path) -> Res<Option<Target>> {
+    let Ok(bin) = std::env::var("BENCH_BASELINE_BIN") else {
+        return Ok(None);
+    };
+    let dir = dir.join("baseline");
+    std::fs::create_dir_all(&dir)?;
+    Ok(Some(start_cedargate_binary(
+        &dir,
+        "baseline",
+        Path::new(&bin),
+    )?))
+}
+
+fn start_cedargate_binary(dir: &Path, name: &'static str, bin: &Path) -> Res<Target> {
     let data = dir.join("data");
     let store = cedargate::store::Store::open(&data.join("cedargate.db"), 1024, 64)?;
     let spec = TenantSpec {
@@ -127,7 +148,7 @@ pub fn start_cedargate(dir: &Path) -> Res<Target> {
             repo().join("schemas/gateway.cedarschema"),
         ),
     )?;
-    let child = Command::new(env!("CARGO_BIN_EXE_cedargate"))
+    let child = Command::new(bin)
         .arg("--config")
         .arg(&config)
         .arg("serve")
@@ -137,7 +158,7 @@ pub fn start_cedargate(dir: &Path) -> Res<Target> {
         .stderr(Stdio::inherit())
         .spawn()?;
     Ok(Target {
-        name: "cedargate",
+        name,
         child,
         addr,
         path: format!("/api/mcp/{}", p.session.id),
@@ -332,6 +353,25 @@ impl Figures {
         let mut v = v.clone();
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
+    /// `name` / `baseline` for every measure both have (medians), when a
+    /// baseline binary was measured.
+    pub fn against_baseline(&self, name: &str) {
+        let mut measures: Vec<&String> = self
+            .by
+            .keys()
+            .filter(|(s, _)| s == "baseline")
+            .map(|(_, m)| m)
+            .collect();
+        measures.sort();
+        measures.dedup();
+        for m in measures {
+            let ratio = self.median(name, m) / self.median("baseline", m);
+            if ratio.is_finite() {
+                println!("{name} / baseline, {m}: {ratio:.3}");
+            }
+        }
     }
 
     /// One row per measure, one column per server (medians).
