@@ -18,8 +18,9 @@
 //!   row count and average length from the index's averages record, and
 //!   each term's document frequency counted over the whole index up to
 //!   [`DF_PROBE`] matches (beyond, estimated from how far back in `seq`
-//!   those matches reach). With no term cut, the scores are exactly
-//!   `bm25()`'s (a unit test compares them).
+//!   those matches reach), counted only for terms with a candidate in the
+//!   project (a term with none adds nothing to any score). With no term
+//!   cut, the scores are exactly `bm25()`'s (a unit test compares them).
 //! - PostgreSQL: `observation_terms` holds one btree entry per (project,
 //!   lexeme, seq) with the lexeme's occurrences in the row and the row's
 //!   length, and `recall_scopes` numbers the projects and keeps each one's
@@ -339,13 +340,17 @@ fn sqlite_candidates(
     let mut cands: HashMap<i64, Candidate> = HashMap::new();
     let mut idf = Vec::with_capacity(terms.len());
     for (i, term) in terms.iter().enumerate() {
-        let (term_idf, matches) = sqlite_idf(conn, term, &totals)?;
-        idf.push(term_idf);
-        if matches == 0 {
-            continue; // in no row of any project: no candidate to read
-        }
         let expr = format!("scope : \"{scope}\" AND {{content type}} : \"{term}\"");
-        for row in conn.query(SQLITE_TERM_CANDIDATES, params![&expr, per_term as i64])? {
+        let rows = conn.query(SQLITE_TERM_CANDIDATES, params![&expr, per_term as i64])?;
+        if rows.is_empty() {
+            // In no row of this project: the term adds nothing to any
+            // candidate's score, so its IDF (a probe of the whole index,
+            // up to `DF_PROBE` rows of other projects) is not needed.
+            idf.push(0.0);
+            continue;
+        }
+        idf.push(sqlite_idf(conn, term, &totals)?);
+        for row in rows {
             let seq: i64 = row.get(0)?;
             let freq =
                 row.get::<Option<i64>>(1)?.unwrap_or(0) + row.get::<Option<i64>>(2)?.unwrap_or(0);
@@ -376,8 +381,7 @@ fn bm25(c: &Candidate, idf: &[f64], avg_len: f64) -> f64 {
 /// FTS5's IDF of a term over the whole index: exact when fewer than
 /// [`DF_PROBE`] rows match, otherwise estimated from the share of the
 /// rowid range the newest [`DF_PROBE`] matches span.
-/// Also returns how many matches were counted (0: the term is in no row).
-fn sqlite_idf(conn: &mut Conn, term: &str, totals: &FtsTotals) -> Result<(f64, i64), StoreError> {
+fn sqlite_idf(conn: &mut Conn, term: &str, totals: &FtsTotals) -> Result<f64, StoreError> {
     let phrase = format!("\"{term}\"");
     let (counted, oldest): (i64, Option<i64>) =
         conn.query_row(SQLITE_TERM_PROBE, params![&phrase, DF_PROBE as i64], |r| {
@@ -390,7 +394,7 @@ fn sqlite_idf(conn: &mut Conn, term: &str, totals: &FtsTotals) -> Result<(f64, i
         (1, totals.max_seq),
         totals.rows,
     );
-    Ok((bm25_idf(df, totals.rows), counted))
+    Ok(bm25_idf(df, totals.rows))
 }
 
 /// A term's document frequency from a count bounded by `probe`: the count
