@@ -366,6 +366,14 @@ pub struct Limits {
     pub write_queue_bytes: usize,
     /// Most writes committed in one SQLite transaction (group commit).
     pub group_commit_max: usize,
+    /// Microseconds a durable group commit waits for more tool calls
+    /// when at least `commit_siblings` are in flight (one sync and one
+    /// write of the hot pages then serve all of them); 0 turns it off. A
+    /// lone call never waits. Default 150; at most 10 000 (10 ms) is
+    /// honoured.
+    pub commit_delay_us: u64,
+    /// Tool calls in flight before a commit waits for them. Default 4.
+    pub commit_siblings: usize,
 }
 
 /// The HTTP server (`[http]`): which `Origin` and `Host` headers the MCP
@@ -563,6 +571,8 @@ impl Default for Limits {
             write_queue_records: 32 * 1024,
             write_queue_bytes: 32 * 1024 * 1024,
             group_commit_max: 1024,
+            commit_delay_us: 150,
+            commit_siblings: 4,
         }
     }
 }
@@ -644,6 +654,8 @@ impl Config {
             write_queue_records: self.limits.write_queue_records,
             write_queue_bytes: self.limits.write_queue_bytes,
             group_commit_max: self.limits.group_commit_max,
+            commit_delay: std::time::Duration::from_micros(self.limits.commit_delay_us),
+            commit_siblings: self.limits.commit_siblings,
             pool_size: self.database.pool_size,
             acquire_timeout: std::time::Duration::from_millis(self.database.acquire_timeout_ms),
             wal_max_bytes: self.database.wal_max_bytes,

@@ -249,6 +249,11 @@ pub struct StoreOptions {
     pub write_queue_bytes: usize,
     /// Jobs per group commit at most.
     pub group_commit_max: usize,
+    /// How long a durable batch waits for announced requests still on
+    /// their way (see [`writer`]'s commit delay); zero: never.
+    pub commit_delay: Duration,
+    /// Requests in flight before a durable batch waits for them.
+    pub commit_siblings: usize,
     /// PostgreSQL pool size (connections, besides the writer's).
     pub pool_size: u32,
     /// How long a request waits for a pooled connection.
@@ -269,6 +274,8 @@ impl Default for StoreOptions {
             write_queue_records: queue.records,
             write_queue_bytes: queue.bytes,
             group_commit_max: queue.batch_max,
+            commit_delay: queue.commit_delay,
+            commit_siblings: queue.commit_siblings,
             pool_size: 16,
             acquire_timeout: Duration::from_secs(3),
             wal_max_bytes: 64 * 1024 * 1024,
@@ -285,6 +292,8 @@ impl StoreOptions {
             records: self.write_queue_records,
             bytes: self.write_queue_bytes,
             batch_max: self.group_commit_max,
+            commit_delay: self.commit_delay,
+            commit_siblings: self.commit_siblings,
         }
     }
 }

@@ -47,6 +47,11 @@ struct Allowed {
 
 /// Runs one `tools/call`.
 pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
+    // Every call ends in a durable commit: announced, so a group commit
+    // under concurrent calls can wait for this one (the store writer's
+    // commit delay). A remote tool is announced only once its peer
+    // answered: a commit must not wait on calls still out on the network.
+    let mut announced = Some(call.gw.store.writer().expect_commit());
     let mut request = parse(call, params)?;
     let tool = match resolve(call, &request.name) {
         Resolved::Tool(tool) => tool,
@@ -58,6 +63,9 @@ pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
         }
     };
     let spec = Arc::clone(tool.spec());
+    if spec.class.is_some() {
+        announced = None;
+    }
     check_view(call, &spec.name, &request.name, true).await?;
     let arguments = std::mem::take(&mut request.arguments);
     let (args, notes) = validated_arguments(call, &spec, request.name.as_str(), arguments)?;
@@ -73,6 +81,7 @@ pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
         relay: &request.relay,
     };
     let executed = tool.execute(&inv, tool_call).await;
+    let _announced = announced.unwrap_or_else(|| call.gw.store.writer().expect_commit());
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let output = record(call, allowed, executed, duration_ms, &request.name, &spec).await?;
     Ok(tool.render(output, protocol::has_structured_content(&call.version)))

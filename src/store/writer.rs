@@ -37,10 +37,24 @@
 //! On SQLite the writer also keeps the WAL bounded: after a commit that
 //! left the `-wal` file over `database.wal_max_bytes`, it checkpoints in
 //! TRUNCATE mode ([`Db::checkpoint`]).
+//!
+//! **Commit delay** (PostgreSQL's `commit_delay` / `commit_siblings`): a
+//! durable commit costs a sync and the write of every page it touched,
+//! whatever the number of jobs it holds. Under concurrent load the jobs
+//! reach the writer one or two at a time (each request thread is busy
+//! until the moment it submits), so batches stayed small and every request
+//! paid most of a sync and of the hot index pages. Requests that will
+//! commit durably announce themselves ([`Writer::expect_commit`]); when at
+//! least `commit_siblings` of them are in flight and some have not
+//! submitted yet, the writer sleeps `commit_delay` once before committing
+//! a durable batch, so the next few join it. A lone request (concurrency
+//! 1, or fewer in flight than `commit_siblings`) never waits.
 
 pub mod budget;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -115,6 +129,12 @@ pub struct QueueBounds {
     pub bytes: usize,
     /// Jobs per group commit at most (`limits.group_commit_max`).
     pub batch_max: usize,
+    /// How long a durable batch waits for requests still on their way
+    /// (`limits.commit_delay_us`; zero: never).
+    pub commit_delay: Duration,
+    /// Requests that must be in flight before a batch waits for them
+    /// (`limits.commit_siblings`).
+    pub commit_siblings: usize,
 }
 
 impl Default for QueueBounds {
@@ -124,6 +144,8 @@ impl Default for QueueBounds {
             records: 32 * 1024,
             bytes: 32 * 1024 * 1024,
             batch_max: 1024,
+            commit_delay: Duration::from_micros(150),
+            commit_siblings: 4,
         }
     }
 }
@@ -136,6 +158,47 @@ pub type Connector = Box<dyn FnMut() -> Result<Box<Conn>, StoreError> + Send>;
 pub struct Writer {
     tx: mpsc::Sender<Job>,
     budget: Arc<Budget>,
+    /// Requests that announced a durable commit and have not finished.
+    expected: Arc<AtomicUsize>,
+}
+
+/// A request that will commit durably soon (see [`Writer::expect_commit`]);
+/// it stops counting when dropped.
+#[derive(Debug)]
+pub struct Expected(Arc<AtomicUsize>);
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// When a durable batch waits for more jobs, and for how long.
+#[derive(Debug, Clone, Copy)]
+struct Delay {
+    wait: Duration,
+    siblings: usize,
+}
+
+/// The longest commit delay honoured, whatever the configuration says: a
+/// delay is meant to be a fraction of a sync, and a large one would only
+/// hold every concurrent call back.
+const MAX_COMMIT_DELAY: Duration = Duration::from_millis(10);
+
+impl Delay {
+    fn new(wait: Duration, siblings: usize) -> Delay {
+        Delay {
+            wait: wait.min(MAX_COMMIT_DELAY),
+            siblings,
+        }
+    }
+
+    /// Whether a durable batch of `batched` jobs waits, with `expected`
+    /// requests announced: only with enough of them in flight, and only
+    /// for requests that have not submitted yet.
+    fn waits(&self, expected: usize, batched: usize) -> bool {
+        !self.wait.is_zero() && expected >= self.siblings.max(2) && expected > batched
+    }
 }
 
 impl std::fmt::Debug for Job {
@@ -155,14 +218,31 @@ impl Writer {
     ) -> Result<Writer, StoreError> {
         let (tx, rx) = mpsc::channel(bounds.jobs.max(1));
         let batch_max = bounds.batch_max.max(1);
+        let expected = Arc::new(AtomicUsize::new(0));
+        let queue = Queue {
+            rx,
+            batch_max,
+            expected: Arc::clone(&expected),
+            delay: Delay::new(bounds.commit_delay, bounds.commit_siblings),
+        };
         std::thread::Builder::new()
             .name("cedargate-writer".into())
-            .spawn(move || run(connect, initial, rx, batch_max))
+            .spawn(move || run(connect, initial, queue))
             .map_err(|e| StoreError::Write(format!("cannot start writer thread: {e}")))?;
         Ok(Writer {
             tx,
             budget: Budget::new(bounds.records, bounds.bytes),
+            expected,
         })
+    }
+
+    /// Announces a request that will [`Writer::submit`] soon (a tool
+    /// call): while enough such requests are in flight, a durable batch
+    /// waits briefly for them (see the module doc). Hold the guard until
+    /// the request's commit returned.
+    pub fn expect_commit(&self) -> Expected {
+        self.expected.fetch_add(1, Ordering::Relaxed);
+        Expected(Arc::clone(&self.expected))
     }
 
     /// What the queue holds now and held at most (the `/metrics` gauges).
@@ -379,22 +459,48 @@ fn divergence_text(d: &super::shadow::Divergence) -> u64 {
 /// clearing (a miss only costs an idempotent insert).
 const KNOWN_SNAPSHOTS_MAX: usize = 4096;
 
-fn run(
-    mut connect: Connector,
-    mut conn: Option<Box<Conn>>,
-    mut rx: mpsc::Receiver<Job>,
+/// The writer thread's end of the queue.
+struct Queue {
+    rx: mpsc::Receiver<Job>,
     batch_max: usize,
-) {
-    let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
-    let mut known = Known::default();
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
-        while batch.len() < batch_max {
-            match rx.try_recv() {
+    expected: Arc<AtomicUsize>,
+    delay: Delay,
+}
+
+impl Queue {
+    /// The next batch: the first job (waiting for it), everything queued
+    /// behind it, and, for a durable batch while other announced requests
+    /// are still on their way, what arrives within the commit delay.
+    /// `None` once every sender is gone.
+    fn next_batch(&mut self, batch: &mut Vec<Job>) -> Option<()> {
+        batch.push(self.rx.blocking_recv()?);
+        self.drain(batch);
+        let durable = batch.iter().filter(|job| job.ack.is_some()).count();
+        if durable > 0
+            && self
+                .delay
+                .waits(self.expected.load(Ordering::Relaxed), durable)
+        {
+            std::thread::sleep(self.delay.wait);
+            self.drain(batch);
+        }
+        Some(())
+    }
+
+    fn drain(&mut self, batch: &mut Vec<Job>) {
+        while batch.len() < self.batch_max {
+            match self.rx.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
         }
+    }
+}
+
+fn run(mut connect: Connector, mut conn: Option<Box<Conn>>, mut queue: Queue) {
+    let mut batch: Vec<Job> = Vec::with_capacity(queue.batch_max);
+    let mut known = Known::default();
+    while queue.next_batch(&mut batch).is_some() {
         let durable = batch.iter().any(|job| job.ack.is_some());
         if conn.is_none() {
             match connect() {
@@ -539,4 +645,56 @@ fn commit(
     }
     tx.commit()?;
     Ok(Committed { snapshots, anchor })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delay(us: u64, siblings: usize) -> Delay {
+        Delay::new(Duration::from_micros(us), siblings)
+    }
+
+    #[test]
+    fn a_configured_delay_is_held_to_ten_milliseconds() {
+        assert_eq!(delay(150, 4).wait, Duration::from_micros(150));
+        assert_eq!(delay(10_000, 4).wait, MAX_COMMIT_DELAY);
+        assert_eq!(delay(5_000_000, 4).wait, MAX_COMMIT_DELAY);
+    }
+
+    #[test]
+    fn a_batch_waits_only_for_announced_requests_still_on_their_way() {
+        let d = delay(150, 4);
+        // Concurrency 1: the lone request's own job is in the batch.
+        assert!(!d.waits(1, 1));
+        // Fewer in flight than the siblings threshold: no wait.
+        assert!(!d.waits(3, 1));
+        // Enough in flight, some not submitted yet: wait once.
+        assert!(d.waits(4, 1));
+        assert!(d.waits(32, 2));
+        // Everyone in flight already in the batch: nothing to wait for.
+        assert!(!d.waits(8, 8));
+        // A delay of zero turns it off; a threshold below 2 counts as 2.
+        assert!(!delay(0, 4).waits(32, 1));
+        assert!(!delay(150, 0).waits(1, 0));
+        assert!(delay(150, 0).waits(2, 1));
+    }
+
+    #[test]
+    fn an_announcement_counts_until_it_is_dropped() {
+        let expected = Arc::new(AtomicUsize::new(0));
+        let first = {
+            expected.fetch_add(1, Ordering::Relaxed);
+            Expected(Arc::clone(&expected))
+        };
+        let second = {
+            expected.fetch_add(1, Ordering::Relaxed);
+            Expected(Arc::clone(&expected))
+        };
+        assert_eq!(expected.load(Ordering::Relaxed), 2);
+        drop(first);
+        assert_eq!(expected.load(Ordering::Relaxed), 1);
+        drop(second);
+        assert_eq!(expected.load(Ordering::Relaxed), 0);
+    }
 }
