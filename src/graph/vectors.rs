@@ -17,9 +17,12 @@
 //! exhaustive search, ties included.
 //!
 //! Trade-off: 1.25× the memory of the `f32` vectors alone (one byte per
-//! dimension plus three floats per node). The scan splits into two halves
-//! on the rayon pool when the graph holds more than [`PARALLEL_FROM`]
-//! vectors.
+//! dimension plus three floats per node). The scan splits into slices of
+//! [`PARALLEL_FROM`] vectors (at most [`MAX_PARTS`]) on the rayon pool, so
+//! its parallelism is bounded by the pool (one thread per core) however
+//! many queries run at once; several slices per thread rather than one
+//! half each let the thread that was not preempted take over the other's
+//! share on a busy machine instead of waiting for it.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -33,8 +36,11 @@ use super::rank::top_k;
 const RESCORE_PER_RESULT: usize = 4;
 /// Fewest nodes rescored exactly.
 const RESCORE_MIN: usize = 64;
-/// Graphs with more vectors than this scan on two threads.
+/// Vectors per slice of the parallel scan (smaller graphs scan on the
+/// calling thread).
 const PARALLEL_FROM: usize = 65_536;
+/// Most slices of one scan.
+const MAX_PARTS: usize = 8;
 /// Slack on every bound for the rounding of the `f32` dot product.
 const ROUNDING_SLACK: f64 = 1e-4;
 
@@ -244,9 +250,9 @@ impl VectorIndex {
             top_k_with_rest(bounds, wanted)
         };
         let n = self.meta.len();
-        let halves = if n > PARALLEL_FROM { 2 } else { 1 };
-        let per = n.div_ceil(halves);
-        let parts: Vec<(Vec<(u32, f64)>, f64)> = (0..halves)
+        let slices = n.div_ceil(PARALLEL_FROM).clamp(1, MAX_PARTS);
+        let per = n.div_ceil(slices);
+        let parts: Vec<(Vec<(u32, f64)>, f64)> = (0..slices)
             .into_par_iter()
             .map(|h| scan(h * per, ((h + 1) * per).min(n)))
             .collect();
