@@ -17,9 +17,12 @@
 //! exhaustive search, ties included.
 //!
 //! Trade-off: 1.25× the memory of the `f32` vectors alone (one byte per
-//! dimension plus three floats per node). The scan splits into two halves
-//! on the rayon pool when the graph holds more than [`PARALLEL_FROM`]
-//! vectors.
+//! dimension plus three floats per node). The scan splits into slices of
+//! [`PARALLEL_FROM`] vectors (at most [`MAX_PARTS`]) on the rayon pool, so
+//! its parallelism is bounded by the pool (one thread per core) however
+//! many queries run at once; several slices per thread rather than one
+//! half each let the thread that was not preempted take over the other's
+//! share on a busy machine instead of waiting for it.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -33,8 +36,11 @@ use super::rank::top_k;
 const RESCORE_PER_RESULT: usize = 4;
 /// Fewest nodes rescored exactly.
 const RESCORE_MIN: usize = 64;
-/// Graphs with more vectors than this scan on two threads.
+/// Vectors per slice of the parallel scan (smaller graphs scan on the
+/// calling thread).
 const PARALLEL_FROM: usize = 65_536;
+/// Most slices of one scan.
+const MAX_PARTS: usize = 8;
 /// Slack on every bound for the rounding of the `f32` dot product.
 const ROUNDING_SLACK: f64 = 1e-4;
 
@@ -92,11 +98,32 @@ fn quantize(v: &[f32]) -> (Vec<i8>, Meta) {
     (q, meta)
 }
 
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    a.iter()
-        .zip(b)
+/// Independent sums of [`dot_i8`]: one per SIMD lane.
+const LANES: usize = 16;
+
+/// The integer dot product of the scan: the query widened to `i16` once
+/// per search, a node's `i8` values, summed in [`LANES`] independent `i32`
+/// lanes over fixed-size chunks. Written this way the compiler turns the
+/// loop into packed multiply-adds (`pmaddwd` on the baseline x86-64
+/// target); the plain `zip().map().sum()` over two `i8` slices kept one
+/// dependency chain per element and ran 2.5–3× slower over a million
+/// vectors. Integer sums are exact in any order, so the result is the
+/// same as that loop's.
+fn dot_i8(q: &[i16], v: &[i8]) -> i32 {
+    let (q_chunks, v_chunks) = (q.chunks_exact(LANES), v.chunks_exact(LANES));
+    let tail: i32 = q_chunks
+        .remainder()
+        .iter()
+        .zip(v_chunks.remainder())
         .map(|(x, y)| i32::from(*x) * i32::from(*y))
-        .sum()
+        .sum();
+    let mut lanes = [0i32; LANES];
+    for (qc, vc) in q_chunks.zip(v_chunks) {
+        for ((lane, x), y) in lanes.iter_mut().zip(qc).zip(vc) {
+            *lane += i32::from(*x) * i32::from(*y);
+        }
+    }
+    lanes.iter().sum::<i32>() + tail
 }
 
 impl VectorIndex {
@@ -199,6 +226,8 @@ impl VectorIndex {
     /// The `wanted` nodes with the best upper bounds on their exact score,
     /// and the best upper bound left out (`-∞` when none was).
     fn bounded_candidates(&self, q: &[i8], qmeta: Meta, wanted: usize) -> (Vec<u32>, f64) {
+        let q: Vec<i16> = q.iter().map(|x| i16::from(*x)).collect();
+        let q = q.as_slice();
         // ‖q̂‖ ≤ ‖q‖ + ‖q − q̂‖.
         let (q_error, q_norm) = (f64::from(qmeta.error), f64::from(qmeta.norm + qmeta.error));
         let scan = |first: usize, end: usize| {
@@ -212,7 +241,7 @@ impl VectorIndex {
                 .filter(|((_, m), _)| !m.scale.is_nan())
                 .map(|((v, m), i)| {
                     let scale = f64::from(m.scale) * f64::from(qmeta.scale);
-                    let approx = f64::from(dot_i8(v, q)) * scale;
+                    let approx = f64::from(dot_i8(q, v)) * scale;
                     let (norm, error) = (f64::from(m.norm), f64::from(m.error));
                     let slack =
                         q_error * norm + q_norm * error + ROUNDING_SLACK * (1.0 + q_norm * norm);
@@ -221,9 +250,9 @@ impl VectorIndex {
             top_k_with_rest(bounds, wanted)
         };
         let n = self.meta.len();
-        let halves = if n > PARALLEL_FROM { 2 } else { 1 };
-        let per = n.div_ceil(halves);
-        let parts: Vec<(Vec<(u32, f64)>, f64)> = (0..halves)
+        let slices = n.div_ceil(PARALLEL_FROM).clamp(1, MAX_PARTS);
+        let per = n.div_ceil(slices);
+        let parts: Vec<(Vec<(u32, f64)>, f64)> = (0..slices)
             .into_par_iter()
             .map(|h| scan(h * per, ((h + 1) * per).min(n)))
             .collect();
@@ -346,6 +375,25 @@ mod tests {
         let q = unit(&mut seed, 32);
         index.set(3, &q);
         assert_eq!(index.search(&q, 1).first().map(|(i, _)| *i), Some(3));
+    }
+
+    #[test]
+    fn lane_dot_product_equals_the_plain_one() {
+        let mut seed = 3;
+        for dims in [0, 1, 2, 15, 16, 17, 31, 128, 130, 1536] {
+            let a: Vec<i8> = (0..dims).map(|_| (lcg(&mut seed) * 254.0) as i8).collect();
+            let b: Vec<i8> = (0..dims).map(|_| (lcg(&mut seed) * 254.0) as i8).collect();
+            let wide: Vec<i16> = a.iter().map(|x| i16::from(*x)).collect();
+            let plain: i32 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| i32::from(*x) * i32::from(*y))
+                .sum();
+            assert_eq!(dot_i8(&wide, &b), plain, "{dims} dims");
+        }
+        let extreme = vec![-127i8; 1536];
+        let wide: Vec<i16> = extreme.iter().map(|x| i16::from(*x)).collect();
+        assert_eq!(dot_i8(&wide, &extreme), 127 * 127 * 1536);
     }
 
     #[test]
