@@ -594,7 +594,7 @@ fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>
         let req =
             RecordedRequest::with_uids(principal.clone(), &r.action, resource.clone(), &r.context)
                 .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
-        bundle.decide_recorded(&req, entities.entities())
+        bundle.decide_recorded_reusing(&req, entities)
     };
     Ok(vec![Replayed {
         resource: None,

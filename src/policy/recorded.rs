@@ -116,6 +116,8 @@ pub enum SnapshotError {
 pub struct RecordedEntities {
     entities: Entities,
     text: Arc<str>,
+    /// Verdicts replay decided against these entities and may reuse.
+    verdicts: super::replay_verdicts::ReplayVerdicts,
 }
 
 impl RecordedEntities {
@@ -127,6 +129,17 @@ impl RecordedEntities {
     /// The parsed entities, as [`PolicyBundle::decide_recorded`] takes them.
     pub fn entities(&self) -> &Entities {
         &self.entities
+    }
+
+    /// The verdicts remembered on these entities.
+    pub(super) fn verdicts(&self) -> &super::replay_verdicts::ReplayVerdicts {
+        &self.verdicts
+    }
+
+    /// How many verdicts replay remembers on these entities (see
+    /// [`super::replay_verdicts`]).
+    pub fn remembered(&self) -> usize {
+        self.verdicts.len()
     }
 }
 
@@ -212,7 +225,25 @@ impl PolicyBundle {
         Ok(RecordedEntities {
             entities: self.parse_snapshot(text)?,
             text: Arc::from(text),
+            verdicts: Default::default(),
         })
+    }
+
+    /// [`PolicyBundle::decide_recorded`] against a parsed snapshot of the
+    /// trail, reusing what can be reused (see [`super::replay_verdicts`]).
+    pub fn decide_recorded_reusing(
+        &self,
+        req: &RecordedRequest,
+        entities: &RecordedEntities,
+    ) -> Verdict {
+        let context = self.recorded_context(req);
+        self.decide_reusing(
+            &req.principal,
+            req.action,
+            &req.resource,
+            &context,
+            entities,
+        )
     }
 
     /// Decides a recorded request with its recorded entity data.
