@@ -393,6 +393,15 @@ impl PreparedContext {
         self.session_and_time().map(|(id, _)| id)
     }
 
+    /// The session id of a typed tool context `{session, time, args}`.
+    fn typed_session(&self) -> Option<&str> {
+        self.action
+            .is_some()
+            .then(|| recorded::session_shape(&self.json, true))
+            .flatten()
+            .map(|(id, _)| id)
+    }
+
     fn session_and_time(&self) -> Option<(&str, &str)> {
         self.action
             .is_none()

@@ -131,11 +131,6 @@ impl RecordedEntities {
         &self.entities
     }
 
-    /// The verdicts remembered on these entities.
-    pub(super) fn verdicts(&self) -> &super::replay_verdicts::ReplayVerdicts {
-        &self.verdicts
-    }
-
     /// How many verdicts replay remembers on these entities (see
     /// [`super::replay_verdicts`]).
     pub fn remembered(&self) -> usize {
@@ -243,6 +238,25 @@ impl PolicyBundle {
             &req.resource,
             &context,
             entities,
+        )
+    }
+
+    /// [`PolicyBundle::decide`] against a parsed snapshot of the trail,
+    /// reusing the verdict of an earlier request that cannot be decided
+    /// otherwise (see [`super::replay_verdicts`]).
+    pub fn decide_reusing(
+        &self,
+        principal: &Uid,
+        action: Action,
+        resource: &Uid,
+        context: &PreparedContext,
+        entities: &RecordedEntities,
+    ) -> Verdict {
+        self.decide_remembering(
+            (principal, action, resource),
+            context,
+            &entities.entities,
+            &entities.verdicts,
         )
     }
 

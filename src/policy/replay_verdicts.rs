@@ -45,7 +45,8 @@ use std::sync::Mutex;
 
 use cedar_policy::EntityUid;
 
-use super::recorded::{RecordedEntities, session_shape};
+use cedar_policy::Entities;
+
 use super::{Action, Checked, PolicyBundle, PreparedContext, Uid, Verdict};
 
 /// Most verdicts one snapshot remembers (a session slice sees its tools
@@ -121,21 +122,20 @@ impl ReplayVerdicts {
 }
 
 impl PolicyBundle {
-    /// [`PolicyBundle::decide`] against a recorded snapshot, reusing the
-    /// verdict of an earlier request that cannot be decided otherwise (see
-    /// the module doc for the rule).
-    pub fn decide_reusing(
+    /// [`PolicyBundle::decide`] against the entities `memo` is kept on,
+    /// reusing the verdict of an earlier request that cannot be decided
+    /// otherwise (see the module doc for the rule).
+    pub(super) fn decide_remembering(
         &self,
-        principal: &Uid,
-        action: Action,
-        resource: &Uid,
+        request: (&Uid, Action, &Uid),
         context: &PreparedContext,
-        entities: &RecordedEntities,
+        entities: &Entities,
+        memo: &ReplayVerdicts,
     ) -> Verdict {
+        let (principal, action, resource) = request;
         let Some(key) = self.reuse_key(principal, action, resource, context) else {
-            return self.decide(principal, action, resource, context, entities.entities());
+            return self.decide(principal, action, resource, context, entities);
         };
-        let memo = entities.verdicts();
         if let Some(verdict) = memo.get(&self.hash, &key) {
             // This record's own request must still be valid.
             let checked = if key.typed {
@@ -148,7 +148,7 @@ impl PolicyBundle {
                 Err(denied) => denied,
             };
         }
-        let verdict = self.decide(principal, action, resource, context, entities.entities());
+        let verdict = self.decide(principal, action, resource, context, entities);
         memo.put(&self.hash, key, &verdict);
         verdict
     }
@@ -168,7 +168,7 @@ impl PolicyBundle {
         }
         let (typed, session) = match &context.action {
             None => (false, context.session_and_time()?.0),
-            Some(_) => (true, session_shape(&context.json, true)?.0),
+            Some(_) => (true, context.typed_session()?),
         };
         Some(ReuseKey {
             typed,
