@@ -15,6 +15,7 @@ mod literals;
 pub mod load;
 pub mod node_reads;
 pub mod recorded;
+pub mod replay_verdicts;
 pub mod schema_gen;
 pub mod session_verdicts;
 pub mod tests_runner;
@@ -392,6 +393,15 @@ impl PreparedContext {
         self.session_and_time().map(|(id, _)| id)
     }
 
+    /// The session id of a typed tool context `{session, time, args}`.
+    fn typed_session(&self) -> Option<&str> {
+        self.action
+            .is_some()
+            .then(|| recorded::session_shape(&self.json, true))
+            .flatten()
+            .map(|(id, _)| id)
+    }
+
     fn session_and_time(&self) -> Option<(&str, &str)> {
         self.action
             .is_none()
@@ -631,41 +641,69 @@ impl PolicyBundle {
         context: &PreparedContext,
         entities: &Entities,
     ) -> Verdict {
-        if context.schema_hash != self.schema_hash {
-            return Verdict::denied_with("context was prepared for a different schema".into());
+        match self.request(principal, action, resource, context, Checked::AgainstSchema) {
+            Ok(request) => self.decide_request(&request, entities),
+            Err(denied) => denied,
         }
-        let typed = self.typed_for(action, resource);
-        let action_uid = match (&context.action, typed) {
-            (None, None) => action.uid().0,
-            (Some(used), Some(t)) if *used == t.action => t.action.clone(),
-            (None, Some(t)) => {
-                return Verdict::denied_with(format!(
-                    "`{resource}` is decided under its typed action `{}`, but the context carries no arguments",
-                    t.action
-                ));
-            }
-            (Some(used), _) => {
-                return Verdict::denied_with(format!(
-                    "context was prepared for `{used}`, not for `{}` on `{resource}`",
-                    action.name()
-                ));
-            }
-        };
+    }
+
+    /// The action a request is decided under: the tool's typed action when
+    /// the context was prepared for it, else the group action; a deny when
+    /// the context was prepared for another schema or action.
+    fn deciding_action(
+        &self,
+        action: Action,
+        resource: &Uid,
+        context: &PreparedContext,
+    ) -> Result<EntityUid, Verdict> {
+        if context.schema_hash != self.schema_hash {
+            return Err(Verdict::denied_with(
+                "context was prepared for a different schema".into(),
+            ));
+        }
+        match (&context.action, self.typed_for(action, resource)) {
+            (None, None) => Ok(action.uid().0),
+            (Some(used), Some(t)) if *used == t.action => Ok(t.action.clone()),
+            (None, Some(t)) => Err(Verdict::denied_with(format!(
+                "`{resource}` is decided under its typed action `{}`, but the context carries no arguments",
+                t.action
+            ))),
+            (Some(used), _) => Err(Verdict::denied_with(format!(
+                "context was prepared for `{used}`, not for `{}` on `{resource}`",
+                action.name()
+            ))),
+        }
+    }
+
+    /// The Cedar request of a decision, or the deny a request that cannot
+    /// be built is. `Checked::Already` skips Cedar's schema check of the
+    /// request: only for a request whose check is known to pass (see
+    /// [`replay_verdicts`]).
+    fn request(
+        &self,
+        principal: &Uid,
+        action: Action,
+        resource: &Uid,
+        context: &PreparedContext,
+        checked: Checked,
+    ) -> Result<Request, Verdict> {
+        let action_uid = self.deciding_action(action, resource, context)?;
         let ctx = match context.cedar() {
             Ok(c) => c.clone(),
-            Err(e) => return Verdict::denied_with(e.to_string()),
+            Err(e) => return Err(Verdict::denied_with(e.to_string())),
         };
-        let request = match Request::new(
+        let schema = match checked {
+            Checked::AgainstSchema => Some(&self.schema),
+            Checked::Already => None,
+        };
+        Request::new(
             principal.0.clone(),
             action_uid,
             resource.0.clone(),
             ctx,
-            Some(&self.schema),
-        ) {
-            Ok(r) => r,
-            Err(e) => return Verdict::denied_with(format!("cannot build request: {e}")),
-        };
-        self.decide_request(&request, entities)
+            schema,
+        )
+        .map_err(|e| Verdict::denied_with(format!("cannot build request: {e}")))
     }
 
     /// Decides one action for many resources of one entity type with the
@@ -764,6 +802,15 @@ impl PolicyBundle {
         Entities::from_json_value(json.clone(), Some(&self.schema))
             .map_err(|e| ParseEntitiesError(Box::new(e)))
     }
+}
+
+/// Whether a request is to be checked against the schema when it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checked {
+    /// Cedar checks it (every decision but the one below).
+    AgainstSchema,
+    /// Its check is known to pass: an identical check already passed.
+    Already,
 }
 
 /// Entity JSON that Cedar refuses under a bundle's schema (displays as

@@ -36,7 +36,7 @@ use crate::policy::recorded::{
 };
 use crate::policy::{PolicyBundle, PolicyFile, PolicyLoadError, Uid, UidError, Verdict};
 use crate::store::StoreError;
-use crate::store::audit_query::{self, DecisionFilter, Order};
+use crate::store::audit_query::{self, DecisionFilter};
 use crate::store::decisions::StoredDecision;
 
 /// Records read and evaluated per batch: small enough that a page's rows
@@ -267,7 +267,9 @@ type Resolved = Result<(Arc<PolicyBundle>, Arc<RecordedEntities>, Uid, Uid), Unr
 #[derive(Default)]
 struct Caches {
     bundles: HashMap<String, Result<Arc<PolicyBundle>, Unreplayable>>,
-    entities: HashMap<(String, String), Result<Arc<RecordedEntities>, Unreplayable>>,
+    /// By schema hash, then snapshot hash (looked up by `&str`: no key is
+    /// copied per record).
+    entities: HashMap<String, HashMap<String, Result<Arc<RecordedEntities>, Unreplayable>>>,
     uids: HashMap<String, Result<Uid, Unreplayable>>,
 }
 
@@ -322,8 +324,11 @@ impl Caches {
         bundle: &PolicyBundle,
         hash: &str,
     ) -> Result<Result<Arc<RecordedEntities>, Unreplayable>, StoreError> {
-        let key = (bundle.schema_hash.clone(), hash.to_string());
-        if let Some(e) = self.entities.get(&key) {
+        if let Some(e) = self
+            .entities
+            .get(&bundle.schema_hash)
+            .and_then(|of_schema| of_schema.get(hash))
+        {
             return Ok(e.clone());
         }
         let parsed = match crate::store::decisions::entity_snapshot(conn, hash)? {
@@ -333,7 +338,10 @@ impl Caches {
                 .map(Arc::new)
                 .map_err(|e| Unreplayable::Snapshot(Arc::new(e))),
         };
-        self.entities.insert(key, parsed.clone());
+        self.entities
+            .entry(bundle.schema_hash.clone())
+            .or_default()
+            .insert(hash.to_string(), parsed.clone());
         Ok(parsed)
     }
 
@@ -462,7 +470,7 @@ fn read_page(
     if control.is_cancelled() {
         return Err(ReplayError::Cancelled(control.records_read()));
     }
-    let mut rows = audit_query::page_filtered(conn, filter, cursor, Order::Asc, PAGE)?;
+    let mut rows = audit_query::replay_page(conn, filter, cursor, PAGE)?;
     let Some(last) = rows.last() else {
         return Ok(None);
     };
@@ -586,7 +594,7 @@ fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>
         let req =
             RecordedRequest::with_uids(principal.clone(), &r.action, resource.clone(), &r.context)
                 .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
-        bundle.decide_recorded(&req, entities.entities())
+        bundle.decide_recorded_reusing(&req, entities)
     };
     Ok(vec![Replayed {
         resource: None,

@@ -354,3 +354,229 @@ async fn a_denied_session_access_is_refused_and_recorded_first() {
             .all(|d| d.record.action == "access_session")
     );
 }
+
+/// Replay reuses a verdict only where deciding again cannot differ (see
+/// `src/policy/replay_verdicts.rs`): each request below is decided with
+/// the memo, in this order, and must match deciding it alone. The pairs
+/// differ only in what a policy reads (the time, the arguments, the
+/// session) or in what makes the request invalid (an unparsable time,
+/// arguments that do not fit): a memo keyed too loosely would return the
+/// first one's verdict for the second.
+#[test]
+fn reused_replay_verdicts_match_deciding_each_record_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    // access_session reads the time, the typed recall its arguments.
+    std::fs::write(
+        policies.join("reads.cedar"),
+        "@id(\"no-sessions-after-june\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource)\nwhen { context.time >= datetime(\"2026-06-01\") };\n\n@id(\"no-chores\")\nforbid (principal, action == Gateway::Action::\"af_memory_recall\", resource)\nwhen { context.args has workType && context.args.workType == \"chore\" };\n",
+    )
+    .unwrap();
+    let catalog = cedargate::tools::Catalog::builtin().unwrap();
+    let (bundle, _) = cedargate::lifecycle::load_candidate(
+        &repo().join("schemas/gateway.cedarschema"),
+        &policies,
+        &cedargate::lifecycle::tool_schemas(&catalog),
+    )
+    .unwrap();
+    let entities = bundle
+        .parse_recorded_entities(&session_slice_json(&bundle, &catalog))
+        .unwrap();
+
+    let context = |session: &str, time: &str, args: Option<Value>| {
+        let mut c = json!({
+            "session": {"__entity": {"type": "Gateway::Session", "id": session}},
+            "time": {"__extn": {"fn": "datetime", "arg": time}},
+        });
+        if let Some(a) = args {
+            c["args"] = a;
+        }
+        c.to_string()
+    };
+    let (may, july) = ("2026-05-01T08:00:00.000Z", "2026-07-01T08:00:00.000Z");
+    let (key, agent) = (r#"Gateway::ApiKey::"k-1""#, r#"Gateway::Agent::"claude""#);
+    let (session, remember, recall) = (
+        r#"Gateway::Session::"s-1""#,
+        r#"Gateway::Tool::"af_memory_remember""#,
+        r#"Gateway::Tool::"af_memory_recall""#,
+    );
+    let note = json!({"content": "deploys on tuesday", "type": "decision"});
+    let feature = json!({"query": "deploys", "workType": "feature"});
+    let chore = json!({"query": "deploys", "workType": "chore"});
+    // (principal, action, resource, context, allowed, without errors)
+    let requests = [
+        // Reused: the same session, principal, action and resource.
+        (
+            agent,
+            "view_tool",
+            remember,
+            context("s-1", may, None),
+            true,
+            true,
+        ),
+        (
+            agent,
+            "view_tool",
+            remember,
+            context("s-1", july, None),
+            true,
+            true,
+        ),
+        // An unparsable time denies with its error, whatever is remembered.
+        (
+            agent,
+            "view_tool",
+            remember,
+            context("s-1", "not a time", None),
+            false,
+            false,
+        ),
+        // Another session (one the snapshot lacks) is decided again.
+        (
+            agent,
+            "view_tool",
+            remember,
+            context("s-2", may, None),
+            false,
+            false,
+        ),
+        // A policy reads the time: never reused.
+        (
+            key,
+            "access_session",
+            session,
+            context("s-1", may, None),
+            true,
+            true,
+        ),
+        (
+            key,
+            "access_session",
+            session,
+            context("s-1", july, None),
+            false,
+            true,
+        ),
+        // Typed calls: reused while the arguments fit the typed action.
+        (
+            agent,
+            "call_tool",
+            remember,
+            context("s-1", may, Some(note.clone())),
+            true,
+            true,
+        ),
+        (
+            agent,
+            "call_tool",
+            remember,
+            context("s-1", july, Some(note)),
+            true,
+            true,
+        ),
+        (
+            agent,
+            "call_tool",
+            remember,
+            context("s-1", may, Some(json!({"content": 5}))),
+            false,
+            false,
+        ),
+        (
+            agent,
+            "call_tool",
+            remember,
+            context("s-1", "2026-13-45", Some(json!({"content": "x"}))),
+            false,
+            false,
+        ),
+        // A policy reads the arguments: never reused.
+        (
+            agent,
+            "call_tool",
+            recall,
+            context("s-1", may, Some(feature)),
+            true,
+            true,
+        ),
+        (
+            agent,
+            "call_tool",
+            recall,
+            context("s-1", may, Some(chore)),
+            false,
+            true,
+        ),
+    ];
+    for (principal, action, resource, ctx, allowed, clean) in &requests {
+        let request =
+            cedargate::policy::recorded::RecordedRequest::parse(principal, action, resource, ctx)
+                .unwrap();
+        let reusing = bundle.decide_recorded_reusing(&request, &entities);
+        let alone = bundle.decide_recorded(&request, entities.entities());
+        let what = format!("{action} {resource} {ctx}");
+        assert_eq!(
+            (reusing.allowed, &reusing.reasons, &reusing.errors),
+            (alone.allowed, &alone.reasons, &alone.errors),
+            "{what}"
+        );
+        // The pairs do differ when decided alone, so a loose key would show.
+        assert_eq!(
+            (alone.allowed, alone.errors.is_empty()),
+            (*allowed, *clean),
+            "{what}: {:?}",
+            alone.errors
+        );
+    }
+    // The memo was used: view_tool and the typed call_tool of the
+    // remember tool.
+    assert_eq!(entities.remembered(), 2);
+}
+
+/// The entity slice of session `s-1` of agent `claude` (org `acme`, its
+/// project with memory enabled) with the two memory tools.
+fn session_slice_json(
+    bundle: &cedargate::policy::PolicyBundle,
+    catalog: &cedargate::tools::Catalog,
+) -> String {
+    use cedargate::policy::entities::{
+        AgentFacts, KeyFacts, OrgFacts, ProjectFacts, SessionFacts, session_slice,
+    };
+    let (entitlements, roles) = (Vec::new(), Vec::new());
+    let facts = SessionFacts {
+        session_id: "s-1",
+        org: OrgFacts {
+            id: "acme",
+            plan: "team",
+            entitlements: &entitlements,
+        },
+        project: ProjectFacts {
+            org_id: "acme",
+            id: "web",
+            memory_enabled: true,
+            graph_enabled: false,
+        },
+        agent: AgentFacts {
+            org_id: "acme",
+            id: "claude",
+            name: "Claude",
+            roles: &roles,
+        },
+        key: KeyFacts {
+            org_id: "acme",
+            id: "k-1",
+            label: "daemon",
+        },
+    };
+    let tools: Vec<_> = catalog
+        .all()
+        .iter()
+        .filter(|t| t.name == "af_memory_remember" || t.name == "af_memory_recall")
+        .map(|t| t.entity())
+        .collect();
+    assert_eq!(tools.len(), 2);
+    session_slice(bundle, &facts, &tools)
+        .unwrap()
+        .json
+        .to_string()
+}

@@ -289,13 +289,8 @@ pub fn replay_tool_list(
     Ok(tools
         .into_iter()
         .map(|(resource, recorded)| {
-            let now = bundle.decide(
-                principal,
-                Action::ViewTool,
-                &resource,
-                &context,
-                entities.entities(),
-            );
+            let now =
+                bundle.decide_reusing(principal, Action::ViewTool, &resource, &context, entities);
             ReplayedTool {
                 resource,
                 recorded,

@@ -116,6 +116,8 @@ pub enum SnapshotError {
 pub struct RecordedEntities {
     entities: Entities,
     text: Arc<str>,
+    /// Verdicts replay decided against these entities and may reuse.
+    verdicts: super::replay_verdicts::ReplayVerdicts,
 }
 
 impl RecordedEntities {
@@ -127,6 +129,12 @@ impl RecordedEntities {
     /// The parsed entities, as [`PolicyBundle::decide_recorded`] takes them.
     pub fn entities(&self) -> &Entities {
         &self.entities
+    }
+
+    /// How many verdicts replay remembers on these entities (see
+    /// [`super::replay_verdicts`]).
+    pub fn remembered(&self) -> usize {
+        self.verdicts.len()
     }
 }
 
@@ -212,7 +220,44 @@ impl PolicyBundle {
         Ok(RecordedEntities {
             entities: self.parse_snapshot(text)?,
             text: Arc::from(text),
+            verdicts: Default::default(),
         })
+    }
+
+    /// [`PolicyBundle::decide_recorded`] against a parsed snapshot of the
+    /// trail, reusing what can be reused (see [`super::replay_verdicts`]).
+    pub fn decide_recorded_reusing(
+        &self,
+        req: &RecordedRequest,
+        entities: &RecordedEntities,
+    ) -> Verdict {
+        let context = self.recorded_context(req);
+        self.decide_reusing(
+            &req.principal,
+            req.action,
+            &req.resource,
+            &context,
+            entities,
+        )
+    }
+
+    /// [`PolicyBundle::decide`] against a parsed snapshot of the trail,
+    /// reusing the verdict of an earlier request that cannot be decided
+    /// otherwise (see [`super::replay_verdicts`]).
+    pub fn decide_reusing(
+        &self,
+        principal: &Uid,
+        action: Action,
+        resource: &Uid,
+        context: &PreparedContext,
+        entities: &RecordedEntities,
+    ) -> Verdict {
+        self.decide_remembering(
+            (principal, action, resource),
+            context,
+            &entities.entities,
+            &entities.verdicts,
+        )
     }
 
     /// Decides a recorded request with its recorded entity data.

@@ -119,6 +119,38 @@ pub fn page_filtered(
     order: Order,
     limit: usize,
 ) -> Result<Vec<StoredDecision>, StoreError> {
+    let (sql, args) = page_sql(filter, cursor, order, limit, super::decisions::COLUMNS);
+    let bound: Vec<_> = args.iter().map(SqlValue::as_param).collect();
+    conn.query_map(&sql, &bound, row_to_decision)
+}
+
+/// [`page_filtered`] in ascending order with only the columns replay uses
+/// (`session_id`, `outcome`, `prev_hash` and `hash` are left empty).
+pub fn replay_page(
+    conn: &mut Conn,
+    filter: &DecisionFilter,
+    cursor: Option<i64>,
+    limit: usize,
+) -> Result<Vec<StoredDecision>, StoreError> {
+    let (sql, args) = page_sql(
+        filter,
+        cursor,
+        Order::Asc,
+        limit,
+        super::decisions::REPLAY_COLUMNS,
+    );
+    let bound: Vec<_> = args.iter().map(SqlValue::as_param).collect();
+    conn.query_map_owned(&sql, &bound, super::decisions::replay_row)
+}
+
+/// The query of a page of `columns` after (or before) `cursor`.
+fn page_sql(
+    filter: &DecisionFilter,
+    cursor: Option<i64>,
+    order: Order,
+    limit: usize,
+    columns: &str,
+) -> (String, Vec<SqlValue>) {
     let (mut clauses, mut args) = filter.clauses();
     if let Some(c) = cursor {
         args.push(SqlValue::Int(c));
@@ -133,12 +165,10 @@ pub fn page_filtered(
     };
     let dir = if order == Order::Asc { "ASC" } else { "DESC" };
     let sql = format!(
-        "SELECT {} FROM decisions {where_sql} ORDER BY seq {dir} LIMIT ?{}",
-        super::decisions::COLUMNS,
+        "SELECT {columns} FROM decisions {where_sql} ORDER BY seq {dir} LIMIT ?{}",
         args.len()
     );
-    let bound: Vec<_> = args.iter().map(SqlValue::as_param).collect();
-    conn.query_map(&sql, &bound, row_to_decision)
+    (sql, args)
 }
 
 /// The seq range `[from, to]` of decisions in a time window (`None` when

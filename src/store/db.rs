@@ -38,9 +38,10 @@ pub enum Param<'a> {
 }
 
 /// An owned value: a column read back, or a parameter kept for later.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum Value {
     /// SQL NULL.
+    #[default]
     Null,
     /// An integer.
     Int(i64),
@@ -169,6 +170,28 @@ impl Row {
     /// Every column, owned.
     pub fn into_values(self) -> Vec<Value> {
         self.values
+    }
+
+    /// Column `i` as text, moved out of the row (it reads NULL afterwards):
+    /// for readers of many rows that would otherwise copy every string.
+    pub fn take_text(&mut self, i: usize) -> Result<String, StoreError> {
+        match self.values.get_mut(i).map(std::mem::take) {
+            Some(Value::Text(s)) => Ok(s),
+            other => Err(StoreError::Corrupt(format!(
+                "column {i} holds {other:?}, not text"
+            ))),
+        }
+    }
+
+    /// Column `i` as text or NULL, moved out of the row.
+    pub fn take_opt_text(&mut self, i: usize) -> Result<Option<String>, StoreError> {
+        match self.values.get_mut(i).map(std::mem::take) {
+            Some(Value::Null) => Ok(None),
+            Some(Value::Text(s)) => Ok(Some(s)),
+            other => Err(StoreError::Corrupt(format!(
+                "column {i} holds {other:?}, not text or NULL"
+            ))),
+        }
     }
 }
 
@@ -303,6 +326,17 @@ impl dyn Db + '_ {
         f: impl FnMut(&Row) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
         self.query(sql, params)?.iter().map(f).collect()
+    }
+
+    /// Every row, moved into `f` (which may take its values without
+    /// copying them).
+    pub fn query_map_owned<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        f: impl FnMut(Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.query(sql, params)?.into_iter().map(f).collect()
     }
 
     /// Runs `f` in a transaction: committed when it returns Ok, rolled
