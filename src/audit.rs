@@ -8,6 +8,7 @@
 pub mod archive;
 pub mod events;
 pub mod export;
+pub mod prelude;
 pub mod tool_list;
 
 /// A knowledge-graph node as `read_node` sees it (defined with the entity

@@ -30,6 +30,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::audit::NodeBatchError;
+use crate::audit::prelude::{self, PreludeError};
 use crate::audit::tool_list::{self, ToolListError};
 use crate::policy::recorded::{
     RecordedEntities, RecordedRequest, RecordedRequestError, SnapshotError,
@@ -234,6 +235,9 @@ pub enum Unreplayable {
     /// A batched `view_tool` record (a `tools/list`) does not replay.
     #[error(transparent)]
     ToolList(Arc<ToolListError>),
+    /// The prelude decisions a record holds cannot be read.
+    #[error("prelude: {0}")]
+    Prelude(Arc<PreludeError>),
 }
 
 /// Why a recorded policy set cannot be loaded again.
@@ -561,8 +565,11 @@ fn bump<T: Default>(map: &mut BTreeMap<String, T>, key: &str, count: impl FnOnce
 /// One decision of a record, decided again.
 #[derive(Debug)]
 struct Replayed {
+    /// The decision's own action and principal when it is a prelude of
+    /// the record ([`crate::audit::prelude`]); otherwise the record's.
+    prelude: Option<(String, String)>,
     /// The decision's own resource when the record holds several (a
-    /// listed tool); otherwise the record's.
+    /// listed tool, a prelude); otherwise the record's.
     resource: Option<String>,
     recorded: Recorded,
     now: Verdict,
@@ -570,6 +577,52 @@ struct Replayed {
 
 /// Decides the decisions of one resolved record again.
 fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>, Unreplayable> {
+    let mut all = replay_preludes(row, resolved)?;
+    all.extend(replay_own(row, resolved)?);
+    Ok(all)
+}
+
+/// Decides again, each alone, the prelude decisions a record holds.
+fn replay_preludes(
+    row: &StoredDecision,
+    resolved: &Resolved,
+) -> Result<Vec<Replayed>, Unreplayable> {
+    let (bundle, entities, principal, resource) = resolved.as_ref().map_err(Clone::clone)?;
+    let r = &row.record;
+    let preludes = prelude::preludes(r).map_err(|e| Unreplayable::Prelude(Arc::new(e)))?;
+    let mut out = Vec::with_capacity(preludes.len());
+    for p in preludes {
+        // Most preludes name the record's own principal or resource.
+        let uid = |text: &str, known: &Uid, of_record: &str| {
+            if text == of_record {
+                Ok(known.clone())
+            } else {
+                text.parse::<Uid>().map_err(|source| Unreplayable::Uid {
+                    text: text.to_string(),
+                    source,
+                })
+            }
+        };
+        let p_principal = uid(&p.principal, principal, &r.principal)?;
+        let p_resource = uid(&p.resource, resource, &r.resource)?;
+        let req = RecordedRequest::with_uids(p_principal, &p.action, p_resource, &p.context)
+            .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
+        out.push(Replayed {
+            now: bundle.decide_recorded_reusing(&req, entities),
+            resource: Some(p.resource),
+            prelude: Some((p.action, p.principal)),
+            recorded: Recorded {
+                allowed: p.allowed,
+                reasons: p.reasons,
+                errors: p.errors,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Decides again the decisions of the record's own columns.
+fn replay_own(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>, Unreplayable> {
     let (bundle, entities, principal, resource) = resolved.as_ref().map_err(Clone::clone)?;
     let r = &row.record;
     if tool_list::is_tool_list(r) {
@@ -578,6 +631,7 @@ fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>
         return Ok(tools
             .into_iter()
             .map(|t| Replayed {
+                prelude: None,
                 resource: Some(t.resource.to_string()),
                 recorded: Recorded {
                     allowed: t.recorded.allowed,
@@ -597,6 +651,7 @@ fn replay_one(row: &StoredDecision, resolved: &Resolved) -> Result<Vec<Replayed>
         bundle.decide_recorded_reusing(&req, entities)
     };
     Ok(vec![Replayed {
+        prelude: None,
         resource: None,
         recorded: Recorded::of(r),
         now,
@@ -660,22 +715,27 @@ fn tally_decision(report: &mut ReplayReport, row: &StoredDecision, d: Replayed) 
     let r = &row.record;
     report.decisions += 1;
     let Replayed {
+        prelude,
         resource,
         recorded: old,
         now: verdict,
     } = d;
+    let (action, principal) = match &prelude {
+        Some((action, principal)) => (action.as_str(), principal.as_str()),
+        None => (r.action.as_str(), r.principal.as_str()),
+    };
     for id in &old.reasons {
         bump(&mut report.per_policy, id, |t| t.determined_before += 1);
     }
     for id in &verdict.reasons {
         bump(&mut report.per_policy, id, |t| t.determined_after += 1);
     }
-    // `tally` made the action's entry.
+    // `tally` made the record's action's entry; a prelude's is made here.
+    if prelude.is_some() {
+        bump(&mut report.per_action, action, |_| {});
+    }
     let mut spare = ActionTotals::default();
-    let totals = report
-        .per_action
-        .get_mut(r.action.as_str())
-        .unwrap_or(&mut spare);
+    let totals = report.per_action.get_mut(action).unwrap_or(&mut spare);
     if old.allowed == verdict.allowed {
         // As sets: records written before reasons were sorted keep
         // Cedar's order, which varies from run to run.
@@ -706,8 +766,8 @@ fn tally_decision(report: &mut ReplayReport, row: &StoredDecision, d: Replayed) 
         id: r.id.clone(),
         time: r.time.clone(),
         org_id: r.org_id.clone(),
-        action: r.action.clone(),
-        principal: r.principal.clone(),
+        action: action.to_string(),
+        principal: principal.to_string(),
         resource: resource.unwrap_or_else(|| r.resource.clone()),
         flip: flip.into(),
         old_decision: if old.allowed { "allow" } else { "deny" }.into(),

@@ -53,11 +53,12 @@ async fn a_tools_list_is_one_record_that_replays_tool_by_tool() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 2);
 
-    // access_session, then one view_tool record for the whole list.
+    // One view_tool record for the whole list, the request's
+    // access_session in its prelude.
     let records = g.decisions().await;
     let new = &records[before..];
-    assert_eq!(new.len(), 2, "{new:?}");
-    let listed = &new[1].record;
+    assert_eq!(new.len(), 1, "{new:?}");
+    let listed = &new[0].record;
     assert_eq!(listed.action, "view_tool");
     assert_eq!(listed.decision, "allow");
     assert_eq!(listed.principal, "Gateway::Agent::\"acme-agent\"");
@@ -97,8 +98,8 @@ async fn a_tools_list_is_one_record_that_replays_tool_by_tool() {
     assert_eq!(report.records, records.len() as u64);
     assert_eq!(
         report.decisions,
-        records.len() as u64 + 1,
-        "two tools in one record"
+        records.len() as u64 + 2,
+        "two tools and the access_session prelude in one record"
     );
     assert_eq!(report.identical, report.records, "{:?}", report);
     assert!(report.unreplayable.is_empty(), "{:?}", report.unreplayable);
@@ -197,8 +198,9 @@ async fn a_batch_of_64_lists_writes_one_record_per_list() {
     assert_eq!(body.as_array().unwrap().len(), 64);
     let records = g.decisions().await;
     let new = &records[before..];
-    // One access_session for the request, one view_tool per list.
-    assert_eq!(new.len(), 1 + 64);
+    // One view_tool record per list; the request's access_session rides
+    // in the first.
+    assert_eq!(new.len(), 64);
     assert_eq!(
         new.iter()
             .filter(|d| d.record.action == "view_tool")
@@ -207,7 +209,11 @@ async fn a_batch_of_64_lists_writes_one_record_per_list() {
     );
     let report = replay(&g, Against::Recorded).await;
     assert_eq!(report.identical, report.records);
-    assert_eq!(report.decisions, report.records + 64, "two tools per list");
+    assert_eq!(
+        report.decisions,
+        report.records + 64 + 1,
+        "two tools per list, and the access_session"
+    );
 }
 
 /// Sends `n` concurrent `af_memory_remember` calls, each on its own task;
@@ -235,9 +241,9 @@ async fn remember_concurrently(g: &TestGateway, t: &common::Tenant, n: usize) ->
 
 #[tokio::test]
 async fn concurrent_writers_all_commit_within_a_tiny_queue() {
-    // One tools/call job holds 4 records (access_session, view_tool,
-    // call_tool, the observation): 6 fit one job, never two.
-    const RECORDS: usize = 6;
+    // One tools/call job holds 2 records (call_tool with its prelude, the
+    // observation): 3 fit one job, never two.
+    const RECORDS: usize = 3;
     let g = TestGateway::start_with(|c| c.limits.write_queue_records = RECORDS).await;
     let t = g.tenant("acme").await;
     let before = g.count("observations").await;
@@ -249,7 +255,7 @@ async fn concurrent_writers_all_commit_within_a_tiny_queue() {
     let metrics = g.metrics_text().await;
     let peak = gauge(&metrics, "cedargate_write_queue_peak", "records");
     assert!(
-        (4..=RECORDS as u64).contains(&peak),
+        (2..=RECORDS as u64).contains(&peak),
         "the queue held {peak} records at most; bound {RECORDS}"
     );
     assert_eq!(
@@ -269,7 +275,8 @@ async fn a_job_larger_than_the_queue_commits_alone() {
     .await;
     let t = g.tenant("acme").await;
     let before = g.decisions().await.len();
-    // One request of 64 lists: one job of 65 records, over both bounds.
+    // One request of 64 lists: one job of 64 records (the request's
+    // access_session rides in the first list's record), over both bounds.
     let batch: Vec<Value> = (0..64).map(list).collect();
     let (status, body) = g.mcp(&t, Value::Array(batch)).await;
     assert_eq!(status, 200, "{body}");
@@ -279,10 +286,11 @@ async fn a_job_larger_than_the_queue_commits_alone() {
         assert!(b["result"].is_object(), "{b}");
     }
     let records = g.decisions().await;
-    assert_eq!(records.len() - before, 65 + 4 * 3);
+    // One record per call (its access_session and view_tool in its prelude).
+    assert_eq!(records.len() - before, 64 + 4);
     let metrics = g.metrics_text().await;
     // The queue never held more than the large job alone.
-    assert_eq!(gauge(&metrics, "cedargate_write_queue_peak", "records"), 65);
+    assert_eq!(gauge(&metrics, "cedargate_write_queue_peak", "records"), 64);
     assert_eq!(
         gauge(&metrics, "cedargate_write_queue_queued", "records"),
         0

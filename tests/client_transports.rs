@@ -248,9 +248,9 @@ async fn sse_transport_answers_on_the_stream_behind_the_same_pep() {
     assert_eq!(deny.record.decision, "deny");
     assert!(deny.record.reasons.contains("no-recall"), "{deny:?}");
     // The stream's GET and each of the six POSTs decided access_session.
-    let access = decisions
+    let access = common::flat(&decisions)
         .iter()
-        .filter(|d| d.record.action == "access_session" && d.record.decision == "allow")
+        .filter(|d| d.action == "access_session" && d.decision == "allow")
         .count();
     assert_eq!(access, 7, "{decisions:?}");
     assert!(
@@ -703,9 +703,9 @@ async fn mcp_session_id_is_returned_and_checked_and_delete_terminates() {
     assert_eq!(resp.headers()["allow"], "POST, DELETE");
     let decisions = g.decisions().await;
     assert!(
-        decisions
+        common::flat(&decisions)
             .iter()
-            .filter(|d| d.record.action == "access_session")
+            .filter(|d| d.action == "access_session")
             .count()
             >= 9,
         "every request, DELETE included, decided access_session"

@@ -16,19 +16,20 @@ use common::{TestGateway, copy_policies, repo};
 use serde_json::{Value, json};
 
 #[tokio::test]
-async fn every_decision_is_one_record() {
+async fn every_request_is_one_record_holding_its_decisions() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;
     let before = g.decisions().await.len();
-    // tools/list: access_session + one view_tool record holding the
-    // verdicts of both tools.
+    // tools/list: one view_tool record holding the verdicts of both tools,
+    // with the request's access_session in its prelude.
     g.mcp(&t, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
         .await;
-    // tools/call: access_session + view_tool + call_tool.
+    // tools/call: the call_tool record, with access_session and view_tool
+    // in its prelude.
     g.call_tool(
         &t,
         "af_memory_remember",
-        json!({"content": "one record per decision"}),
+        json!({"content": "one record per request"}),
     )
     .await;
     let records = g.decisions().await;
@@ -36,16 +37,38 @@ async fn every_decision_is_one_record() {
         .iter()
         .map(|d| (d.record.action.as_str(), d.record.decision.as_str()))
         .collect();
+    assert_eq!(new, vec![("view_tool", "allow"), ("call_tool", "allow")]);
+    let prelude = |d: &decisions::StoredDecision| -> Vec<(String, String, String)> {
+        cedargate::audit::prelude::preludes(&d.record)
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.action, p.principal, p.resource))
+            .collect()
+    };
+    let key = format!("Gateway::ApiKey::\"{}\"", t.key_id);
+    let session = format!("Gateway::Session::\"{}\"", t.session_id);
+    let agent = "Gateway::Agent::\"acme-agent\"".to_string();
     assert_eq!(
-        new,
+        prelude(&records[before]),
+        vec![("access_session".into(), key.clone(), session.clone())]
+    );
+    assert_eq!(
+        prelude(&records[before + 1]),
         vec![
-            ("access_session", "allow"),
-            ("view_tool", "allow"),
-            ("access_session", "allow"),
-            ("view_tool", "allow"),
-            ("call_tool", "allow"),
+            ("access_session".into(), key, session),
+            (
+                "view_tool".into(),
+                agent,
+                "Gateway::Tool::\"af_memory_remember\"".into()
+            ),
         ]
     );
+    // Each prelude decision is re-run alone by replay.
+    let report = g.replay_recorded().await;
+    assert_eq!(report.unreplayable, Vec::<String>::new());
+    assert_eq!(report.identical, report.records);
+    assert_eq!(report.per_action["access_session"].records, 0);
+    assert!(report.decisions >= report.records + 3);
     let call = records.last().unwrap();
     assert_eq!(call.record.principal, "Gateway::Agent::\"acme-agent\"");
     assert_eq!(
@@ -260,7 +283,9 @@ async fn an_invalid_policy_set_refuses_to_start() {
 async fn verify_detects_edited_and_deleted_records() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;
-    for i in 0..3 {
+    // Nine calls, one record each (access_session and view_tool in its
+    // prelude).
+    for i in 0..9 {
         g.call_tool(
             &t,
             "af_memory_remember",
@@ -288,17 +313,19 @@ async fn verify_detects_edited_and_deleted_records() {
     g.gw.store
         .read(|c| {
             let guards = common::drop_trail_guards(c.backend());
+            // A prelude decision is part of the record's hashed text.
             c.execute_batch(&format!(
-                "{guards} UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;"
+                "{guards} UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 5;
+                 UPDATE decisions SET notes = replace(notes, '\"allow\"', '\"deny\"') WHERE seq = 3;"
             ))?;
             Ok(())
         })
         .await
         .unwrap();
     let edited = g.gw.store.read(decisions::verify).await.unwrap();
-    assert_eq!(edited.problems.len(), 1, "{:?}", edited.problems);
+    assert_eq!(edited.problems.len(), 2, "{:?}", edited.problems);
     assert!(
-        edited.problems[0].starts_with("seq 5"),
+        edited.problems[0].starts_with("seq 3") && edited.problems[1].starts_with("seq 5"),
         "{:?}",
         edited.problems
     );

@@ -264,9 +264,9 @@ async fn recorded_trail() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let set_b = live.clone();
     traffic("another secret").await;
     let records = g.decisions().await;
-    let kinds: std::collections::BTreeSet<(String, String)> = records
-        .iter()
-        .map(|d| (d.record.action.clone(), d.record.decision.clone()))
+    let kinds: std::collections::BTreeSet<(String, String)> = common::flat(&records)
+        .into_iter()
+        .map(|d| (d.action, d.decision))
         .collect();
     for kind in [
         ("access_session", "allow"),

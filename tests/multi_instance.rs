@@ -209,20 +209,24 @@ async fn interleaved_load_on_two_instances_keeps_one_gap_free_chain() {
     // Both instances appended to it.
     let rows = a.decisions().await;
     assert_eq!(report.checked as usize, rows.len());
-    // Every decision is on record: one record each, but one record per
-    // tools/list holding the verdicts of its tools.
+    // Every decision is on record: one record per request, holding its
+    // prelude decisions, and a tools/list's record the verdicts of its
+    // tools.
     let held: u64 = rows
         .iter()
         .map(|d| {
-            if cedargate::audit::tool_list::is_tool_list(&d.record) {
+            let own = if cedargate::audit::tool_list::is_tool_list(&d.record) {
                 let notes: Value = serde_json::from_str(&d.record.notes).unwrap();
                 notes["toolList"]["tools"].as_array().unwrap().len() as u64
             } else {
                 1
-            }
+            };
+            own + cedargate::audit::prelude::preludes(&d.record)
+                .unwrap()
+                .len() as u64
         })
         .sum();
-    assert_eq!(held, made, "one record per decision");
+    assert_eq!(held, made, "every decision on record");
     assert!(made >= 8 * 15, "{made}");
     let notes = rows
         .iter()

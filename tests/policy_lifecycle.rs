@@ -135,15 +135,13 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
         assert_eq!(s, 200, "{body}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let access: Vec<_> = g
-        .decisions()
-        .await
+    let access: Vec<_> = common::flat(&g.decisions().await)
         .into_iter()
-        .filter(|d| d.record.action == "access_session")
+        .filter(|d| d.action == "access_session")
         .collect();
     assert_eq!(access.len(), 3);
-    assert!(access.iter().all(|d| d.record.decision == "allow"));
-    let times: std::collections::HashSet<_> = access.iter().map(|d| &d.record.context).collect();
+    assert!(access.iter().all(|d| d.decision == "allow"));
+    let times: std::collections::HashSet<_> = access.iter().map(|d| &d.context).collect();
     assert_eq!(times.len(), 3, "each record has its own time");
 
     // The same millisecond RFC 3339 form as `context.time`. The deadline
@@ -169,14 +167,12 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
     let mut allowed_before_deadline = 0;
     let denied = loop {
         let (s, body) = g.mcp(&t, list.clone()).await;
-        let access = g
-            .decisions()
-            .await
+        let access = common::flat(&g.decisions().await)
             .into_iter()
             .rev()
-            .find(|d| d.record.action == "access_session")
+            .find(|d| d.action == "access_session")
             .unwrap();
-        let context: Value = serde_json::from_str(&access.record.context).unwrap();
+        let context: Value = serde_json::from_str(&access.context).unwrap();
         let time = context["time"]["__extn"]["arg"]
             .as_str()
             .or(context["time"].as_str())
@@ -198,7 +194,7 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
     let (denied, last) = denied;
     assert_eq!(denied["error"]["code"], -32003, "{denied}");
     assert_eq!(
-        (last.record.action.as_str(), last.record.reasons.as_str()),
+        (last.action.as_str(), last.reasons.as_str()),
         ("access_session", r#"["sessions-until-deadline"]"#)
     );
 }
@@ -779,8 +775,8 @@ async fn a_hand_typed_a2a_tool_and_replay_of_every_record_kind() {
     handle.abort();
 
     let records = g.decisions().await;
-    let kinds: std::collections::BTreeSet<&str> =
-        records.iter().map(|d| d.record.action.as_str()).collect();
+    let flat = common::flat(&records);
+    let kinds: std::collections::BTreeSet<&str> = flat.iter().map(|d| d.action.as_str()).collect();
     for k in [
         "access_session",
         "view_tool",

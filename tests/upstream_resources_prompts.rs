@@ -236,7 +236,7 @@ async fn resources_are_listed_read_and_hidden_through_the_gateway() {
         .filter(|d| d.record.action == "read_resource")
         .map(|d| {
             let outcome: Value = serde_json::from_str(&d.record.outcome).unwrap();
-            let notes: Value = serde_json::from_str(&d.record.notes).unwrap();
+            let notes = common::own_notes(&d.record);
             json!([
                 d.record.resource,
                 d.record.decision,
@@ -270,7 +270,7 @@ async fn resources_are_listed_read_and_hidden_through_the_gateway() {
         .find(|d| {
             d.record.action == "read_resource"
                 && d.record.resource == resource(SHOWN_URI)
-                && d.record.notes == "null"
+                && common::own_notes(&d.record).is_null()
         })
         .unwrap();
     let outcome: Value = serde_json::from_str(&read.record.outcome).unwrap();
@@ -358,7 +358,7 @@ async fn prompts_are_listed_fetched_and_hidden_through_the_gateway() {
         .decisions()
         .await
         .iter()
-        .filter(|d| d.record.action == "get_prompt" && d.record.notes == "null")
+        .filter(|d| d.record.action == "get_prompt" && common::own_notes(&d.record).is_null())
         .map(|d| json!([d.record.resource, d.record.decision]))
         .collect();
     assert_eq!(

@@ -118,18 +118,36 @@ impl Call {
     /// Everything deferred so far, in order, each record stamped with its
     /// message's trace context.
     fn take_pending(&self) -> Vec<WriteOp> {
-        let mut all = self
-            .sealed
+        let mut all = self.take_sealed();
+        let open = self.take_open();
+        all.extend(self.traced(self.folded(open)));
+        all
+    }
+
+    /// The writes of the messages already answered (stamped and folded).
+    fn take_sealed(&self) -> Vec<WriteOp> {
+        self.sealed
             .lock()
             .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default();
-        let open = self
-            .pending
+            .unwrap_or_default()
+    }
+
+    /// The writes of the message being answered, as deferred.
+    fn take_open(&self) -> Vec<WriteOp> {
+        self.pending
             .lock()
             .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default();
-        all.extend(self.traced(open));
-        all
+            .unwrap_or_default()
+    }
+
+    /// One message's writes with its prelude decisions folded into its
+    /// next record ([`audit::prelude`]), except while shadow mode runs:
+    /// a divergence names each live decision by the id of its own row.
+    fn folded(&self, ops: Vec<WriteOp>) -> Vec<WriteOp> {
+        if self.bundle.hooks.observer().is_some_and(|o| o.redecides()) {
+            return ops;
+        }
+        audit::prelude::fold(ops)
     }
 
     /// Stamps the current trace context (the message's, else the
@@ -146,16 +164,31 @@ impl Call {
     /// trace context (or none): the records still pending belong to the
     /// messages before it, so they are stamped with theirs first. A batch's
     /// messages may belong to different traces; each record keeps its own.
+    ///
+    /// The request's own prelude decisions still waiting (its
+    /// `access_session`) stay pending for the message's record
+    /// ([`audit::prelude`]) when that record carries the trace context
+    /// they would have been stamped with.
     pub fn enter_message(&self, trace: Option<TraceContext>) {
-        let before = self
-            .pending
+        let mut before = self.take_open();
+        let same_trace = self
+            .message_trace
             .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default();
-        let before = self.traced(before);
+            .map(|current| {
+                current.as_ref().or(self.trace.as_ref()) == trace.as_ref().or(self.trace.as_ref())
+            })
+            .unwrap_or(false);
+        let carried = if same_trace {
+            let waiting = audit::prelude::waiting_at_end(&before);
+            before.split_off(before.len() - waiting)
+        } else {
+            Vec::new()
+        };
+        let before = self.traced(self.folded(before));
         if let Ok(mut sealed) = self.sealed.lock() {
             sealed.extend(before);
         }
+        self.defer(carried);
         if let Ok(mut current) = self.message_trace.lock() {
             *current = trace;
         }
@@ -164,8 +197,10 @@ impl Call {
     /// Commits `ops` together with everything deferred so far, and waits
     /// until it is durable; a failed commit is -32603.
     pub async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), McpError> {
-        let mut all = self.take_pending();
-        all.extend(self.traced(ops));
+        let mut all = self.take_sealed();
+        let mut open = self.take_open();
+        open.extend(ops);
+        all.extend(self.traced(self.folded(open)));
         self.gw.store.writer().submit(all).await.map_err(|e| {
             tracing::error!(error = %e, "internal error");
             McpError::Internal

@@ -517,3 +517,65 @@ pub fn listed_decisions(record: &cedargate::store::decisions::NewDecision) -> us
     let classed: u64 = classes.iter().filter_map(|c| c["tools"].as_u64()).sum();
     tools - classed as usize + classes.len()
 }
+
+/// One decision of the trail as an auditor reads it: a record's own, or
+/// one of the prelude decisions it holds (`audit::prelude`).
+#[derive(Debug, Clone)]
+pub struct Flat {
+    /// The record holding it.
+    pub seq: i64,
+    pub action: String,
+    pub decision: String,
+    pub principal: String,
+    pub resource: String,
+    /// The context it was decided with.
+    pub context: String,
+    /// Its determining policies, as a JSON array text.
+    pub reasons: String,
+    /// The record's notes (a prelude's are its record's).
+    pub notes: String,
+}
+
+/// Every decision `records` hold, in order: each record's prelude
+/// decisions, then its own.
+pub fn flat(records: &[cedargate::store::decisions::StoredDecision]) -> Vec<Flat> {
+    let mut out = Vec::new();
+    for d in records {
+        for p in cedargate::audit::prelude::preludes(&d.record).unwrap() {
+            out.push(Flat {
+                seq: d.seq,
+                action: p.action,
+                decision: if p.allowed { "allow" } else { "deny" }.into(),
+                principal: p.principal,
+                resource: p.resource,
+                context: p.context,
+                reasons: Value::from(p.reasons).to_string(),
+                notes: d.record.notes.clone(),
+            });
+        }
+        out.push(Flat {
+            seq: d.seq,
+            action: d.record.action.clone(),
+            decision: d.record.decision.clone(),
+            principal: d.record.principal.clone(),
+            resource: d.record.resource.clone(),
+            context: d.record.context.clone(),
+            reasons: d.record.reasons.clone(),
+            notes: d.record.notes.clone(),
+        });
+    }
+    out
+}
+
+/// A record's notes without the prelude it holds: what the step that made
+/// it noted (`null` when that was nothing).
+pub fn own_notes(record: &cedargate::store::decisions::NewDecision) -> Value {
+    let mut notes: Value = serde_json::from_str(&record.notes).unwrap_or(Value::Null);
+    if let Some(map) = notes.as_object_mut() {
+        map.remove("prelude");
+        if map.is_empty() {
+            return Value::Null;
+        }
+    }
+    notes
+}

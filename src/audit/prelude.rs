@@ -1,0 +1,375 @@
+//! A request's prelude decisions, recorded inside its main record.
+//!
+//! Before a `tools/call` runs, two decisions let it through: may the key
+//! use the session (`access_session`), and may the agent see the tool
+//! (`view_tool`). A `tools/list` has the first. Each used to be a row of
+//! its own, so a call wrote three rows and a listing two, each touching
+//! the trail's table and every one of its indexes: most of the writer's
+//! work and of a durable call's commit.
+//!
+//! **Decision:** a request's *allowed* `access_session` and `view_tool`
+//! decisions with the default outcome (`{"status":"allowed"}`, no notes)
+//! travel in the `notes.prelude` of the request's next decision record
+//! (the call's own decision, or the listing's record), committed in the
+//! same transaction. Nothing an auditor could re-run is lost: each prelude
+//! decision keeps its id, principal, action, resource, verdict and
+//! context, is covered by the record's chain hash, and replay decides it
+//! again alone, as it does a listed tool. One request, one row.
+//!
+//! Format 1 (`notes.prelude`):
+//! `{"format":1,"context":"<context text>","decisions":[{"id","principal","action","resource","decision","reasons","errors"},…]}`
+//! where `context` is absent when it equals the record's own context
+//! (a listing); a call's typed context differs, so its preludes carry the
+//! plain session context they were decided with. The record's other
+//! columns (time, org, session, entity snapshot, policy set) are the
+//! preludes' too: only decisions that share them are folded.
+//!
+//! Kept as rows of their own: a denial or a decision with errors (an
+//! auditor filtering on `access_session` denials finds it), a decision
+//! with another outcome or notes, a prelude whose request records nothing
+//! else in the same commit (a `ping`, a refused argument), and every
+//! decision while shadow mode runs (a divergence names its live decision
+//! by id, and the console follows that id to its row).
+
+use serde_json::{Value, json};
+
+use crate::policy::Action;
+use crate::store::WriteOp;
+use crate::store::decisions::NewDecision;
+
+/// The key of the prelude in a record's `notes`.
+pub const PRELUDE_KEY: &str = "prelude";
+
+/// The prelude format this build writes and reads.
+pub const PRELUDE_FORMAT: u64 = 1;
+
+/// The outcome a prelude decision carries (`Decided::finish_default`).
+const ALLOWED_OUTCOME: &str = r#"{"status":"allowed"}"#;
+
+/// Folds the foldable prelude decisions of `ops` (one request's writes,
+/// in order) into the next decision record of the same request. Other
+/// writes keep their order; a folded decision's row is gone, its content
+/// in the record that follows it.
+pub fn fold(ops: Vec<WriteOp>) -> Vec<WriteOp> {
+    let mut slots: Vec<Option<WriteOp>> = Vec::with_capacity(ops.len());
+    // Indexes into `slots` of preludes not folded yet.
+    let mut waiting: Vec<usize> = Vec::new();
+    for op in ops {
+        let WriteOp::Decision(mut record) = op else {
+            slots.push(Some(op));
+            continue;
+        };
+        if is_prelude(&record) {
+            waiting.push(slots.len());
+            slots.push(Some(WriteOp::Decision(record)));
+            continue;
+        }
+        let folded = take_matching(&mut slots, &mut waiting, &record);
+        if !folded.is_empty() {
+            record.notes = with_prelude(&record, &folded);
+        }
+        slots.push(Some(WriteOp::Decision(record)));
+    }
+    slots.into_iter().flatten().collect()
+}
+
+/// How many writes at the end of `ops` are preludes still waiting for a
+/// record to ride in.
+pub fn waiting_at_end(ops: &[WriteOp]) -> usize {
+    ops.iter()
+        .rev()
+        .take_while(|op| matches!(op, WriteOp::Decision(d) if is_prelude(d)))
+        .count()
+}
+
+/// Whether `record` may ride in a later record of its request.
+fn is_prelude(record: &NewDecision) -> bool {
+    (record.action == Action::AccessSession.name()
+        || (record.action == Action::ViewTool.name() && !super::tool_list::is_tool_list(record)))
+        && record.decision == "allow"
+        && record.errors == "[]"
+        && record.outcome == ALLOWED_OUTCOME
+        && record.notes == "null"
+}
+
+/// Removes from `slots` the waiting preludes `main` can hold: same
+/// request columns, one shared context; returns them in order.
+fn take_matching(
+    slots: &mut [Option<WriteOp>],
+    waiting: &mut Vec<usize>,
+    main: &NewDecision,
+) -> Vec<NewDecision> {
+    if main.notes.contains("\"prelude\"") {
+        return Vec::new();
+    }
+    let mut taken = Vec::new();
+    let mut context: Option<String> = None;
+    waiting.retain(|&i| {
+        let Some(Some(WriteOp::Decision(p))) = slots.get(i) else {
+            return false;
+        };
+        let fits = same_request(p, main) && context.as_ref().is_none_or(|c| *c == p.context);
+        if !fits {
+            return true;
+        }
+        context.get_or_insert_with(|| p.context.clone());
+        if let Some(Some(WriteOp::Decision(p))) = slots.get_mut(i).map(Option::take) {
+            taken.push(*p);
+        }
+        false
+    });
+    taken
+}
+
+/// Whether two records belong to one request and decided on the same
+/// entities under the same policy set.
+fn same_request(a: &NewDecision, b: &NewDecision) -> bool {
+    a.time == b.time
+        && a.org_id == b.org_id
+        && a.session_id == b.session_id
+        && a.policy_hash == b.policy_hash
+        && a.entities_hash == b.entities_hash
+}
+
+/// `main`'s notes with the prelude of `folded` added (the notes are a
+/// JSON object or `null`; the object's text is kept as it was).
+fn with_prelude(main: &NewDecision, folded: &[NewDecision]) -> String {
+    let mut prelude = json!({
+        "format": PRELUDE_FORMAT,
+        "decisions": folded.iter().map(|p| json!({
+            "id": p.id,
+            "principal": p.principal,
+            "action": p.action,
+            "resource": p.resource,
+            "decision": p.decision,
+            "reasons": raw_list(&p.reasons),
+            "errors": raw_list(&p.errors),
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(first) = folded.first()
+        && first.context != main.context
+    {
+        prelude["context"] = Value::from(first.context.as_str());
+    }
+    let entry = format!("\"{PRELUDE_KEY}\":{prelude}");
+    let notes = main.notes.trim();
+    match notes.strip_prefix('{') {
+        Some(rest) if rest.trim_start().starts_with('}') => format!("{{{entry}}}"),
+        Some(rest) => format!("{{{entry},{rest}"),
+        None => format!("{{{entry}}}"),
+    }
+}
+
+/// A JSON array text as a value (an unreadable one as an empty list).
+fn raw_list(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::Array(Vec::new()))
+}
+
+/// One prelude decision read back from a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreludeDecision {
+    /// Its decision id.
+    pub id: String,
+    /// Principal uid text.
+    pub principal: String,
+    /// Action name.
+    pub action: String,
+    /// Resource uid text.
+    pub resource: String,
+    /// The context it was decided with (the prelude's, else the record's).
+    pub context: String,
+    /// Whether it allowed.
+    pub allowed: bool,
+    /// Determining policy ids.
+    pub reasons: Vec<String>,
+    /// Error strings.
+    pub errors: Vec<String>,
+}
+
+/// Why a record's prelude cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PreludeError {
+    /// The record's notes are not JSON.
+    #[error("notes are not JSON: {0}")]
+    Notes(#[source] serde_json::Error),
+    /// The prelude's format is not one this build reads.
+    #[error("prelude format {0} is not supported")]
+    Format(u64),
+    /// A prelude decision lacks a field.
+    #[error("a prelude decision has no `{0}`")]
+    Field(&'static str),
+}
+
+/// The prelude decisions a record holds (none for a record without one).
+pub fn preludes(record: &NewDecision) -> Result<Vec<PreludeDecision>, PreludeError> {
+    if !record.notes.contains("\"prelude\"") {
+        return Ok(Vec::new());
+    }
+    let notes: Value = serde_json::from_str(&record.notes).map_err(PreludeError::Notes)?;
+    let Some(prelude) = notes.get(PRELUDE_KEY) else {
+        return Ok(Vec::new());
+    };
+    let format = prelude.get("format").and_then(Value::as_u64).unwrap_or(0);
+    if format != PRELUDE_FORMAT {
+        return Err(PreludeError::Format(format));
+    }
+    let context = prelude
+        .get("context")
+        .and_then(Value::as_str)
+        .unwrap_or(&record.context);
+    let decisions = prelude
+        .get("decisions")
+        .and_then(Value::as_array)
+        .ok_or(PreludeError::Field("decisions"))?;
+    decisions.iter().map(|d| read_one(d, context)).collect()
+}
+
+fn read_one(d: &Value, context: &str) -> Result<PreludeDecision, PreludeError> {
+    let text = |key: &'static str| {
+        d.get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or(PreludeError::Field(key))
+    };
+    let strings = |key: &'static str| -> Result<Vec<String>, PreludeError> {
+        let list = d
+            .get(key)
+            .and_then(Value::as_array)
+            .ok_or(PreludeError::Field(key))?;
+        Ok(list
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect())
+    };
+    Ok(PreludeDecision {
+        id: text("id")?,
+        principal: text("principal")?,
+        action: text("action")?,
+        resource: text("resource")?,
+        context: context.to_string(),
+        allowed: text("decision")? == "allow",
+        reasons: strings("reasons")?,
+        errors: strings("errors")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(action: &str, resource: &str, context: &str) -> NewDecision {
+        NewDecision {
+            id: format!("id-{action}-{resource}"),
+            time: "2026-11-26T00:00:00Z".into(),
+            org_id: Some("o".into()),
+            session_id: Some("s".into()),
+            principal: "Gateway::Agent::\"a\"".into(),
+            action: action.into(),
+            resource: resource.into(),
+            context: context.into(),
+            entities_hash: "e".into(),
+            entities: None,
+            policy_hash: "p".into(),
+            decision: "allow".into(),
+            reasons: "[\"r\"]".into(),
+            errors: "[]".into(),
+            outcome: ALLOWED_OUTCOME.into(),
+            notes: "null".into(),
+        }
+    }
+
+    fn decisions(ops: &[WriteOp]) -> Vec<&NewDecision> {
+        ops.iter()
+            .filter_map(|op| match op {
+                WriteOp::Decision(d) => Some(d.as_ref()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_calls_preludes_fold_into_its_decision_and_read_back() {
+        let mut access = record("access_session", "Gateway::Session::\"s\"", "{\"plain\":1}");
+        access.principal = "Gateway::ApiKey::\"k\"".into();
+        let view = record("view_tool", "Gateway::Tool::\"t\"", "{\"plain\":1}");
+        let mut main = record("call_tool", "Gateway::Tool::\"t\"", "{\"typed\":1}");
+        main.outcome = "{\"status\":\"ok\"}".into();
+        main.notes = "{\"calledAs\":\"x\"}".into();
+        let ops = vec![
+            WriteOp::Decision(Box::new(access.clone())),
+            WriteOp::Decision(Box::new(view.clone())),
+            WriteOp::Decision(Box::new(main)),
+        ];
+        let folded = fold(ops);
+        let rows = decisions(&folded);
+        assert_eq!(rows.len(), 1);
+        let notes: Value = serde_json::from_str(&rows[0].notes).unwrap();
+        assert_eq!(notes["calledAs"], "x", "the record's own notes stay");
+        let back = preludes(rows[0]).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0].id, access.id);
+        assert_eq!(back[0].principal, access.principal);
+        assert_eq!(back[0].action, "access_session");
+        assert_eq!(back[1].resource, view.resource);
+        assert_eq!(
+            back[1].context, "{\"plain\":1}",
+            "the plain context is kept"
+        );
+        assert!(back.iter().all(|p| p.allowed && p.reasons == ["r"]));
+    }
+
+    #[test]
+    fn a_listings_prelude_shares_the_records_context() {
+        let access = record("access_session", "Gateway::Session::\"s\"", "{\"plain\":1}");
+        let mut list = record("view_tool", "Gateway::Session::\"s\"", "{\"plain\":1}");
+        list.outcome = "{\"status\":\"listed\"}".into();
+        list.notes = "{\"toolList\":{}}".into();
+        let folded = fold(vec![
+            WriteOp::Decision(Box::new(access)),
+            WriteOp::Decision(Box::new(list)),
+        ]);
+        let rows = decisions(&folded);
+        assert_eq!(rows.len(), 1);
+        let notes: Value = serde_json::from_str(&rows[0].notes).unwrap();
+        assert!(notes["prelude"].get("context").is_none());
+        assert!(notes["toolList"].is_object());
+        assert_eq!(preludes(rows[0]).unwrap()[0].context, "{\"plain\":1}");
+    }
+
+    #[test]
+    fn denials_lone_preludes_and_other_requests_keep_their_rows() {
+        let mut denied = record("access_session", "Gateway::Session::\"s\"", "{}");
+        denied.decision = "deny".into();
+        let lone = record("access_session", "Gateway::Session::\"s\"", "{}");
+        let folded = fold(vec![
+            WriteOp::Decision(Box::new(denied)),
+            WriteOp::Decision(Box::new(lone.clone())),
+        ]);
+        assert_eq!(decisions(&folded).len(), 2, "nothing to fold into");
+
+        let mut other_time = record("call_tool", "Gateway::Tool::\"t\"", "{}");
+        other_time.time = "2026-11-26T00:00:01Z".into();
+        other_time.outcome = "{}".into();
+        let folded = fold(vec![
+            WriteOp::Decision(Box::new(lone)),
+            WriteOp::Decision(Box::new(other_time)),
+        ]);
+        let rows = decisions(&folded);
+        assert_eq!(rows.len(), 2, "another request's record holds nothing");
+        assert!(preludes(rows[1]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_record_with_notes_is_no_prelude() {
+        let mut noted = record("view_tool", "Gateway::Tool::\"t\"", "{}");
+        noted.notes = "{\"unknownTool\":true}".into();
+        let mut main = record("call_tool", "Gateway::Tool::\"t\"", "{}");
+        main.outcome = "{}".into();
+        let folded = fold(vec![
+            WriteOp::Decision(Box::new(noted)),
+            WriteOp::Decision(Box::new(main)),
+        ]);
+        assert_eq!(decisions(&folded).len(), 2);
+    }
+}
