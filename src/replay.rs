@@ -423,7 +423,10 @@ pub fn replay_with(
         ..ReplayReport::default()
     };
     let mut caches = Caches::default();
-    let mut page = read_page(conn, filter, None, against, &mut caches, control)?;
+    let (filter, only) = widened(filter);
+    let filter = &filter;
+    let only = only.as_deref();
+    let mut page = read_page(conn, filter, only, None, against, &mut caches, control)?;
     while let Some(current) = page {
         // The next page is read and resolved while this one is evaluated;
         // pages are still counted in chain order.
@@ -433,6 +436,7 @@ pub fn replay_with(
                 read_page(
                     conn,
                     filter,
+                    only,
                     current.last_seq,
                     against,
                     &mut caches,
@@ -443,13 +447,53 @@ pub fn replay_with(
         for (row, decisions) in current.rows.iter().zip(replayed) {
             match decisions {
                 None => report.events += 1,
-                Some(d) => tally(&mut report, row, d),
+                Some(d) => tally(
+                    &mut report,
+                    row,
+                    d.map(|d| of_action(d, &row.record.action, only)),
+                ),
             }
         }
         page = next?;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// A filter on an action a prelude can hold (`access_session`,
+/// `view_tool`) must also find the records holding such a prelude: the
+/// action is then dropped from the query and returned, to select the
+/// records and count only that action's decisions
+/// ([`crate::audit::prelude`]).
+fn widened(filter: &DecisionFilter) -> (DecisionFilter, Option<String>) {
+    match &filter.action {
+        Some(action) if prelude::may_hold(action) => (
+            DecisionFilter {
+                action: None,
+                ..filter.clone()
+            },
+            Some(action.clone()),
+        ),
+        _ => (filter.clone(), None),
+    }
+}
+
+/// Whether `row` holds a decision of `action` (its own or a prelude's).
+fn holds_action(row: &StoredDecision, action: &str) -> bool {
+    row.record.action == action
+        || prelude::preludes(&row.record).is_ok_and(|ps| ps.iter().any(|p| p.action == action))
+}
+
+/// The decisions of `only`'s action (all of them without one); a
+/// record's own decisions have its action `own`.
+fn of_action(decisions: Vec<Replayed>, own: &str, only: Option<&str>) -> Vec<Replayed> {
+    let Some(action) = only else {
+        return decisions;
+    };
+    decisions
+        .into_iter()
+        .filter(|d| d.prelude.as_ref().map_or(own, |(a, _)| a.as_str()) == action)
+        .collect()
 }
 
 /// One page of the trail with what each record replays with (`None`: a
@@ -466,6 +510,7 @@ struct Page {
 fn read_page(
     conn: &mut Conn,
     filter: &DecisionFilter,
+    only: Option<&str>,
     cursor: Option<i64>,
     against: &Against,
     caches: &mut Caches,
@@ -484,6 +529,7 @@ fn read_page(
         !r.record
             .action
             .starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
+            && only.is_none_or(|action| holds_action(r, action))
     });
     let mut resolved = Vec::with_capacity(rows.len());
     for row in &rows {

@@ -69,6 +69,25 @@ async fn every_request_is_one_record_holding_its_decisions() {
     assert_eq!(report.identical, report.records);
     assert_eq!(report.per_action["access_session"].records, 0);
     assert!(report.decisions >= report.records + 3);
+    // Filtering replay on a prelude's action finds the records holding it
+    // and counts only that action's decisions.
+    let filter = cedargate::store::audit_query::DecisionFilter {
+        action: Some("access_session".into()),
+        session: Some(t.session_id.clone()),
+        ..Default::default()
+    };
+    let only =
+        g.gw.store
+            .read(move |c| {
+                Ok(
+                    cedargate::replay::replay(c, &filter, &cedargate::replay::Against::Recorded)
+                        .unwrap(),
+                )
+            })
+            .await
+            .unwrap();
+    assert_eq!((only.records, only.decisions), (2, 2), "{only:?}");
+    assert_eq!(only.identical, 2);
     let call = records.last().unwrap();
     assert_eq!(call.record.principal, "Gateway::Agent::\"acme-agent\"");
     assert_eq!(

@@ -73,6 +73,11 @@ pub fn fold(ops: Vec<WriteOp>) -> Vec<WriteOp> {
     slots.into_iter().flatten().collect()
 }
 
+/// Whether a record's prelude can hold decisions of `action`.
+pub fn may_hold(action: &str) -> bool {
+    action == Action::AccessSession.name() || action == Action::ViewTool.name()
+}
+
 /// How many writes at the end of `ops` are preludes still waiting for a
 /// record to ride in.
 pub fn waiting_at_end(ops: &[WriteOp]) -> usize {
@@ -84,8 +89,8 @@ pub fn waiting_at_end(ops: &[WriteOp]) -> usize {
 
 /// Whether `record` may ride in a later record of its request.
 fn is_prelude(record: &NewDecision) -> bool {
-    (record.action == Action::AccessSession.name()
-        || (record.action == Action::ViewTool.name() && !super::tool_list::is_tool_list(record)))
+    may_hold(&record.action)
+        && !super::tool_list::is_tool_list(record)
         && record.decision == "allow"
         && record.errors == "[]"
         && record.outcome == ALLOWED_OUTCOME
