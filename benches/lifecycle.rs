@@ -192,7 +192,7 @@ fn decide_one(
     time: &str,
     i: usize,
 ) -> Decided {
-    let remember = (i / 3) % 2 == 0;
+    let remember = (i / 3).is_multiple_of(2);
     let tool = if remember {
         "af_memory_remember"
     } else {
