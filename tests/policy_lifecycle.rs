@@ -466,6 +466,20 @@ async fn shadow_mode_records_divergences_and_decides_nothing() {
             .iter()
             .any(|r| r.record.id == d["decisionId"].as_str().unwrap())
     );
+    // While shadow mode runs no decision rides in another's prelude: each
+    // keeps the row its id names (both calls' access_session among them).
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.record.action == "access_session")
+            .count()
+            >= 2
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| !r.record.notes.contains("\"prelude\""))
+    );
 
     let metrics = g.metrics_text().await;
     assert!(
