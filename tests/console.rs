@@ -454,6 +454,10 @@ async fn one_decision_shows_its_policy_and_chain_link() {
     );
     assert!(html.contains(&g.gw.pep.current().hash));
     assert!(html.contains("id=\"entities\""));
+    // The decisions that let the call through, from its prelude.
+    assert!(html.contains("id=\"prelude\""), "{html}");
+    assert!(html.contains("data-prelude-action=\"access_session\""));
+    assert!(html.contains("data-prelude-action=\"view_tool\""));
     let (status, _) = c.get("/console/decisions/no-such-id").await;
     assert_eq!(status, 404);
     // A tampered record shows a broken link.

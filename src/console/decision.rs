@@ -88,6 +88,29 @@ async fn find(gw: &Gateway, id: String) -> Result<Found, ConsoleError> {
     found.ok_or_else(|| ConsoleError::NotFound("no decision with this id".into()))
 }
 
+/// The decisions that let the record's request through, recorded in its
+/// prelude (`audit::prelude`); an unreadable prelude shows as one row
+/// saying so.
+fn prelude_rows(d: &decisions::StoredDecision) -> Vec<minijinja::Value> {
+    match crate::audit::prelude::preludes(&d.record) {
+        Ok(all) => all
+            .into_iter()
+            .map(|p| {
+                minijinja::context! {
+                    id => p.id,
+                    action => p.action,
+                    principal => p.principal,
+                    resource => p.resource,
+                    decision => if p.allowed { "allow" } else { "deny" },
+                    reasons => p.reasons,
+                    errors => p.errors,
+                }
+            })
+            .collect(),
+        Err(e) => vec![minijinja::context! { unreadable => e.to_string() }],
+    }
+}
+
 /// `GET /console/decisions/{id}`.
 pub async fn page(
     State(gw): State<Arc<Gateway>>,
@@ -118,6 +141,7 @@ pub async fn page(
             outcome => pretty(&r.outcome),
             notes => pretty(&r.notes),
             errors => strings(&r.errors),
+            preludes => prelude_rows(&decision),
             deciding,
             set_error => set.err(),
             link_ok => link.problems.is_empty(),
