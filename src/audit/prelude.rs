@@ -31,7 +31,9 @@
 //! decision while shadow mode runs (a divergence names its live decision
 //! by id, and the console follows that id to its row).
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::policy::Action;
 use crate::store::WriteOp;
@@ -104,7 +106,7 @@ fn take_matching(
     waiting: &mut Vec<usize>,
     main: &NewDecision,
 ) -> Vec<NewDecision> {
-    if main.notes.contains("\"prelude\"") {
+    if may_have_prelude(&main.notes) {
         return Vec::new();
     }
     let mut taken = Vec::new();
@@ -136,26 +138,62 @@ fn same_request(a: &NewDecision, b: &NewDecision) -> bool {
         && a.entities_hash == b.entities_hash
 }
 
+/// Whether `notes` may hold a prelude (a cheap look before parsing: no
+/// other notes name the key).
+fn may_have_prelude(notes: &str) -> bool {
+    notes.contains(&format!("\"{PRELUDE_KEY}\""))
+}
+
+/// The prelude as written (format 1).
+#[derive(Serialize)]
+struct Written<'a> {
+    format: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<&'a str>,
+    decisions: Vec<WrittenDecision<'a>>,
+}
+
+/// One folded decision as written: its recorded reasons and errors (JSON
+/// array texts) are embedded as they are, not parsed again.
+#[derive(Serialize)]
+struct WrittenDecision<'a> {
+    id: &'a str,
+    principal: &'a str,
+    action: &'a str,
+    resource: &'a str,
+    decision: &'a str,
+    reasons: &'a List,
+    errors: &'a List,
+}
+
 /// `main`'s notes with the prelude of `folded` added (the notes are a
 /// JSON object or `null`; the object's text is kept as it was).
 fn with_prelude(main: &NewDecision, folded: &[NewDecision]) -> String {
-    let mut prelude = json!({
-        "format": PRELUDE_FORMAT,
-        "decisions": folded.iter().map(|p| json!({
-            "id": p.id,
-            "principal": p.principal,
-            "action": p.action,
-            "resource": p.resource,
-            "decision": p.decision,
-            "reasons": raw_list(&p.reasons),
-            "errors": raw_list(&p.errors),
-        })).collect::<Vec<_>>(),
-    });
-    if let Some(first) = folded.first()
-        && first.context != main.context
-    {
-        prelude["context"] = Value::from(first.context.as_str());
-    }
+    let lists: Vec<(List, List)> = folded
+        .iter()
+        .map(|p| (raw_list(&p.reasons), raw_list(&p.errors)))
+        .collect();
+    let written = Written {
+        format: PRELUDE_FORMAT,
+        context: folded
+            .first()
+            .map(|p| p.context.as_str())
+            .filter(|c| *c != main.context),
+        decisions: folded
+            .iter()
+            .zip(&lists)
+            .map(|(p, (reasons, errors))| WrittenDecision {
+                id: &p.id,
+                principal: &p.principal,
+                action: &p.action,
+                resource: &p.resource,
+                decision: &p.decision,
+                reasons,
+                errors,
+            })
+            .collect(),
+    };
+    let prelude = serde_json::to_string(&written).unwrap_or_else(|_| "null".into());
     let entry = format!("\"{PRELUDE_KEY}\":{prelude}");
     let notes = main.notes.trim();
     match notes.strip_prefix('{') {
@@ -165,9 +203,21 @@ fn with_prelude(main: &NewDecision, folded: &[NewDecision]) -> String {
     }
 }
 
-/// A JSON array text as a value (an unreadable one as an empty list).
-fn raw_list(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::Array(Vec::new()))
+/// A recorded JSON array text, embedded as it is.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum List {
+    Raw(Box<RawValue>),
+    /// What an unreadable list is written as: `[]`.
+    Empty([(); 0]),
+}
+
+/// `text` as a list to embed (an unreadable one as an empty list).
+fn raw_list(text: &str) -> List {
+    RawValue::from_string(text.to_string())
+        .ok()
+        .filter(|r| r.get().trim_start().starts_with('['))
+        .map_or(List::Empty([]), List::Raw)
 }
 
 /// One prelude decision read back from a record.
@@ -207,7 +257,7 @@ pub enum PreludeError {
 
 /// The prelude decisions a record holds (none for a record without one).
 pub fn preludes(record: &NewDecision) -> Result<Vec<PreludeDecision>, PreludeError> {
-    if !record.notes.contains("\"prelude\"") {
+    if !may_have_prelude(&record.notes) {
         return Ok(Vec::new());
     }
     let notes: Value = serde_json::from_str(&record.notes).map_err(PreludeError::Notes)?;

@@ -115,11 +115,13 @@ impl Call {
         }
     }
 
-    /// Everything deferred so far, in order, each record stamped with its
-    /// message's trace context.
-    fn take_pending(&self) -> Vec<WriteOp> {
+    /// Everything deferred so far followed by `ops`, in order, each record
+    /// stamped with its message's trace context and the open message's
+    /// preludes folded.
+    fn take_pending(&self, ops: Vec<WriteOp>) -> Vec<WriteOp> {
         let mut all = self.take_sealed();
-        let open = self.take_open();
+        let mut open = self.take_open();
+        open.extend(ops);
         all.extend(self.traced(self.folded(open)));
         all
     }
@@ -197,10 +199,7 @@ impl Call {
     /// Commits `ops` together with everything deferred so far, and waits
     /// until it is durable; a failed commit is -32603.
     pub async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), McpError> {
-        let mut all = self.take_sealed();
-        let mut open = self.take_open();
-        open.extend(ops);
-        all.extend(self.traced(self.folded(open)));
+        let all = self.take_pending(ops);
         self.gw.store.writer().submit(all).await.map_err(|e| {
             tracing::error!(error = %e, "internal error");
             McpError::Internal
@@ -209,7 +208,7 @@ impl Call {
 
     /// Queues whatever is still deferred (end of request).
     pub async fn flush_deferred(&self) {
-        let rest = self.take_pending();
+        let rest = self.take_pending(Vec::new());
         if !rest.is_empty()
             && let Err(e) = self.gw.store.writer().enqueue(rest).await
         {
