@@ -118,6 +118,16 @@ fn name_of(i: usize) -> (String, &'static str) {
     (format!("{d}{k}{i}"), t)
 }
 
+/// `graph_query`'s goal at this size: p50 15 ms up to 100,000 nodes,
+/// 20 ms at 1,000,000.
+fn query_goal(nodes: usize) -> &'static str {
+    if nodes > 100_000 {
+        "p50 <= 20 ms"
+    } else {
+        "p50 <= 15 ms"
+    }
+}
+
 fn row(label: &str, goal: &str, v: Vec<Duration>) {
     let s = Stats::of(v, Rank::Nearest);
     let (p50, p99, n) = (s.p50 / 1e3, s.p99 / 1e3, s.n);
@@ -465,7 +475,11 @@ async fn over_http(client: &Client, names: &[String], rng: &mut Rng, iters: usiz
         triplets += v["triplets"].as_array().map_or(0, Vec::len);
         q.push(d);
     }
-    row("graph_query topK 10 depth 2 (HTTP)", "p50 <= 15 ms", q);
+    row(
+        "graph_query topK 10 depth 2 (HTTP)",
+        query_goal(names.len()),
+        q,
+    );
     println!("  mean triplets returned: {}", triplets / iters.max(1));
 
     let mut nb = Vec::new();
@@ -779,7 +793,11 @@ fn in_process(r: &Reads, names: &[String], rng: &mut Rng, iters: usize) -> Res<(
             ip.push(t.elapsed());
         }
     }
-    row("in-process graph_query topK 10 depth 2", "p50 <= 15 ms", iq);
+    row(
+        "in-process graph_query topK 10 depth 2",
+        query_goal(names.len()),
+        iq,
+    );
     row("in-process graph_neighbors depth 2", "p50 <= 2 ms", inb);
     row("in-process graph_path maxDepth 6", "p50 <= 10 ms", ip);
     let n = iters.max(1);

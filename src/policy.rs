@@ -641,7 +641,7 @@ impl PolicyBundle {
         context: &PreparedContext,
         entities: &Entities,
     ) -> Verdict {
-        match self.request(principal, action, resource, context, Checked::AgainstSchema) {
+        match self.request(principal, action, resource, context) {
             Ok(request) => self.decide_request(&request, entities),
             Err(denied) => denied,
         }
@@ -675,33 +675,26 @@ impl PolicyBundle {
         }
     }
 
-    /// The Cedar request of a decision, or the deny a request that cannot
-    /// be built is. `Checked::Already` skips Cedar's schema check of the
-    /// request: only for a request whose check is known to pass (see
-    /// [`replay_verdicts`]).
+    /// The Cedar request of a decision, checked against the schema, or the
+    /// deny a request that cannot be built is.
     fn request(
         &self,
         principal: &Uid,
         action: Action,
         resource: &Uid,
         context: &PreparedContext,
-        checked: Checked,
     ) -> Result<Request, Verdict> {
         let action_uid = self.deciding_action(action, resource, context)?;
         let ctx = match context.cedar() {
             Ok(c) => c.clone(),
             Err(e) => return Err(Verdict::denied_with(e.to_string())),
         };
-        let schema = match checked {
-            Checked::AgainstSchema => Some(&self.schema),
-            Checked::Already => None,
-        };
         Request::new(
             principal.0.clone(),
             action_uid,
             resource.0.clone(),
             ctx,
-            schema,
+            Some(&self.schema),
         )
         .map_err(|e| Verdict::denied_with(format!("cannot build request: {e}")))
     }
@@ -802,15 +795,6 @@ impl PolicyBundle {
         Entities::from_json_value(json.clone(), Some(&self.schema))
             .map_err(|e| ParseEntitiesError(Box::new(e)))
     }
-}
-
-/// Whether a request is to be checked against the schema when it is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Checked {
-    /// Cedar checks it (every decision but the one below).
-    AgainstSchema,
-    /// Its check is known to pass: an identical check already passed.
-    Already,
 }
 
 /// Entity JSON that Cedar refuses under a bundle's schema (displays as

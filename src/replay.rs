@@ -33,7 +33,7 @@ use crate::audit::NodeBatchError;
 use crate::audit::prelude::{self, PreludeError};
 use crate::audit::tool_list::{self, ToolListError};
 use crate::policy::recorded::{
-    RecordedEntities, RecordedRequest, RecordedRequestError, SnapshotError,
+    RecordedEntities, RecordedRequest, RecordedRequestError, SharedContext, SnapshotError,
 };
 use crate::policy::{PolicyBundle, PolicyFile, PolicyLoadError, Uid, UidError, Verdict};
 use crate::store::StoreError;
@@ -267,15 +267,19 @@ pub enum RecordedSetError {
 /// The bundle and entities a record replays with, or why it cannot.
 type Resolved = Result<(Arc<PolicyBundle>, Arc<RecordedEntities>, Uid, Uid), Unreplayable>;
 
-/// Parsed bundles and entity snapshots, by hash.
+/// Parsed bundles and entity snapshots, by hash (looked up several times
+/// per record: foldhash, not SipHash).
 #[derive(Default)]
 struct Caches {
-    bundles: HashMap<String, Result<Arc<PolicyBundle>, Unreplayable>>,
+    bundles: Fast<Result<Arc<PolicyBundle>, Unreplayable>>,
     /// By schema hash, then snapshot hash (looked up by `&str`: no key is
     /// copied per record).
-    entities: HashMap<String, HashMap<String, Result<Arc<RecordedEntities>, Unreplayable>>>,
-    uids: HashMap<String, Result<Uid, Unreplayable>>,
+    entities: Fast<Fast<Result<Arc<RecordedEntities>, Unreplayable>>>,
+    uids: Fast<Result<Uid, Unreplayable>>,
 }
+
+/// A map by text with a fast hasher.
+type Fast<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 impl Caches {
     /// What `row` replays with: its bundle, then its entity snapshot, then
@@ -637,6 +641,8 @@ fn replay_preludes(
     let r = &row.record;
     let preludes = prelude::preludes(r).map_err(|e| Unreplayable::Prelude(Arc::new(e)))?;
     let mut out = Vec::with_capacity(preludes.len());
+    // A record's prelude decisions share one context: parsed once.
+    let mut shared: Option<(String, SharedContext)> = None;
     for p in preludes {
         // Most preludes name the record's own principal or resource.
         let uid = |text: &str, known: &Uid, of_record: &str| {
@@ -651,10 +657,21 @@ fn replay_preludes(
         };
         let p_principal = uid(&p.principal, principal, &r.principal)?;
         let p_resource = uid(&p.resource, resource, &r.resource)?;
-        let req = RecordedRequest::with_uids(p_principal, &p.action, p_resource, &p.context)
+        let context = match shared.take() {
+            Some((text, context)) if text == p.context => (text, context),
+            _ => {
+                let context = SharedContext::parse(&p.context)
+                    .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
+                (p.context, context)
+            }
+        };
+        let now = context
+            .1
+            .decide(bundle, (p_principal, &p.action, p_resource), entities)
             .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
+        shared = Some(context);
         out.push(Replayed {
-            now: bundle.decide_recorded_reusing(&req, entities),
+            now,
             resource: Some(p.resource),
             prelude: Some((p.action, p.principal)),
             recorded: Recorded {

@@ -554,6 +554,9 @@ fn reused_replay_verdicts_match_deciding_each_record_alone() {
             true,
         ),
     ];
+    // A record's prelude decisions share one parsed context: each context
+    // text below is parsed once and shared by every request that has it.
+    let mut shared = std::collections::HashMap::new();
     for (principal, action, resource, ctx, allowed, clean) in &requests {
         let request =
             cedargate::policy::recorded::RecordedRequest::parse(principal, action, resource, ctx)
@@ -565,6 +568,21 @@ fn reused_replay_verdicts_match_deciding_each_record_alone() {
             (reusing.allowed, &reusing.reasons, &reusing.errors),
             (alone.allowed, &alone.reasons, &alone.errors),
             "{what}"
+        );
+        let context = shared
+            .entry(ctx.clone())
+            .or_insert_with(|| cedargate::policy::recorded::SharedContext::parse(ctx).unwrap());
+        let sharing = context
+            .decide(
+                &bundle,
+                (request.principal.clone(), action, request.resource.clone()),
+                &entities,
+            )
+            .unwrap();
+        assert_eq!(
+            (sharing.allowed, &sharing.reasons, &sharing.errors),
+            (alone.allowed, &alone.reasons, &alone.errors),
+            "{what}, its context shared"
         );
         // The pairs do differ when decided alone, so a loose key would show.
         assert_eq!(

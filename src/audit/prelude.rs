@@ -31,8 +31,7 @@
 //! decision while shadow mode runs (a divergence names its live decision
 //! by id, and the console follows that id to its row).
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::policy::Action;
@@ -141,8 +140,11 @@ fn same_request(a: &NewDecision, b: &NewDecision) -> bool {
 /// Whether `notes` may hold a prelude (a cheap look before parsing: no
 /// other notes name the key).
 fn may_have_prelude(notes: &str) -> bool {
-    notes.contains(&format!("\"{PRELUDE_KEY}\""))
+    notes.contains(QUOTED_KEY)
 }
+
+/// [`PRELUDE_KEY`] as it appears in the notes' text.
+const QUOTED_KEY: &str = "\"prelude\"";
 
 /// The prelude as written (format 1).
 #[derive(Serialize)]
@@ -253,6 +255,9 @@ pub enum PreludeError {
     /// A prelude decision lacks a field.
     #[error("a prelude decision has no `{0}`")]
     Field(&'static str),
+    /// A field of the prelude has the wrong type.
+    #[error("the prelude does not read as format 1: {0}")]
+    Shape(#[source] serde_json::Error),
 }
 
 /// The prelude decisions a record holds (none for a record without one).
@@ -260,58 +265,91 @@ pub fn preludes(record: &NewDecision) -> Result<Vec<PreludeDecision>, PreludeErr
     if !may_have_prelude(&record.notes) {
         return Ok(Vec::new());
     }
-    let notes: Value = serde_json::from_str(&record.notes).map_err(PreludeError::Notes)?;
-    let Some(prelude) = notes.get(PRELUDE_KEY) else {
+    let notes: ReadNotes = match serde_json::from_str(&record.notes) {
+        Ok(notes) => notes,
+        Err(e) => return unread(&record.notes, e),
+    };
+    let Some(prelude) = notes.prelude else {
         return Ok(Vec::new());
     };
-    let format = prelude.get("format").and_then(Value::as_u64).unwrap_or(0);
+    let format = prelude.format.unwrap_or(0);
     if format != PRELUDE_FORMAT {
         return Err(PreludeError::Format(format));
     }
-    let context = prelude
-        .get("context")
-        .and_then(Value::as_str)
-        .unwrap_or(&record.context);
-    let decisions = prelude
-        .get("decisions")
-        .and_then(Value::as_array)
-        .ok_or(PreludeError::Field("decisions"))?;
-    decisions.iter().map(|d| read_one(d, context)).collect()
+    let decisions = prelude.decisions.ok_or(PreludeError::Field("decisions"))?;
+    let context = prelude.context.as_deref().unwrap_or(&record.context);
+    decisions.into_iter().map(|d| d.read(context)).collect()
 }
 
-fn read_one(d: &Value, context: &str) -> Result<PreludeDecision, PreludeError> {
-    let text = |key: &'static str| {
-        d.get(key)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or(PreludeError::Field(key))
+/// Notes that did not read as format 1, looked at again (slowly, only
+/// then): no prelude after all (notes that are not an object), or why
+/// not: not JSON, a prelude of another format, a field of the wrong type.
+fn unread(notes: &str, error: serde_json::Error) -> Result<Vec<PreludeDecision>, PreludeError> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(notes) else {
+        return Err(PreludeError::Notes(error));
     };
-    let strings = |key: &'static str| -> Result<Vec<String>, PreludeError> {
-        let list = d
-            .get(key)
-            .and_then(Value::as_array)
-            .ok_or(PreludeError::Field(key))?;
-        Ok(list
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect())
+    let Some(prelude) = value.get(PRELUDE_KEY).filter(|p| !p.is_null()) else {
+        return Ok(Vec::new());
     };
-    Ok(PreludeDecision {
-        id: text("id")?,
-        principal: text("principal")?,
-        action: text("action")?,
-        resource: text("resource")?,
-        context: context.to_string(),
-        allowed: text("decision")? == "allow",
-        reasons: strings("reasons")?,
-        errors: strings("errors")?,
-    })
+    match prelude.get("format").and_then(serde_json::Value::as_u64) {
+        Some(PRELUDE_FORMAT) => Err(PreludeError::Shape(error)),
+        other => Err(PreludeError::Format(other.unwrap_or(0))),
+    }
+}
+
+/// A record's notes, read only for their prelude, in one pass straight
+/// into these types (no value tree).
+#[derive(Deserialize)]
+struct ReadNotes {
+    prelude: Option<ReadPrelude>,
+}
+
+/// A prelude as format 1 writes it.
+#[derive(Deserialize)]
+struct ReadPrelude {
+    format: Option<u64>,
+    context: Option<String>,
+    decisions: Option<Vec<ReadDecision>>,
+}
+
+/// One prelude decision as format 1 writes it.
+#[derive(Deserialize)]
+struct ReadDecision {
+    id: Option<String>,
+    principal: Option<String>,
+    action: Option<String>,
+    resource: Option<String>,
+    decision: Option<String>,
+    reasons: Option<Vec<String>>,
+    errors: Option<Vec<String>>,
+}
+
+impl ReadDecision {
+    fn read(self, context: &str) -> Result<PreludeDecision, PreludeError> {
+        let field = |v: Option<String>, key| v.ok_or(PreludeError::Field(key));
+        let list = |v: Option<Vec<String>>, key| v.ok_or(PreludeError::Field(key));
+        Ok(PreludeDecision {
+            id: field(self.id, "id")?,
+            principal: field(self.principal, "principal")?,
+            action: field(self.action, "action")?,
+            resource: field(self.resource, "resource")?,
+            context: context.to_string(),
+            allowed: field(self.decision, "decision")? == "allow",
+            reasons: list(self.reasons, "reasons")?,
+            errors: list(self.errors, "errors")?,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn the_quick_look_names_the_key() {
+        assert_eq!(QUOTED_KEY, format!("\"{PRELUDE_KEY}\""));
+    }
 
     fn record(action: &str, resource: &str, context: &str) -> NewDecision {
         NewDecision {
@@ -331,6 +369,50 @@ mod tests {
             errors: "[]".into(),
             outcome: ALLOWED_OUTCOME.into(),
             notes: "null".into(),
+        }
+    }
+
+    #[test]
+    fn unreadable_preludes_say_why_and_other_notes_hold_none() {
+        let read = |notes: &str| {
+            let mut r = record("call_tool", "Gateway::Tool::\"t\"", "{}");
+            r.notes = notes.into();
+            preludes(&r)
+        };
+        let one = r#"{"id":"i","principal":"p","action":"view_tool","resource":"r","decision":"allow","reasons":[],"errors":[]}"#;
+        assert_eq!(
+            read(&format!(
+                r#"{{"x":1,"prelude":{{"format":1,"decisions":[{one}]}}}}"#
+            ))
+            .unwrap()
+            .len(),
+            1
+        );
+        for (notes, why) in [
+            (
+                r#"{"prelude":{"format":2,"decisions":7}}"#.to_string(),
+                "format 2",
+            ),
+            (r#"{"prelude":{"decisions":[]}}"#.into(), "format 0"),
+            (r#"{"prelude":{"format":1}}"#.into(), "no `decisions`"),
+            (
+                r#"{"prelude":{"format":1,"decisions":[{"id":"i"}]}}"#.into(),
+                "no `principal`",
+            ),
+            (
+                format!(r#"{{"prelude":{{"format":1,"decisions":[{one}],"context":5}}}}"#),
+                "does not read as format 1",
+            ),
+            (r#"{"prelude": nope"#.into(), "not JSON"),
+        ] {
+            let err = read(&notes).unwrap_err().to_string();
+            assert!(err.contains(why), "{notes}: {err}");
+        }
+        for notes in [
+            r#""the word \"prelude\" in a string""#,
+            r#"{"prelude":null}"#,
+        ] {
+            assert!(read(notes).unwrap().is_empty(), "{notes}");
         }
     }
 

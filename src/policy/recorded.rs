@@ -98,6 +98,57 @@ impl RecordedRequest {
     }
 }
 
+/// One recorded context that several decisions of a record share (its
+/// prelude: `access_session` and `view_tool` under the same `{session,
+/// time}`), parsed once. Decisions of untyped actions share one prepared
+/// context, and with it one Cedar context and one check of `time`; any
+/// other decision gets its own, exactly as [`RecordedRequest`] would.
+#[derive(Debug)]
+pub struct SharedContext {
+    json: Value,
+    plain: std::sync::OnceLock<Option<PreparedContext>>,
+}
+
+impl SharedContext {
+    /// Parses a recorded context column.
+    pub fn parse(context: &str) -> Result<Self, RecordedRequestError> {
+        Ok(SharedContext {
+            json: serde_json::from_str(context).map_err(RecordedRequestError::Context)?,
+            plain: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Decides `action` on `resource` for `principal` under this context,
+    /// as [`PolicyBundle::decide_recorded_reusing`] would.
+    pub fn decide(
+        &self,
+        bundle: &PolicyBundle,
+        (principal, action, resource): (Uid, &str, Uid),
+        entities: &RecordedEntities,
+    ) -> Result<Verdict, RecordedRequestError> {
+        let action = Action::from_name(action)
+            .ok_or_else(|| RecordedRequestError::Action(action.to_string()))?;
+        let untyped = bundle.typed_for(action, &resource).is_none()
+            && !matches!(action, Action::CallTool | Action::A2aInvoke);
+        if untyped
+            && let Some(context) = self.plain.get_or_init(|| {
+                session_shape(&self.json, false)
+                    .map(|(session_id, time)| bundle.prepare_session_context(session_id, time))
+            })
+            && context.schema_hash == bundle.schema_hash
+        {
+            return Ok(bundle.decide_reusing(&principal, action, &resource, context, entities));
+        }
+        let req = RecordedRequest {
+            principal,
+            action,
+            resource,
+            context: self.json.clone(),
+        };
+        Ok(bundle.decide_recorded_reusing(&req, entities))
+    }
+}
+
 /// Why an entity snapshot of the trail does not load.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {

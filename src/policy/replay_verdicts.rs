@@ -26,8 +26,9 @@
 //! not build (an unparsable `time`, arguments that do not fit the typed
 //! action) is a deny carrying that error, whatever the memo holds:
 //! - a plain context is built again from its own session and time (that
-//!   fails exactly when `datetime(time)` does). Cedar's schema check of the
-//!   request is skipped: it looks at the principal's, the resource's and
+//!   fails exactly when `datetime(time)` does), and nothing else is built:
+//!   Cedar's request, and its schema check, are not needed. That check
+//!   looks at the principal's, the resource's and
 //!   the session's uids, which are part of the key, and at the types of the
 //!   context's values, which the shape fixes (an entity of
 //!   `Gateway::Session`, a `datetime`), never at the values themselves; so
@@ -41,19 +42,24 @@
 //! replay keeps for its own run.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use cedar_policy::EntityUid;
 
 use cedar_policy::Entities;
 
-use super::{Action, Checked, PolicyBundle, PreparedContext, Uid, Verdict};
+use super::{Action, PolicyBundle, PreparedContext, Uid, Verdict};
 
 /// Most verdicts one snapshot remembers (a session slice sees its tools
 /// under a few actions); beyond this the memo starts over.
 const MEMO_MAX: usize = 8192;
 
 /// The verdicts remembered on one entity snapshot, by policy-set hash.
+///
+/// A verdict is found by a fingerprint of its key, hashed from borrowed
+/// uids (foldhash: SipHash over three uids per decision led the replay's
+/// profile), then confirmed against the key itself: a hit copies no uid.
 #[derive(Debug, Default)]
 pub struct ReplayVerdicts {
     inner: Mutex<Memo>,
@@ -61,13 +67,16 @@ pub struct ReplayVerdicts {
 
 #[derive(Debug, Default)]
 struct Memo {
-    by_policy_set: HashMap<String, HashMap<ReuseKey, Verdict>>,
+    by_policy_set: HashMap<String, HashMap<u64, Vec<(ReuseKey, Verdict)>, Fingerprints>>,
     len: usize,
 }
 
+/// The hasher of fingerprints: they are already hashes.
+type Fingerprints = foldhash::fast::FixedState;
+
 /// What, besides the snapshot and the policy set, a reusable verdict
 /// depends on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct ReuseKey {
     /// The context is typed (`{session, time, args}`), not plain.
     typed: bool,
@@ -77,6 +86,46 @@ struct ReuseKey {
     resource: EntityUid,
     /// The id of `context.session`.
     session: String,
+}
+
+/// A [`ReuseKey`] of borrowed parts, as a request presents it.
+#[derive(Clone, Copy)]
+struct KeyRef<'a> {
+    typed: bool,
+    principal: &'a EntityUid,
+    action: &'a EntityUid,
+    resource: &'a EntityUid,
+    session: &'a str,
+}
+
+impl KeyRef<'_> {
+    fn fingerprint(&self) -> u64 {
+        let mut h = Fingerprints::default().build_hasher();
+        self.typed.hash(&mut h);
+        self.principal.hash(&mut h);
+        self.action.hash(&mut h);
+        self.resource.hash(&mut h);
+        self.session.hash(&mut h);
+        h.finish()
+    }
+
+    fn is(&self, key: &ReuseKey) -> bool {
+        self.typed == key.typed
+            && self.session == key.session
+            && self.resource == &key.resource
+            && self.principal == &key.principal
+            && self.action == &key.action
+    }
+
+    fn owned(&self) -> ReuseKey {
+        ReuseKey {
+            typed: self.typed,
+            principal: self.principal.clone(),
+            action: self.action.clone(),
+            resource: self.resource.clone(),
+            session: self.session.to_string(),
+        }
+    }
 }
 
 impl ReplayVerdicts {
@@ -90,16 +139,22 @@ impl ReplayVerdicts {
         self.len() == 0
     }
 
-    fn get(&self, policy_hash: &str, key: &ReuseKey) -> Option<Verdict> {
+    fn get(&self, policy_hash: &str, key: &KeyRef<'_>) -> Option<Verdict> {
+        let fingerprint = key.fingerprint();
         let memo = self.inner.lock().ok()?;
-        memo.by_policy_set.get(policy_hash)?.get(key).cloned()
+        let bucket = memo.by_policy_set.get(policy_hash)?.get(&fingerprint)?;
+        bucket
+            .iter()
+            .find(|(k, _)| key.is(k))
+            .map(|(_, v)| v.clone())
     }
 
     /// Remembers an error-free verdict.
-    fn put(&self, policy_hash: &str, key: ReuseKey, verdict: &Verdict) {
+    fn put(&self, policy_hash: &str, key: &KeyRef<'_>, verdict: &Verdict) {
         if !verdict.errors.is_empty() {
             return;
         }
+        let fingerprint = key.fingerprint();
         let Ok(mut memo) = self.inner.lock() else {
             return;
         };
@@ -109,15 +164,17 @@ impl ReplayVerdicts {
         }
         if !memo.by_policy_set.contains_key(policy_hash) {
             memo.by_policy_set
-                .insert(policy_hash.to_string(), HashMap::new());
+                .insert(policy_hash.to_string(), HashMap::default());
         }
-        let added = memo
-            .by_policy_set
-            .get_mut(policy_hash)
-            .map(|verdicts| verdicts.insert(key, verdict.clone()).is_none());
-        if added == Some(true) {
-            memo.len += 1;
+        let Some(verdicts) = memo.by_policy_set.get_mut(policy_hash) else {
+            return;
+        };
+        let bucket = verdicts.entry(fingerprint).or_default();
+        if bucket.iter().any(|(k, _)| key.is(k)) {
+            return;
         }
+        bucket.push((key.owned(), verdict.clone()));
+        memo.len += 1;
     }
 }
 
@@ -133,35 +190,57 @@ impl PolicyBundle {
         memo: &ReplayVerdicts,
     ) -> Verdict {
         let (principal, action, resource) = request;
-        let Some(key) = self.reuse_key(principal, action, resource, context) else {
+        let Some((deciding, typed, session)) = self.reusable(action, resource, context) else {
             return self.decide(principal, action, resource, context, entities);
         };
+        let key = KeyRef {
+            typed,
+            principal: &principal.0,
+            action: &deciding,
+            resource: &resource.0,
+            session,
+        };
         if let Some(verdict) = memo.get(&self.hash, &key) {
-            // This record's own request must still be valid.
-            let checked = if key.typed {
-                Checked::AgainstSchema
-            } else {
-                Checked::Already
-            };
-            return match self.request(principal, action, resource, context, checked) {
-                Ok(_) => verdict,
-                Err(denied) => denied,
-            };
+            return self.still_valid(request, context, typed, verdict);
         }
         let verdict = self.decide(principal, action, resource, context, entities);
-        memo.put(&self.hash, key, &verdict);
+        memo.put(&self.hash, &key, &verdict);
         verdict
     }
 
-    /// The key a verdict of this request is remembered under, when it can
-    /// be reused at all.
-    fn reuse_key(
+    /// A remembered verdict, when this record's own request is valid too
+    /// (else the deny its request gives). A plain context's check is its
+    /// Cedar context building (`datetime(time)`): the request itself was
+    /// built without a schema, which cannot fail, for the record that
+    /// filled the memo. A typed one is checked against the schema.
+    fn still_valid(
         &self,
-        principal: &Uid,
+        (principal, action, resource): (&Uid, Action, &Uid),
+        context: &PreparedContext,
+        typed: bool,
+        verdict: Verdict,
+    ) -> Verdict {
+        if !typed {
+            return match context.cedar() {
+                Ok(_) => verdict,
+                Err(e) => Verdict::denied_with(e.to_string()),
+            };
+        }
+        match self.request(principal, action, resource, context) {
+            Ok(_) => verdict,
+            Err(denied) => denied,
+        }
+    }
+
+    /// The deciding action, whether the context is typed, and the session
+    /// a verdict of this request is remembered under, when it can be
+    /// reused at all.
+    fn reusable<'c>(
+        &self,
         action: Action,
         resource: &Uid,
-        context: &PreparedContext,
-    ) -> Option<ReuseKey> {
+        context: &'c PreparedContext,
+    ) -> Option<(EntityUid, bool, &'c str)> {
         let deciding = Uid(self.deciding_action(action, resource, context).ok()?);
         if !self.session_determined.contains(&deciding) {
             return None;
@@ -170,12 +249,6 @@ impl PolicyBundle {
             None => (false, context.session_and_time()?.0),
             Some(_) => (true, context.typed_session()?),
         };
-        Some(ReuseKey {
-            typed,
-            principal: principal.0.clone(),
-            action: deciding.0,
-            resource: resource.0.clone(),
-            session: session.to_string(),
-        })
+        Some((deciding.0, typed, session))
     }
 }

@@ -28,7 +28,8 @@ use super::{Uid, Verdict};
 /// `context.time` (nor on anything else of the context).
 #[derive(Debug, Clone, Default)]
 pub struct SessionDetermined {
-    actions: HashSet<EntityUid>,
+    /// Looked up once per decision replayed: foldhash, not SipHash.
+    actions: HashSet<EntityUid, foldhash::fast::RandomState>,
 }
 
 impl SessionDetermined {
