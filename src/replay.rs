@@ -18,7 +18,10 @@
 //! Fast by construction: parsed policy sets and entity snapshots are cached
 //! by hash (a trail holds few distinct ones), records are read in pages,
 //! and each page is evaluated in parallel (rayon) while the next one is
-//! read and resolved (`rayon::join`; tallies stay in chain order).
+//! read and resolved (`rayon::join`; tallies stay in chain order). A
+//! verdict that cannot differ is reused per snapshot
+//! (`policy::replay_verdicts`), and a record's prelude decisions share one
+//! parsed context (`policy::recorded::SharedContext`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
