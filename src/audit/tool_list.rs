@@ -9,6 +9,7 @@
 //! (distinct verdicts are stored once). A batch of lists writes one record
 //! per list instead of one per tool.
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Scope, observed_verdict};
@@ -184,32 +185,66 @@ impl<'a> ToolListGuard<'a> {
             reasons,
             errors,
             outcome: json!({ "status": "listed", "shown": shown, "hidden": hidden }).to_string(),
-            notes: self.notes().to_string(),
+            notes: self.notes(),
         })
     }
 
-    fn notes(&self) -> Value {
-        let mut list = json!({
-            "format": TOOL_LIST_FORMAT,
-            "tools": self.tools.iter().map(|(t, v)| json!([t, v])).collect::<Vec<_>>(),
-            "verdicts": self.verdicts.iter().map(|v| json!({
-                "decision": if v.allowed { "allow" } else { "deny" },
-                "reasons": v.reasons,
-                "errors": v.errors,
-            })).collect::<Vec<_>>(),
-        });
-        if !self.classes.is_empty() {
-            list["classes"] = self
-                .classes
-                .iter()
-                .map(|c| {
-                    let mut class = json!({ "decidedOn": c.decided_on, "tools": c.tools });
-                    class[c.parent.0] = c.parent.1.clone().into();
-                    class
-                })
-                .collect();
-        }
-        json!({ TOOL_LIST_KEY: list })
+    /// The record's notes, serialized straight from the guard's fields
+    /// (a `tools/list` writes one per request: no value tree is built).
+    fn notes(&self) -> String {
+        let notes = NotesOut {
+            list: ListOut {
+                format: TOOL_LIST_FORMAT,
+                tools: &self.tools,
+                verdicts: self
+                    .verdicts
+                    .iter()
+                    .map(|v| VerdictOut {
+                        decision: if v.allowed { "allow" } else { "deny" },
+                        reasons: &v.reasons,
+                        errors: &v.errors,
+                    })
+                    .collect(),
+                classes: &self.classes,
+            },
+        };
+        serde_json::to_string(&notes).unwrap_or_else(|_| "null".into())
+    }
+}
+
+/// `{"toolList": …}` as written (format 1).
+#[derive(Serialize)]
+struct NotesOut<'a> {
+    #[serde(rename = "toolList")]
+    list: ListOut<'a>,
+}
+
+#[derive(Serialize)]
+struct ListOut<'a> {
+    format: u32,
+    /// `[name, verdict index]` pairs.
+    tools: &'a [(String, usize)],
+    verdicts: Vec<VerdictOut<'a>>,
+    #[serde(skip_serializing_if = "<[Class]>::is_empty")]
+    classes: &'a [Class],
+}
+
+#[derive(Serialize)]
+struct VerdictOut<'a> {
+    decision: &'static str,
+    reasons: &'a [String],
+    errors: &'a [String],
+}
+
+/// A class as written: `{"decidedOn", "tools", <parent kind>: <parent>}`.
+impl Serialize for Class {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("decidedOn", &self.decided_on)?;
+        map.serialize_entry("tools", &self.tools)?;
+        map.serialize_entry(self.parent.0, &self.parent.1)?;
+        map.end()
     }
 }
 

@@ -67,9 +67,13 @@ pub struct ReplayVerdicts {
 
 #[derive(Debug, Default)]
 struct Memo {
-    by_policy_set: HashMap<String, HashMap<u64, Vec<(ReuseKey, Verdict)>, Fingerprints>>,
+    by_policy_set: HashMap<String, Verdicts>,
     len: usize,
 }
+
+/// One policy set's verdicts, by fingerprint (a bucket holds the rare
+/// keys whose fingerprints collide).
+type Verdicts = HashMap<u64, Vec<(ReuseKey, Verdict)>, Fingerprints>;
 
 /// The hasher of fingerprints: they are already hashes.
 type Fingerprints = foldhash::fast::FixedState;
