@@ -643,36 +643,30 @@ fn replay_preludes(
     let (bundle, entities, principal, resource) = resolved.as_ref().map_err(Clone::clone)?;
     let r = &row.record;
     let preludes = prelude::preludes(r).map_err(|e| Unreplayable::Prelude(Arc::new(e)))?;
+    // A prelude has one context for all its decisions: parsed once.
+    let Some(first) = preludes.first() else {
+        return Ok(Vec::new());
+    };
+    let context =
+        SharedContext::parse(&first.context).map_err(|e| Unreplayable::Request(Arc::new(e)))?;
+    // Most preludes name the record's own principal or resource.
+    let uid = |text: &str, known: &Uid, of_record: &str| {
+        if text == of_record {
+            Ok(known.clone())
+        } else {
+            text.parse::<Uid>().map_err(|source| Unreplayable::Uid {
+                text: text.to_string(),
+                source,
+            })
+        }
+    };
     let mut out = Vec::with_capacity(preludes.len());
-    // A record's prelude decisions share one context: parsed once.
-    let mut shared: Option<(String, SharedContext)> = None;
     for p in preludes {
-        // Most preludes name the record's own principal or resource.
-        let uid = |text: &str, known: &Uid, of_record: &str| {
-            if text == of_record {
-                Ok(known.clone())
-            } else {
-                text.parse::<Uid>().map_err(|source| Unreplayable::Uid {
-                    text: text.to_string(),
-                    source,
-                })
-            }
-        };
         let p_principal = uid(&p.principal, principal, &r.principal)?;
         let p_resource = uid(&p.resource, resource, &r.resource)?;
-        let context = match shared.take() {
-            Some((text, context)) if text == p.context => (text, context),
-            _ => {
-                let context = SharedContext::parse(&p.context)
-                    .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
-                (p.context, context)
-            }
-        };
         let now = context
-            .1
             .decide(bundle, (p_principal, &p.action, p_resource), entities)
             .map_err(|e| Unreplayable::Request(Arc::new(e)))?;
-        shared = Some(context);
         out.push(Replayed {
             now,
             resource: Some(p.resource),

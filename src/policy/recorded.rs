@@ -128,8 +128,8 @@ impl SharedContext {
     ) -> Result<Verdict, RecordedRequestError> {
         let action = Action::from_name(action)
             .ok_or_else(|| RecordedRequestError::Action(action.to_string()))?;
-        let untyped = bundle.typed_for(action, &resource).is_none()
-            && !matches!(action, Action::CallTool | Action::A2aInvoke);
+        // Only a call's context can be typed or carry arguments.
+        let untyped = !matches!(action, Action::CallTool | Action::A2aInvoke);
         if untyped
             && let Some(context) = self.plain.get_or_init(|| {
                 session_shape(&self.json, false)
