@@ -19,7 +19,9 @@
 //!   each term's document frequency counted over the whole index up to
 //!   [`DF_PROBE`] matches (beyond, estimated from how far back in `seq`
 //!   those matches reach), counted only for terms with a candidate in the
-//!   project (a term with none adds nothing to any score). With no term
+//!   project (a term with none adds nothing to any score); a term in no
+//!   row at all is found so by a forward probe first, since the scoped
+//!   newest-first walk reads the `scope` phrase's whole doclist. With no term
 //!   cut, the scores are exactly `bm25()`'s (a unit test compares them).
 //! - PostgreSQL: `observation_terms` holds one btree entry per (project,
 //!   lexeme, seq) with the lexeme's occurrences in the row and the row's
@@ -314,6 +316,10 @@ const SQLITE_TERM_CANDIDATES: &str = "SELECT observations_fts.rowid,
      ORDER BY observations_fts.rowid DESC
      LIMIT CAST(?2 AS INTEGER)";
 
+/// The first row (oldest, FTS5's forward order) holding a term.
+const SQLITE_TERM_EXISTS: &str =
+    "SELECT rowid FROM observations_fts WHERE observations_fts MATCH ?1 LIMIT 1";
+
 /// How many rows of the whole index match a term, counted up to a bound,
 /// and the oldest rowid counted.
 const SQLITE_TERM_PROBE: &str = "SELECT count(*), min(rowid) FROM (
@@ -340,6 +346,10 @@ fn sqlite_candidates(
     let mut cands: HashMap<i64, Candidate> = HashMap::new();
     let mut idf = Vec::with_capacity(terms.len());
     for (i, term) in terms.iter().enumerate() {
+        if !sqlite_term_exists(conn, term)? {
+            idf.push(0.0); // in no row at all: no candidate, no IDF
+            continue;
+        }
         let expr = format!("scope : \"{scope}\" AND {{content type}} : \"{term}\"");
         let rows = conn.query(SQLITE_TERM_CANDIDATES, params![&expr, per_term as i64])?;
         if rows.is_empty() {
@@ -366,6 +376,18 @@ fn sqlite_candidates(
         .into_iter()
         .map(|(seq, c)| (seq, bm25(&c, &idf, totals.avg_len)))
         .collect())
+}
+
+/// Whether any row of the index holds `term` in `content` or `type`. The
+/// scoped candidate query walks its matches newest first, and FTS5 reads a
+/// phrase's whole doclist in each segment to walk it backwards: the
+/// project's `scope` phrase (one entry per observation of the project)
+/// was read in full even for a word in no row at all. This probe walks
+/// the term's doclist forwards and stops at its first entry.
+fn sqlite_term_exists(conn: &mut Conn, term: &str) -> Result<bool, StoreError> {
+    let expr = format!("{{content type}} : \"{term}\"");
+    let found = conn.query_opt(SQLITE_TERM_EXISTS, params![&expr], |r| r.get::<i64>(0))?;
+    Ok(found.is_some())
 }
 
 /// FTS5's BM25 of one candidate (higher is better).
@@ -740,7 +762,11 @@ mod tests {
             search(conn, "acme", "web", q, limit).unwrap().len()
         };
         assert_eq!(hits(&mut conn, "auth token", 10), 3);
-        let statements = [SQLITE_TERM_CANDIDATES, SQLITE_TERM_PROBE];
+        let statements = [
+            SQLITE_TERM_EXISTS,
+            SQLITE_TERM_CANDIDATES,
+            SQLITE_TERM_PROBE,
+        ];
         let before: Vec<i32> = statements
             .iter()
             .map(|s| conn.reprepares(s).unwrap())
@@ -783,6 +809,8 @@ mod tests {
             "cache",
             "tokens gateway",
             "pattern auth",
+            "auth zzqx token",
+            "zzqx",
         ] {
             let old = search_exhaustive(&mut conn, "acme", "web", q, 50).unwrap();
             let new = search(&mut conn, "acme", "web", q, 50).unwrap();
