@@ -19,6 +19,7 @@ pub mod instances;
 pub mod notify;
 pub mod observations;
 pub mod rate_limits;
+mod read_threads;
 pub mod retention;
 pub mod shadow;
 pub mod space;
@@ -320,6 +321,8 @@ enum Pool {
     Sqlite {
         readers: Vec<Mutex<SqliteConn>>,
         next: AtomicUsize,
+        /// Where [`Store::read`] runs: one thread per reader.
+        threads: read_threads::ReadThreads,
     },
     Postgres(r2d2::Pool<PgManager>),
 }
@@ -429,6 +432,7 @@ impl Store {
                 pool: Pool::Sqlite {
                     readers,
                     next: AtomicUsize::new(0),
+                    threads: read_threads::ReadThreads::start(SQLITE_READ_POOL)?,
                 },
                 migrated: AtomicBool::new(true),
                 space: space::DiskGuard::new(Some(dir), options.min_free_bytes),
@@ -521,16 +525,20 @@ impl Store {
         self.read(move |c| tenants::require_org(c, &id)).await
     }
 
-    /// Runs `f` with a pooled connection on the blocking pool.
+    /// Runs `f` with a pooled connection off the async workers: on
+    /// SQLite's read threads, on PostgreSQL the blocking pool.
     pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Conn) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || inner.with_conn(f))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        match &self.inner.pool {
+            Pool::Sqlite { threads, .. } => threads.run(move || inner.with_conn(f)).await,
+            Pool::Postgres(_) => tokio::task::spawn_blocking(move || inner.with_conn(f))
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))?,
+        }
     }
 
     /// Runs `f` with a pooled connection on the current thread (CLI use;
@@ -568,7 +576,7 @@ impl Inner {
         f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match &self.pool {
-            Pool::Sqlite { readers, next } => {
+            Pool::Sqlite { readers, next, .. } => {
                 let n = readers.len();
                 let start = next.fetch_add(1, Ordering::Relaxed);
                 // Prefer an idle connection; otherwise wait on the round-robin pick.
