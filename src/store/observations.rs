@@ -21,7 +21,9 @@
 //!   those matches reach), counted only for terms with a candidate in the
 //!   project (a term with none adds nothing to any score); a term in no
 //!   row at all is found so by a forward probe first, since the scoped
-//!   newest-first walk reads the `scope` phrase's whole doclist. With no term
+//!   newest-first walk reads the `scope` phrase's whole doclist, and a
+//!   project with no observation at all answers after one index seek
+//!   (every FTS5 query costs a lookup per index segment). With no term
 //!   cut, the scores are exactly `bm25()`'s (a unit test compares them).
 //! - PostgreSQL: `observation_terms` holds one btree entry per (project,
 //!   lexeme, seq) with the lexeme's occurrences in the row and the row's
@@ -316,6 +318,10 @@ const SQLITE_TERM_CANDIDATES: &str = "SELECT observations_fts.rowid,
      ORDER BY observations_fts.rowid DESC
      LIMIT CAST(?2 AS INTEGER)";
 
+/// Any one observation of a project (`observations_project`).
+const SQLITE_PROJECT_ANY: &str =
+    "SELECT seq FROM observations WHERE org_id = ?1 AND project_id = ?2 LIMIT 1";
+
 /// The first row (oldest, FTS5's forward order) holding a term.
 const SQLITE_TERM_EXISTS: &str =
     "SELECT rowid FROM observations_fts WHERE observations_fts MATCH ?1 LIMIT 1";
@@ -338,6 +344,16 @@ fn sqlite_candidates(
     terms: &[String],
     per_term: usize,
 ) -> Result<Vec<(i64, f64)>, StoreError> {
+    if conn
+        .query_opt(SQLITE_PROJECT_ANY, params![org_id, project_id], |r| {
+            r.get::<i64>(0)
+        })?
+        .is_none()
+    {
+        // A project with no memory yet (every agent's first recall): one
+        // index seek instead of probing the index for each term.
+        return Ok(Vec::new());
+    }
     let totals = sqlite_totals(conn)?;
     if totals.rows < 1.0 {
         return Ok(Vec::new()); // an empty index matches nothing
@@ -851,6 +867,12 @@ mod tests {
         let hits = search(&mut conn, "a", "bc", "needle", 10).unwrap();
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].id, "o-1");
+        // A project with no observation finds nothing, whatever the others hold.
+        assert!(
+            search(&mut conn, "a", "empty", "needle", 10)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
