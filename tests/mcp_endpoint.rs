@@ -551,6 +551,12 @@ async fn policy_forbid_answers_32003_with_decision_and_advice() {
 async fn tool_failure_answers_32603_and_acknowledges_nothing() {
     let g = TestGateway::start().await;
     let t = g.tenant("acme").await;
+    // One observation first: a project with none answers a recall
+    // without searching.
+    let body = g
+        .call_tool(&t, "af_memory_remember", json!({"content":"kept"}))
+        .await;
+    assert_eq!(body["result"]["isError"], false, "{body}");
     // Break the full-text index: recall's search and remember's insert
     // both fail inside the store.
     g.gw.store
@@ -578,7 +584,7 @@ async fn tool_failure_answers_32603_and_acknowledges_nothing() {
         .await;
     assert_eq!(code(&body), -32603, "{body}");
     let count = g.count("observations").await;
-    assert_eq!(count, 0);
+    assert_eq!(count, 1, "only the observation stored before the break");
     // The failed recall is on record with its failure.
     let records = g.decisions().await;
     assert!(
