@@ -21,7 +21,8 @@
 //!   those matches reach), counted only for terms with a candidate in the
 //!   project (a term with none adds nothing to any score); a term in no
 //!   row at all is found so by a forward probe first, since the scoped
-//!   newest-first walk reads the `scope` phrase's whole doclist, and a
+//!   newest-first walk sets up a backwards walk of the project's `scope`
+//!   phrase in every index segment before finding the word absent, and a
 //!   project with no observation at all answers after one index seek
 //!   (every FTS5 query costs a lookup per index segment). With no term
 //!   cut, the scores are exactly `bm25()`'s (a unit test compares them).
@@ -395,11 +396,11 @@ fn sqlite_candidates(
 }
 
 /// Whether any row of the index holds `term` in `content` or `type`. The
-/// scoped candidate query walks its matches newest first, and FTS5 reads a
-/// phrase's whole doclist in each segment to walk it backwards: the
-/// project's `scope` phrase (one entry per observation of the project)
-/// was read in full even for a word in no row at all. This probe walks
-/// the term's doclist forwards and stops at its first entry.
+/// scoped candidate query walks its matches newest first, and FTS5 sets
+/// up a backwards walk of each phrase in every index segment (the
+/// project's `scope` phrase has one entry per observation of the project)
+/// even for a word in no row at all. This probe walks the term's doclist
+/// forwards and stops at its first entry.
 fn sqlite_term_exists(conn: &mut Conn, term: &str) -> Result<bool, StoreError> {
     let expr = format!("{{content type}} : \"{term}\"");
     let found = conn.query_opt(SQLITE_TERM_EXISTS, params![&expr], |r| r.get::<i64>(0))?;
