@@ -161,6 +161,9 @@ pub struct Metrics {
     /// Write queue: records and bytes held now, at most since start, and
     /// the bounds (`limits.write_queue_records|bytes`), set at each scrape.
     write_queue: [Family<QueueLabel, Gauge>; 3],
+    /// SQLite reads waiting for a read thread now and at most since start,
+    /// set at each scrape.
+    read_queue: [Gauge; 2],
     /// Per upstream MCP server (cloned into the upstream runtime).
     pub upstreams: UpstreamMetrics,
     active_hash: Mutex<Option<String>>,
@@ -266,6 +269,17 @@ impl Metrics {
             "Bounds of the durable write queue (a single larger job passes alone)",
             write_queue_limit.clone(),
         );
+        let read_queue = [Gauge::default(), Gauge::default()];
+        registry.register(
+            "read_queue_waiting",
+            "SQLite reads waiting for one of the read threads (0 on PostgreSQL)",
+            read_queue[0].clone(),
+        );
+        registry.register(
+            "read_queue_peak",
+            "Most SQLite reads waiting for a read thread at once since start",
+            read_queue[1].clone(),
+        );
         let upstreams = UpstreamMetrics {
             requests: Family::default(),
             seconds: Family::new_with_constructor(upstream_histogram as fn() -> Histogram),
@@ -294,6 +308,7 @@ impl Metrics {
             disk_guard_tripped,
             archives,
             write_queue: [write_queue, write_queue_peak, write_queue_limit],
+            read_queue,
             decisions,
             decision_seconds,
             reloads,
@@ -381,6 +396,13 @@ impl Metrics {
         set(now, levels.records, levels.bytes);
         set(peak, levels.peak_records, levels.peak_bytes);
         set(limit, levels.max_records, levels.max_bytes);
+    }
+
+    /// Sets the read queue gauges (before a scrape).
+    pub fn read_queue(&self, levels: crate::store::ReadQueueLevels) {
+        let [waiting, peak] = &self.read_queue;
+        waiting.set(i64::try_from(levels.waiting).unwrap_or(i64::MAX));
+        peak.set(i64::try_from(levels.peak).unwrap_or(i64::MAX));
     }
 
     /// The OpenMetrics text exposition.

@@ -180,6 +180,7 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     gw.lifecycle
         .metrics
         .write_queue(&gw.store.writer().levels());
+    gw.lifecycle.metrics.read_queue(gw.store.read_queue());
     (
         [(
             axum::http::header::CONTENT_TYPE,

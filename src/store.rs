@@ -20,6 +20,7 @@ pub mod notify;
 pub mod observations;
 pub mod rate_limits;
 mod read_threads;
+pub use read_threads::ReadQueueLevels;
 pub mod retention;
 pub mod shadow;
 pub mod space;
@@ -538,6 +539,15 @@ impl Store {
             Pool::Postgres(_) => tokio::task::spawn_blocking(move || inner.with_conn(f))
                 .await
                 .map_err(|e| StoreError::Task(e.to_string()))?,
+        }
+    }
+
+    /// SQLite reads waiting for a read thread (zeros on PostgreSQL, whose
+    /// reads wait in its connection pool instead).
+    pub fn read_queue(&self) -> ReadQueueLevels {
+        match &self.inner.pool {
+            Pool::Sqlite { threads, .. } => threads.levels(),
+            Pool::Postgres(_) => ReadQueueLevels::default(),
         }
     }
 

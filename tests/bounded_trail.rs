@@ -296,4 +296,13 @@ async fn a_job_larger_than_the_queue_commits_alone() {
         0
     );
     assert_eq!(gauge(&metrics, "cedargate_write_queue_queued", "bytes"), 0);
+    // Reads waiting for a read thread: none once the requests are answered.
+    assert!(
+        metrics.contains("\ncedargate_read_queue_waiting 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\ncedargate_read_queue_peak "),
+        "{metrics}"
+    );
 }

@@ -15,6 +15,7 @@
 //! the thread goes on with the next read.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
@@ -28,6 +29,18 @@ type Job = Box<dyn FnOnce() + Send>;
 /// once the reads already queued are done.
 pub(super) struct ReadThreads {
     jobs: Sender<Job>,
+    /// Most reads that waited for a thread at once since start.
+    peak: AtomicUsize,
+}
+
+/// Reads waiting for a read thread now and at most since start (the
+/// `/metrics` gauges `cedargate_read_queue_waiting|peak`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadQueueLevels {
+    /// Waiting now (not counting the reads running).
+    pub waiting: usize,
+    /// Most waiting at once since start.
+    pub peak: usize,
 }
 
 impl ReadThreads {
@@ -41,7 +54,10 @@ impl ReadThreads {
                 .spawn(move || serve(&queue))
                 .map_err(|e| StoreError::Task(format!("cannot start a read thread: {e}")))?;
         }
-        Ok(ReadThreads { jobs })
+        Ok(ReadThreads {
+            jobs,
+            peak: AtomicUsize::new(0),
+        })
     }
 
     /// Runs `read` on a read thread and waits for its result.
@@ -58,9 +74,20 @@ impl ReadThreads {
         self.jobs
             .send(job)
             .map_err(|_| StoreError::Task("the read threads have stopped".into()))?;
+        self.peak.fetch_max(self.jobs.len(), Ordering::Relaxed);
         result
             .await
             .map_err(|_| StoreError::Task("a read failed before it answered".into()))?
+    }
+}
+
+impl ReadThreads {
+    /// Reads waiting for a thread now, and the most since start.
+    pub(super) fn levels(&self) -> ReadQueueLevels {
+        ReadQueueLevels {
+            waiting: self.jobs.len(),
+            peak: self.peak.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -92,5 +119,62 @@ mod tests {
             got.push(read.await.unwrap());
         }
         assert_eq!(got, (0..8).collect::<Vec<i32>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_beyond_the_threads_wait_and_are_counted() {
+        let threads = std::sync::Arc::new(ReadThreads::start(1).unwrap());
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let busy = {
+            let threads = threads.clone();
+            tokio::spawn(async move {
+                threads
+                    .run(move || {
+                        let _ = started.send(());
+                        let _ = gate.recv();
+                        Ok(0)
+                    })
+                    .await
+            })
+        };
+        // The one thread holds the first read; three more wait behind it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while running.try_recv().is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first read never ran"
+            );
+            tokio::task::yield_now().await;
+        }
+        let waiting: Vec<_> = (1..4)
+            .map(|i| {
+                let threads = threads.clone();
+                tokio::spawn(async move { threads.run(move || Ok(i)).await })
+            })
+            .collect();
+        while threads.levels().waiting < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                threads.levels()
+            );
+            tokio::task::yield_now().await;
+        }
+        let held = ReadQueueLevels {
+            waiting: 3,
+            peak: 3,
+        };
+        assert_eq!(threads.levels(), held);
+        release.send(()).unwrap();
+        assert_eq!(busy.await.unwrap().unwrap(), 0);
+        for (i, read) in (1..4).zip(waiting) {
+            assert_eq!(read.await.unwrap().unwrap(), i);
+        }
+        let drained = ReadQueueLevels {
+            waiting: 0,
+            peak: 3,
+        };
+        assert_eq!(threads.levels(), drained);
     }
 }
