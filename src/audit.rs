@@ -18,7 +18,6 @@ pub use crate::policy::entities::NodeRef;
 use serde_json::Value;
 
 use crate::policy::entities::{EntitySlice, NodeEntitiesError, with_graph_nodes};
-use crate::policy::session_verdicts::VerdictKey;
 use crate::policy::{
     Action, ParseEntitiesError, PolicyBundle, PreparedContext, Uid, UidError, Verdict,
 };
@@ -123,7 +122,12 @@ pub(crate) fn observed_verdict(
 ) -> Verdict {
     let started = std::time::Instant::now();
     let verdict = if slice.schema_hash == bundle.schema_hash {
-        decide_in_session(bundle, slice, principal, action, resource, context)
+        bundle.decide_in_session(
+            (principal, action, resource),
+            context,
+            &slice.entities,
+            &slice.verdicts,
+        )
     } else {
         // A slice built against another schema may not conform: fail closed.
         Verdict {
@@ -147,43 +151,6 @@ pub(crate) fn observed_verdict(
             elapsed: started.elapsed(),
         });
     }
-    verdict
-}
-
-/// Decides with the slice's remembered verdict when the request has the
-/// plain session context and no policy of its action reads anything else
-/// of the context (see [`crate::policy::session_verdicts`]); otherwise
-/// asks Cedar, and remembers what may be reused.
-fn decide_in_session(
-    bundle: &PolicyBundle,
-    slice: &EntitySlice,
-    principal: &Uid,
-    action: Action,
-    resource: &Uid,
-    context: &PreparedContext,
-) -> Verdict {
-    let decide = || bundle.decide(principal, action, resource, context, &slice.entities);
-    let Some(session_id) = context.plain_session() else {
-        return decide();
-    };
-    let action_uid = action.uid();
-    if !bundle.session_determined.contains(&action_uid)
-        || bundle.hooks.observer().is_some_and(|o| o.redecides())
-    {
-        return decide();
-    }
-    let key = VerdictKey {
-        policy_hash: &bundle.hash,
-        session_id,
-        principal,
-        action: &action_uid,
-        resource,
-    };
-    if let Some(v) = slice.verdicts.get(&key) {
-        return v;
-    }
-    let verdict = decide();
-    slice.verdicts.put(&key, &verdict);
     verdict
 }
 

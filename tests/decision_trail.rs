@@ -644,3 +644,63 @@ fn session_slice_json(
         .json
         .to_string()
 }
+
+/// Within one session, a typed tool call's verdict is remembered only
+/// while no policy of its action reads `context.args`: a forbid on the
+/// arguments decides every call by its own arguments, in any order, and
+/// a tool whose policies read only the session keeps its verdict while
+/// each call still records its own arguments.
+#[tokio::test]
+async fn a_policy_on_the_arguments_decides_every_call_of_a_session() {
+    let g = TestGateway::start_with_policy(
+        "args.cedar",
+        "@id(\"no-secrets-in-memory\")\nforbid (principal, action == Gateway::Action::\"af_memory_remember\", resource)\nwhen { context.args.content like \"*password*\" };\n",
+    )
+    .await;
+    let t = g.tenant("acme").await;
+    let remember = |content: &'static str| json!({ "content": content });
+    for (content, allowed) in [
+        ("deploys on tuesday", true),
+        ("the password is hunter2", false),
+        ("rollbacks on friday", true),
+        ("password reset flow", false),
+        ("password again", false),
+        ("all clear", true),
+    ] {
+        let body = g
+            .call_tool(&t, "af_memory_remember", remember(content))
+            .await;
+        if allowed {
+            assert_eq!(body["result"]["isError"], false, "{content}: {body}");
+        } else {
+            assert_eq!(body["error"]["code"], -32003, "{content}: {body}");
+        }
+    }
+    assert_eq!(g.count("observations").await, 3);
+    // The recall's policies read only the session: the same verdict each
+    // time, every record with its own arguments.
+    for query in ["deploys", "rollbacks", "clear"] {
+        let body = g
+            .call_tool(
+                &t,
+                "af_memory_recall",
+                json!({"query": query, "workType": "chore"}),
+            )
+            .await;
+        assert_eq!(body["result"]["isError"], false, "{query}: {body}");
+    }
+    let recalls: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| {
+            d.record.resource.contains("af_memory_recall") && d.record.action == "call_tool"
+        })
+        .collect();
+    assert_eq!(recalls.len(), 3);
+    for (d, query) in recalls.iter().zip(["deploys", "rollbacks", "clear"]) {
+        assert_eq!(d.record.decision, "allow");
+        let context: Value = serde_json::from_str(&d.record.context).unwrap();
+        assert_eq!(context["args"]["query"], query, "{}", d.record.context);
+    }
+}

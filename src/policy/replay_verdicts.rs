@@ -217,7 +217,7 @@ impl PolicyBundle {
     /// Cedar context building (`datetime(time)`): the request itself was
     /// built without a schema, which cannot fail, for the record that
     /// filled the memo. A typed one is checked against the schema.
-    fn still_valid(
+    pub(super) fn still_valid(
         &self,
         (principal, action, resource): (&Uid, Action, &Uid),
         context: &PreparedContext,
@@ -239,7 +239,7 @@ impl PolicyBundle {
     /// The deciding action, whether the context is typed, and the session
     /// a verdict of this request is remembered under, when it can be
     /// reused at all.
-    fn reusable<'c>(
+    pub(super) fn reusable<'c>(
         &self,
         action: Action,
         resource: &Uid,

@@ -7,7 +7,10 @@
 //! to an action reads `context` except through `context.session`, the
 //! verdict of one (principal, action, resource) in one session is the same
 //! on every request until the policies or the slice change: it is decided
-//! once and remembered on the slice, under the policy-set hash.
+//! once and remembered on the slice, under the policy-set hash. A typed
+//! tool call's context `{session, time, args}` qualifies the same way
+//! under its typed action (its verdict then cannot depend on `args`),
+//! but each call's own context is still checked against the schema.
 //!
 //! Nothing else changes: every request still records its own decision
 //! (with its own time and context), and replay decides each record alone,
@@ -84,6 +87,53 @@ fn reads_context_beyond_session(est: &Value) -> bool {
     }
 }
 
+impl super::PolicyBundle {
+    /// Decides one in-session request against `entities`, reusing the
+    /// verdict `memo` remembers for it when its deciding action's policies
+    /// read nothing of the context but `context.session` (the module doc's
+    /// rule), and remembering what may be reused. A typed tool context
+    /// (`{session, time, args}`) qualifies too: its verdict cannot depend
+    /// on the arguments, but each request's own context is still checked
+    /// against the schema, so arguments that do not fit deny as before. A
+    /// plain context is the gateway's own `{session, time}` and always
+    /// fits. Nothing is reused while an observer re-decides every request
+    /// (a shadow candidate).
+    pub fn decide_in_session(
+        &self,
+        (principal, action, resource): (&Uid, super::Action, &Uid),
+        context: &super::PreparedContext,
+        entities: &cedar_policy::Entities,
+        memo: &VerdictMemo,
+    ) -> Verdict {
+        let decide = || self.decide(principal, action, resource, context, entities);
+        if self.hooks.observer().is_some_and(|o| o.redecides()) {
+            return decide();
+        }
+        let Some((deciding, typed, session_id)) = self.reusable(action, resource, context) else {
+            return decide();
+        };
+        let deciding = Uid(deciding);
+        let key = VerdictKey {
+            policy_hash: &self.hash,
+            session_id,
+            principal,
+            action: &deciding,
+            resource,
+        };
+        match memo.get(&key) {
+            Some(verdict) if typed => {
+                self.still_valid((principal, action, resource), context, true, verdict)
+            }
+            Some(verdict) => verdict,
+            None => {
+                let verdict = decide();
+                memo.put(&key, &verdict);
+                verdict
+            }
+        }
+    }
+}
+
 /// Verdicts remembered on one entity slice.
 #[derive(Debug, Default)]
 pub struct VerdictMemo {
@@ -105,11 +155,11 @@ type MemoKey = (String, Uid, Uid, Uid);
 pub struct VerdictKey<'a> {
     /// The policy set deciding it.
     pub policy_hash: &'a str,
-    /// The session of its plain context.
+    /// The session of its context.
     pub session_id: &'a str,
     /// Principal.
     pub principal: &'a Uid,
-    /// Action (the group action; typed contexts are never remembered).
+    /// The deciding action (a tool's typed action for a typed context).
     pub action: &'a Uid,
     /// Resource.
     pub resource: &'a Uid,
