@@ -19,6 +19,7 @@
 //! runs (it must see each request).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use cedar_policy::{EntityUid, PolicySet};
@@ -144,7 +145,11 @@ pub struct VerdictMemo {
 struct Memo {
     /// The policy set the verdicts were decided with.
     policy_hash: String,
-    verdicts: HashMap<MemoKey, Verdict>,
+    /// By fingerprint (a bucket holds the rare keys whose fingerprints
+    /// collide): a lookup hashes the request's borrowed uids and copies
+    /// none of them.
+    verdicts: HashMap<u64, Vec<(MemoKey, Verdict)>, foldhash::fast::FixedState>,
+    len: usize,
 }
 
 /// Session id, principal, action, resource.
@@ -166,6 +171,22 @@ pub struct VerdictKey<'a> {
 }
 
 impl VerdictKey<'_> {
+    fn fingerprint(&self) -> u64 {
+        let mut h = foldhash::fast::FixedState::default().build_hasher();
+        self.session_id.hash(&mut h);
+        self.principal.0.hash(&mut h);
+        self.action.0.hash(&mut h);
+        self.resource.0.hash(&mut h);
+        h.finish()
+    }
+
+    fn is(&self, key: &MemoKey) -> bool {
+        self.session_id == key.0
+            && *self.resource == key.3
+            && *self.principal == key.1
+            && *self.action == key.2
+    }
+
     fn owned(&self) -> MemoKey {
         (
             self.session_id.to_string(),
@@ -184,11 +205,16 @@ const MEMO_MAX: usize = 4096;
 impl VerdictMemo {
     /// The verdict remembered for this request, if any.
     pub fn get(&self, key: &VerdictKey<'_>) -> Option<Verdict> {
+        let fingerprint = key.fingerprint();
         let memo = self.inner.lock().ok()?;
         if memo.policy_hash != key.policy_hash {
             return None;
         }
-        memo.verdicts.get(&key.owned()).cloned()
+        memo.verdicts
+            .get(&fingerprint)?
+            .iter()
+            .find(|(k, _)| key.is(k))
+            .map(|(_, v)| v.clone())
     }
 
     /// Remembers an error-free verdict.
@@ -196,14 +222,23 @@ impl VerdictMemo {
         if !verdict.errors.is_empty() {
             return;
         }
+        let fingerprint = key.fingerprint();
         let Ok(mut memo) = self.inner.lock() else {
             return;
         };
-        if memo.policy_hash != key.policy_hash || memo.verdicts.len() >= MEMO_MAX {
+        if memo.policy_hash != key.policy_hash || memo.len >= MEMO_MAX {
             memo.verdicts.clear();
+            memo.len = 0;
             memo.policy_hash = key.policy_hash.to_string();
         }
-        memo.verdicts.insert(key.owned(), verdict.clone());
+        let bucket = memo.verdicts.entry(fingerprint).or_default();
+        match bucket.iter_mut().find(|(k, _)| key.is(k)) {
+            Some((_, v)) => *v = verdict.clone(),
+            None => {
+                bucket.push((key.owned(), verdict.clone()));
+                memo.len += 1;
+            }
+        }
     }
 }
 
@@ -295,6 +330,8 @@ mod tests {
             Some(true)
         );
         assert!(memo.get(&key("h1", "s2", &r)).is_none(), "another session");
+        let other = uid(r#"Gateway::Tool::"other""#);
+        assert!(memo.get(&key("h1", "s1", &other)).is_none(), "another tool");
         assert!(
             memo.get(&key("h2", "s1", &r)).is_none(),
             "another policy set"
