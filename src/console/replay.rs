@@ -187,7 +187,8 @@ async fn records_in(gw: &Gateway, since: &str, until: &str) -> Result<u64, Conso
     Ok(total)
 }
 
-/// Runs `job` on the store's blocking pool.
+/// Runs `job` as one store read, off the async workers (on SQLite it
+/// holds one read thread, and so one read connection, while it runs).
 fn run(gw: Arc<Gateway>, job: Arc<Job>, filter: DecisionFilter, against: Against) {
     tokio::spawn(async move {
         let control = Arc::clone(&job.control);
