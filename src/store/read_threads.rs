@@ -11,6 +11,10 @@
 //! or parked for nothing. PostgreSQL reads stay on the blocking pool (its
 //! pool hands out connections with a bounded wait).
 //!
+//! A long read (a console replay: at most `console.replay_jobs` at once,
+//! 2 by default) holds its thread while it runs, as it held its
+//! connection before; the other threads serve the requests meanwhile.
+//!
 //! A read that panics is caught on its thread: the caller gets an error,
 //! the thread goes on with the next read.
 
