@@ -10,6 +10,7 @@ pub mod action_slices;
 pub mod describe;
 pub mod entities;
 mod extension_values;
+mod fingerprinted;
 pub mod fmt;
 mod literals;
 pub mod load;

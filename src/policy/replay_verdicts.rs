@@ -42,13 +42,13 @@
 //! replay keeps for its own run.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use cedar_policy::EntityUid;
 
 use cedar_policy::Entities;
 
+use super::fingerprinted::{BorrowedKey, Fingerprinted, fingerprint};
 use super::{Action, PolicyBundle, PreparedContext, Uid, Verdict};
 
 /// Most verdicts one snapshot remembers (a session slice sees its tools
@@ -57,9 +57,8 @@ const MEMO_MAX: usize = 8192;
 
 /// The verdicts remembered on one entity snapshot, by policy-set hash.
 ///
-/// A verdict is found by a fingerprint of its key, hashed from borrowed
-/// uids (foldhash: SipHash over three uids per decision led the replay's
-/// profile), then confirmed against the key itself: a hit copies no uid.
+/// A verdict is found by a fingerprint of its borrowed key
+/// ([`super::fingerprinted`]): a hit copies no uid.
 #[derive(Debug, Default)]
 pub struct ReplayVerdicts {
     inner: Mutex<Memo>,
@@ -67,16 +66,9 @@ pub struct ReplayVerdicts {
 
 #[derive(Debug, Default)]
 struct Memo {
-    by_policy_set: HashMap<String, Verdicts>,
+    by_policy_set: HashMap<String, Fingerprinted<ReuseKey>>,
     len: usize,
 }
-
-/// One policy set's verdicts, by fingerprint (a bucket holds the rare
-/// keys whose fingerprints collide).
-type Verdicts = HashMap<u64, Vec<(ReuseKey, Verdict)>, Fingerprints>;
-
-/// The hasher of fingerprints: they are already hashes.
-type Fingerprints = foldhash::fast::FixedState;
 
 /// What, besides the snapshot and the policy set, a reusable verdict
 /// depends on.
@@ -102,15 +94,17 @@ struct KeyRef<'a> {
     session: &'a str,
 }
 
-impl KeyRef<'_> {
+impl BorrowedKey for KeyRef<'_> {
+    type Owned = ReuseKey;
+
     fn fingerprint(&self) -> u64 {
-        let mut h = Fingerprints::default().build_hasher();
-        self.typed.hash(&mut h);
-        self.principal.hash(&mut h);
-        self.action.hash(&mut h);
-        self.resource.hash(&mut h);
-        self.session.hash(&mut h);
-        h.finish()
+        fingerprint((
+            self.typed,
+            self.principal,
+            self.action,
+            self.resource,
+            self.session,
+        ))
     }
 
     fn is(&self, key: &ReuseKey) -> bool {
@@ -144,21 +138,12 @@ impl ReplayVerdicts {
     }
 
     fn get(&self, policy_hash: &str, key: &KeyRef<'_>) -> Option<Verdict> {
-        let fingerprint = key.fingerprint();
         let memo = self.inner.lock().ok()?;
-        let bucket = memo.by_policy_set.get(policy_hash)?.get(&fingerprint)?;
-        bucket
-            .iter()
-            .find(|(k, _)| key.is(k))
-            .map(|(_, v)| v.clone())
+        memo.by_policy_set.get(policy_hash)?.get(key)
     }
 
     /// Remembers an error-free verdict.
     fn put(&self, policy_hash: &str, key: &KeyRef<'_>, verdict: &Verdict) {
-        if !verdict.errors.is_empty() {
-            return;
-        }
-        let fingerprint = key.fingerprint();
         let Ok(mut memo) = self.inner.lock() else {
             return;
         };
@@ -168,17 +153,14 @@ impl ReplayVerdicts {
         }
         if !memo.by_policy_set.contains_key(policy_hash) {
             memo.by_policy_set
-                .insert(policy_hash.to_string(), HashMap::default());
+                .insert(policy_hash.to_string(), Fingerprinted::default());
         }
         let Some(verdicts) = memo.by_policy_set.get_mut(policy_hash) else {
             return;
         };
-        let bucket = verdicts.entry(fingerprint).or_default();
-        if bucket.iter().any(|(k, _)| key.is(k)) {
-            return;
+        if verdicts.insert(key, verdict) {
+            memo.len += 1;
         }
-        bucket.push((key.owned(), verdict.clone()));
-        memo.len += 1;
     }
 }
 

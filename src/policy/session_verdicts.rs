@@ -18,14 +18,14 @@
 //! errors is never reused, and nothing is reused while a shadow candidate
 //! runs (it must see each request).
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use cedar_policy::{EntityUid, PolicySet};
 use serde_json::Value;
 
 use super::action_slices::ActionSlices;
+use super::fingerprinted::{BorrowedKey, Fingerprinted, fingerprint};
 use super::{Uid, Verdict};
 
 /// The actions whose verdicts, given the session, do not depend on
@@ -145,11 +145,9 @@ pub struct VerdictMemo {
 struct Memo {
     /// The policy set the verdicts were decided with.
     policy_hash: String,
-    /// By fingerprint (a bucket holds the rare keys whose fingerprints
-    /// collide): a lookup hashes the request's borrowed uids and copies
-    /// none of them.
-    verdicts: HashMap<u64, Vec<(MemoKey, Verdict)>, foldhash::fast::FixedState>,
-    len: usize,
+    /// Found by a fingerprint of the request's borrowed uids
+    /// ([`super::fingerprinted`]).
+    verdicts: Fingerprinted<MemoKey>,
 }
 
 /// Session id, principal, action, resource.
@@ -170,14 +168,16 @@ pub struct VerdictKey<'a> {
     pub resource: &'a Uid,
 }
 
-impl VerdictKey<'_> {
+impl BorrowedKey for VerdictKey<'_> {
+    type Owned = MemoKey;
+
     fn fingerprint(&self) -> u64 {
-        let mut h = foldhash::fast::FixedState::default().build_hasher();
-        self.session_id.hash(&mut h);
-        self.principal.0.hash(&mut h);
-        self.action.0.hash(&mut h);
-        self.resource.0.hash(&mut h);
-        h.finish()
+        fingerprint((
+            self.session_id,
+            &self.principal.0,
+            &self.action.0,
+            &self.resource.0,
+        ))
     }
 
     fn is(&self, key: &MemoKey) -> bool {
@@ -205,40 +205,23 @@ const MEMO_MAX: usize = 4096;
 impl VerdictMemo {
     /// The verdict remembered for this request, if any.
     pub fn get(&self, key: &VerdictKey<'_>) -> Option<Verdict> {
-        let fingerprint = key.fingerprint();
         let memo = self.inner.lock().ok()?;
         if memo.policy_hash != key.policy_hash {
             return None;
         }
-        memo.verdicts
-            .get(&fingerprint)?
-            .iter()
-            .find(|(k, _)| key.is(k))
-            .map(|(_, v)| v.clone())
+        memo.verdicts.get(key)
     }
 
     /// Remembers an error-free verdict.
     pub fn put(&self, key: &VerdictKey<'_>, verdict: &Verdict) {
-        if !verdict.errors.is_empty() {
-            return;
-        }
-        let fingerprint = key.fingerprint();
         let Ok(mut memo) = self.inner.lock() else {
             return;
         };
-        if memo.policy_hash != key.policy_hash || memo.len >= MEMO_MAX {
-            memo.verdicts.clear();
-            memo.len = 0;
+        if memo.policy_hash != key.policy_hash || memo.verdicts.len() >= MEMO_MAX {
+            memo.verdicts = Fingerprinted::default();
             memo.policy_hash = key.policy_hash.to_string();
         }
-        let bucket = memo.verdicts.entry(fingerprint).or_default();
-        match bucket.iter_mut().find(|(k, _)| key.is(k)) {
-            Some((_, v)) => *v = verdict.clone(),
-            None => {
-                bucket.push((key.owned(), verdict.clone()));
-                memo.len += 1;
-            }
-        }
+        memo.verdicts.insert(key, verdict);
     }
 }
 

@@ -83,9 +83,7 @@ impl ReadThreads {
             .await
             .map_err(|_| StoreError::Task("a read failed before it answered".into()))?
     }
-}
 
-impl ReadThreads {
     /// Reads waiting for a thread now, and the most since start.
     pub(super) fn levels(&self) -> ReadQueueLevels {
         ReadQueueLevels {
