@@ -9,6 +9,7 @@ pub mod archive;
 pub mod events;
 pub mod export;
 pub mod prelude;
+pub mod repeated_listing;
 pub mod tool_list;
 
 /// A knowledge-graph node as `read_node` sees it (defined with the entity

@@ -122,6 +122,11 @@ pub struct AuditConfig {
     pub archive_format: crate::audit::export::Format,
     /// Seconds between two archive attempts (the first runs at start-up).
     pub archive_interval_secs: u64,
+    /// A session's `tools/list` that repeats its last recorded listing
+    /// exactly (same policies, entities and verdicts; no policy reads the
+    /// time) is recorded at most once per this many seconds; 0 records
+    /// every listing. See `src/audit/repeated_listing.rs`.
+    pub listing_record_secs: u64,
 }
 
 impl Default for AuditConfig {
@@ -131,6 +136,7 @@ impl Default for AuditConfig {
             archive_dir: None,
             archive_format: crate::audit::export::Format::Jsonl,
             archive_interval_secs: 3600,
+            listing_record_secs: 60,
         }
     }
 }

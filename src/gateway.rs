@@ -41,6 +41,9 @@ pub struct SessionView {
     pub aliases: std::collections::HashMap<String, String>,
     /// The parsed entity slice.
     pub slice: EntitySlice,
+    /// The last `tools/list` recorded for this session and key, which its
+    /// repeats need not write again (`audit::repeated_listing`).
+    pub listings: crate::audit::repeated_listing::ListingMemory,
 }
 
 impl SessionView {
@@ -311,6 +314,7 @@ impl Gateway {
             tools,
             aliases: peers.aliases.clone(),
             slice,
+            listings: Default::default(),
         });
         self.views.insert(cache_key, Arc::clone(&view));
         Ok(view)

@@ -2,7 +2,8 @@
 //! decisions by action and outcome, decision latency, policy reloads by
 //! result, the active policy set, shadow-mode divergences, the free space
 //! of the trail's disk and its guard, trail archives by result, what the
-//! durable write queue holds (records and bytes, now and at most), and per
+//! durable write queue holds (records and bytes, now and at most), the
+//! `tools/list` answers that repeated a recorded listing, and per
 //! upstream MCP server its requests by outcome, their latency and its
 //! health (labelled `upstream="<org>/<slug>"`, bounded by the registry).
 //!
@@ -158,6 +159,9 @@ pub struct Metrics {
     pub disk_guard_tripped: Gauge,
     /// Retention archives by result (`archived`, `nothing`, `failed`).
     pub archives: Family<ResultLabel, Counter>,
+    /// `tools/list` answers not recorded again: each repeated its
+    /// session's last recorded listing (`audit.listing_record_secs`).
+    pub listings_repeated: Counter,
     /// Write queue: records and bytes held now, at most since start, and
     /// the bounds (`limits.write_queue_records|bytes`), set at each scrape.
     write_queue: [Family<QueueLabel, Gauge>; 3],
@@ -251,6 +255,12 @@ impl Metrics {
             "Retention archives run by this instance, by result (archived, nothing, failed)",
             archives.clone(),
         );
+        let listings_repeated = Counter::default();
+        registry.register(
+            "listings_repeated",
+            "tools/list answers not recorded again: each repeated its session's last recorded listing",
+            listings_repeated.clone(),
+        );
         let write_queue = Family::<QueueLabel, Gauge>::default();
         registry.register(
             "write_queue_queued",
@@ -307,6 +317,7 @@ impl Metrics {
             disk_min_free,
             disk_guard_tripped,
             archives,
+            listings_repeated,
             write_queue: [write_queue, write_queue_peak, write_queue_limit],
             read_queue,
             decisions,

@@ -189,7 +189,8 @@ async fn a_list_hiding_a_tool_records_both_verdicts_and_replays_them() {
 
 #[tokio::test]
 async fn a_batch_of_64_lists_writes_one_record_per_list() {
-    let g = TestGateway::start().await;
+    // Every listing recorded, repeats included (`audit::repeated_listing`).
+    let g = TestGateway::start_with(|c| c.audit.listing_record_secs = 0).await;
     let t = g.tenant("acme").await;
     let before = g.decisions().await.len();
     let batch: Vec<Value> = (0..64).map(list).collect();
@@ -271,6 +272,8 @@ async fn a_job_larger_than_the_queue_commits_alone() {
     let g = TestGateway::start_with(|c| {
         c.limits.write_queue_records = 4;
         c.limits.write_queue_bytes = 1024;
+        // Every listing recorded, repeats included.
+        c.audit.listing_record_secs = 0;
     })
     .await;
     let t = g.tenant("acme").await;

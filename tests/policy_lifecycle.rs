@@ -128,8 +128,8 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
     let (g, dir, _keep) = gateway(false).await;
     let t = g.tenant("initech").await;
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-    // Reused within the session under the shipped set: every request still
-    // records its own decision, with its own time.
+    // Reused within the session under the shipped set: the repeated
+    // listing is recorded once (no policy reads the time).
     for _ in 0..3 {
         let (s, body) = g.mcp(&t, list.clone()).await;
         assert_eq!(s, 200, "{body}");
@@ -139,10 +139,8 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
         .into_iter()
         .filter(|d| d.action == "access_session")
         .collect();
-    assert_eq!(access.len(), 3);
+    assert_eq!(access.len(), 1);
     assert!(access.iter().all(|d| d.decision == "allow"));
-    let times: std::collections::HashSet<_> = access.iter().map(|d| &d.context).collect();
-    assert_eq!(times.len(), 3, "each record has its own time");
 
     // The same millisecond RFC 3339 form as `context.time`. The deadline
     // leaves the reload (slow on a loaded machine) ample time; each request
@@ -191,6 +189,15 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
         allowed_before_deadline >= 2,
         "the session's verdict must have been allowed (and so remembered) after the reload"
     );
+    // A policy on the time makes every listing a decision of its own: each
+    // one before the deadline was recorded, with its own time.
+    let access: Vec<_> = common::flat(&g.decisions().await)
+        .into_iter()
+        .filter(|d| d.action == "access_session")
+        .collect();
+    assert_eq!(access.len(), 1 + allowed_before_deadline + 1);
+    let times: std::collections::HashSet<_> = access.iter().map(|d| &d.context).collect();
+    assert_eq!(times.len(), access.len(), "each record has its own time");
     let (denied, last) = denied;
     assert_eq!(denied["error"]["code"], -32003, "{denied}");
     assert_eq!(
@@ -849,4 +856,117 @@ async fn a_hand_typed_a2a_tool_and_replay_of_every_record_kind() {
         report.flips[0].old_reasons,
         vec!["no-friday-prod".to_string()]
     );
+}
+
+/// A session's repeated `tools/list` is recorded once per
+/// `audit.listing_record_secs` (`audit::repeated_listing`): the repeats
+/// are the same decisions as the recorded one (same policies, entities and
+/// verdicts, no policy reading the time), so replaying it re-runs each.
+/// A tool call is recorded as always; a reload that changes a verdict is
+/// recorded at the next listing; another session records its own.
+#[tokio::test]
+async fn a_repeated_listing_is_recorded_once_until_a_verdict_can_differ() {
+    let (g, dir, _keep) = gateway(false).await;
+    let t = g.tenant("initech").await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let before = g.decisions().await.len();
+    let first = g.mcp(&t, list.clone()).await;
+    assert_eq!(first.0, 200, "{first:?}");
+    for _ in 0..3 {
+        assert_eq!(
+            g.mcp(&t, list.clone()).await,
+            first,
+            "a repeat answers the same tools"
+        );
+    }
+    let new = |records: &[cedargate::store::decisions::StoredDecision]| -> Vec<String> {
+        records[before..]
+            .iter()
+            .map(|d| d.record.action.clone())
+            .collect()
+    };
+    assert_eq!(new(&g.decisions().await), ["view_tool"]);
+    let repeated = |text: String| -> String {
+        text.lines()
+            .find(|l| l.starts_with("cedargate_listings_repeated_total"))
+            .unwrap_or_else(|| panic!("no listings counter in {text}"))
+            .to_string()
+    };
+    assert_eq!(
+        repeated(g.metrics_text().await),
+        "cedargate_listings_repeated_total 3"
+    );
+
+    // A call is recorded; the listing after it still repeats.
+    assert!(remember(&g, &t, "one").await["result"].is_object());
+    g.mcp(&t, list.clone()).await;
+    assert_eq!(new(&g.decisions().await), ["view_tool", "call_tool"]);
+
+    // A forbid hides a tool: the next listing differs and is recorded,
+    // then repeats again.
+    std::fs::write(
+        dir.join("hide.cedar"),
+        "@id(\"hide-remember\")\nforbid (principal in Gateway::Org::\"initech\", action == Gateway::Action::\"view_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n",
+    )
+    .unwrap();
+    let (s, body) = reload(&g).await;
+    assert_eq!(
+        (s, body["result"].as_str()),
+        (200, Some("applied")),
+        "{body}"
+    );
+    for _ in 0..2 {
+        let (s, body) = g.mcp(&t, list.clone()).await;
+        assert_eq!(s, 200);
+        let names: Vec<&str> = body["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert!(!names.contains(&"af_memory_remember"), "{names:?}");
+    }
+    let records = g.decisions().await;
+    assert_eq!(new(&records), ["view_tool", "call_tool", "view_tool"]);
+    let last = records.last().unwrap();
+    assert_eq!(
+        last.record.decision, "deny",
+        "the hidden tool is in the record"
+    );
+    assert_eq!(last.record.policy_hash, body["hash"].as_str().unwrap());
+
+    // Another session records its own first listing.
+    let other = g.tenant("globex").await;
+    g.mcp(&other, list.clone()).await;
+    g.mcp(&other, list.clone()).await;
+    let records = g.decisions().await;
+    assert_eq!(
+        new(&records),
+        ["view_tool", "call_tool", "view_tool", "view_tool"]
+    );
+    assert_eq!(
+        records.last().unwrap().record.session_id.as_deref(),
+        Some(other.session_id.as_str())
+    );
+    // Every recorded listing replays to its verdicts.
+    let report = g.replay_recorded().await;
+    assert_eq!(report.identical, report.records, "{report:?}");
+}
+
+/// With `audit.listing_record_secs = 0` every listing is recorded.
+#[tokio::test]
+async fn every_listing_is_recorded_when_repeats_are_not_skipped() {
+    let g = TestGateway::start_with(|c| c.audit.listing_record_secs = 0).await;
+    let t = g.tenant("initech").await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let before = g.decisions().await.len();
+    for _ in 0..3 {
+        assert_eq!(g.mcp(&t, list.clone()).await.0, 200);
+    }
+    let records = g.decisions().await;
+    let actions: Vec<&str> = records[before..]
+        .iter()
+        .map(|d| d.record.action.as_str())
+        .collect();
+    assert_eq!(actions, ["view_tool"; 3]);
 }

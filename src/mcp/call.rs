@@ -17,6 +17,7 @@
 //! latest, when the request ends ([`Call::flush_deferred`]).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 
@@ -30,6 +31,7 @@ use crate::policy::entities::{self, KeyFacts};
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext, Uid};
 use crate::rate_limits::{Limited, Subjects};
 use crate::store::WriteOp;
+use crate::store::decisions::NewDecision;
 use crate::store::tenants::ApiKey;
 use crate::tools::Invocation;
 
@@ -194,6 +196,35 @@ impl Call {
         if let Ok(mut current) = self.message_trace.lock() {
             *current = trace;
         }
+    }
+
+    /// Defers a `tools/list` record, unless it repeats the session's last
+    /// recorded listing ([`audit::repeated_listing`]): then neither it nor
+    /// the request's decisions waiting to ride in it are written.
+    pub fn record_listing(&self, record: NewDecision) {
+        let every = Duration::from_secs(self.gw.config.audit.listing_record_secs);
+        let Ok(mut open) = self.pending.lock() else {
+            return;
+        };
+        let preludes: Vec<&NewDecision> = open
+            .iter()
+            .filter_map(|op| match op {
+                WriteOp::Decision(d) => Some(&**d),
+                _ => None,
+            })
+            .collect();
+        let only_preludes = audit::prelude::waiting_at_end(&open) == open.len();
+        let repeat = only_preludes
+            && self
+                .view
+                .listings
+                .is_repeat(&self.bundle, &record, &preludes, every);
+        if repeat {
+            open.clear();
+            self.gw.lifecycle.metrics.listings_repeated.inc();
+            return;
+        }
+        open.push(WriteOp::Decision(Box::new(record)));
     }
 
     /// Commits `ops` together with everything deferred so far, and waits

@@ -18,7 +18,6 @@ use std::collections::HashMap;
 
 use super::call::Call;
 use super::tool_classes::Classes;
-use crate::store::WriteOp;
 use crate::tools::{ToolSpec, list_result};
 
 /// The `tools/list` result text; its record is deferred to the request's
@@ -55,7 +54,7 @@ pub fn visible(call: &Call) -> Vec<&ToolSpec> {
         }
     }
     if let Some(record) = list.record() {
-        call.defer([WriteOp::Decision(Box::new(record))]);
+        call.record_listing(record);
     }
     entries
 }
