@@ -86,10 +86,11 @@ impl ReadThreads {
 
     /// Reads waiting for a thread now, and the most since start.
     pub(super) fn levels(&self) -> ReadQueueLevels {
-        ReadQueueLevels {
-            waiting: self.jobs.len(),
-            peak: self.peak.load(Ordering::Relaxed),
-        }
+        // A read just queued may not have raised the peak yet: the peak is
+        // never below what waits now.
+        let waiting = self.jobs.len();
+        let peak = self.peak.fetch_max(waiting, Ordering::Relaxed).max(waiting);
+        ReadQueueLevels { waiting, peak }
     }
 }
 
