@@ -93,9 +93,9 @@ pub fn decide(
         time: time.to_string(),
         org_id: scope.org_id.map(str::to_string),
         session_id: scope.session_id.map(str::to_string),
-        principal: principal.to_string(),
+        principal: principal.text(),
         action: action.name().to_string(),
-        resource: resource.to_string(),
+        resource: resource.text(),
         context: context.text().to_string(),
         entities_hash: slice.hash.clone(),
         entities: Some(slice.json.clone()),
@@ -468,7 +468,7 @@ impl<'a> NodeGuard<'a> {
             time: self.time,
             org_id: self.org_id,
             session_id: self.session_id,
-            principal: self.principal.to_string(),
+            principal: self.principal.text(),
             action: Action::ReadNode.name().to_string(),
             resource: crate::policy::Kind::Project
                 .uid(&self.project_id)

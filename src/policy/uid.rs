@@ -22,6 +22,31 @@ impl Uid {
     pub fn id(&self) -> &str {
         self.0.id().unescaped()
     }
+
+    /// The uid as it displays (Cedar's text, as the trail records it),
+    /// built by concatenation when nothing needs escaping: a gateway type
+    /// and an id of printable ASCII without quotes or backslashes (the
+    /// ids the gateway makes). Every decision record prints two uids, and
+    /// Cedar's formatter, escaping char by char, was 2.5% of a call's CPU.
+    pub fn text(&self) -> String {
+        let ty = self.0.type_name();
+        let id = self.id();
+        let mut namespace = ty.namespace_components();
+        let plain = namespace.next() == Some(super::NAMESPACE)
+            && namespace.next().is_none()
+            && id
+                .bytes()
+                .all(|b| (b' '..=b'~').contains(&b) && !matches!(b, b'"' | b'\\' | b'\''));
+        if !plain {
+            return self.0.to_string();
+        }
+        let base = ty.basename();
+        let mut text = String::with_capacity(super::NAMESPACE.len() + base.len() + id.len() + 6);
+        for part in [super::NAMESPACE, "::", base, "::\"", id, "\""] {
+            text.push_str(part);
+        }
+        text
+    }
 }
 
 impl fmt::Display for Uid {
@@ -87,6 +112,30 @@ mod tests {
         assert_eq!(uid.to_string(), cedar.to_string());
         assert_eq!(format!("{uid:?}"), format!("{cedar:?}"));
         assert_eq!(uid.id(), "a \"quoted\" name");
+        // The plain path prints what Cedar prints, and escapes go to Cedar.
+        for id in [
+            "a \"quoted\" name",
+            "claude",
+            "0193b1c2-7d4e-7f00-8a1b-2c3d4e5f6a7b",
+            "fs.read_file",
+            "it's",
+            "back\\slash",
+            "tab\there",
+            "é ü",
+            "",
+            "~ !#$%&()*+,-./:;<=>?@[]^_`{|}",
+        ] {
+            for uid in [
+                super::super::Kind::Tool.uid(id),
+                super::super::Kind::Agent.uid(id),
+            ] {
+                assert_eq!(uid.text(), uid.to_string(), "{id}");
+            }
+        }
+        for text in [r#"Other::Tool::"x""#, r#"Tool::"x""#, r#"A::B::C::"x""#] {
+            let uid: Uid = text.parse().unwrap();
+            assert_eq!(uid.text(), uid.to_string(), "{text}");
+        }
         let bad = "not a uid".parse::<Uid>().unwrap_err();
         let cedar_bad = "not a uid".parse::<EntityUid>().unwrap_err();
         assert_eq!(bad.to_string(), cedar_bad.to_string());
