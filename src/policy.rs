@@ -371,6 +371,10 @@ pub struct PreparedContext {
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
+    /// For a typed `{session, time, args}` context, the type its Cedar
+    /// value is built from on first use (a reused verdict whose argument
+    /// shape Cedar already accepted needs none).
+    typed_args: Option<Arc<schema_gen::ArgType>>,
 }
 
 impl PreparedContext {
@@ -381,12 +385,25 @@ impl PreparedContext {
 
     /// The Cedar context (built now if it was deferred).
     fn cedar(&self) -> &Result<Context, ContextError> {
-        self.cedar.get_or_init(|| match self.session_and_time() {
+        self.cedar.get_or_init(|| {
+            if let Some(args) = &self.typed_args {
+                return match typed_pairs(args, &self.json) {
+                    Some(pairs) => Context::from_pairs(pairs).map_err(ContextError::values),
+                    None => Err(ContextError::NotPrepared),
+                };
+            }
+            self.plain_cedar()
+        })
+    }
+
+    /// The Cedar value of a plain session context.
+    fn plain_cedar(&self) -> Result<Context, ContextError> {
+        match self.session_and_time() {
             Some((session_id, time)) => {
                 Context::from_pairs(session_pairs(session_id, time)).map_err(ContextError::values)
             }
             None => Err(ContextError::NotPrepared),
-        })
+        }
     }
 
     /// The session id of a plain session context `{session, time}`.
@@ -520,6 +537,7 @@ impl PolicyBundle {
             cedar,
             schema_hash: self.schema_hash.clone(),
             action: None,
+            typed_args: None,
         }
     }
 
@@ -608,8 +626,15 @@ impl PolicyBundle {
         json: serde_json::Value,
         fits: bool,
     ) -> PreparedContext {
+        if fits && recorded::session_shape(&json, true).is_some() {
+            // Built from values on first use (`PreparedContext::cedar`).
+            let mut prepared = self.prepared(json, std::sync::OnceLock::new());
+            prepared.action = Some(typed.action.clone());
+            prepared.typed_args = Some(Arc::clone(&typed.args));
+            return prepared;
+        }
         let cedar = if fits {
-            match typed_pairs(typed, &json) {
+            match typed_pairs(&typed.args, &json) {
                 Some(pairs) => Context::from_pairs(pairs).map_err(ContextError::values),
                 None => Context::from_json_value(json.clone(), Some((&self.schema, &typed.action)))
                     .map_err(ContextError::json),
@@ -809,11 +834,11 @@ pub struct ParseEntitiesError(Box<cedar_policy::entities_errors::EntitiesError>)
 /// built from values (several times cheaper than parsing its JSON against
 /// the schema); `None` for any other shape, which is then parsed.
 pub(crate) fn typed_pairs(
-    typed: &schema_gen::TypedTool,
+    args_type: &schema_gen::ArgType,
     json: &serde_json::Value,
 ) -> Option<[(String, RestrictedExpression); 3]> {
     let (session_id, time) = recorded::session_shape(json, true)?;
-    let args = schema_gen::restricted(&typed.args, json.get("args")?)?;
+    let args = schema_gen::restricted(args_type, json.get("args")?)?;
     let [session, time] = session_pairs(session_id, time);
     Some([session, time, ("args".to_string(), args)])
 }

@@ -289,8 +289,8 @@ pub struct TypedTool {
     pub group: Action,
     /// `Gateway::Action::"<tool>"`.
     pub action: EntityUid,
-    /// The type of `context.args`.
-    pub args: ArgType,
+    /// The type of `context.args` (shared with the contexts built from it).
+    pub args: std::sync::Arc<ArgType>,
 }
 
 /// Tools with a typed action in the effective schema, by tool name: every
@@ -336,7 +336,7 @@ pub fn typed_tools(effective_schema: &str) -> HashMap<String, TypedTool> {
                 TypedTool {
                     group,
                     action: Action::uid_of(id).0,
-                    args,
+                    args: std::sync::Arc::new(args),
                 },
             );
         }
@@ -557,7 +557,7 @@ mod tests {
         let typed = typed_tools(&effective);
         let t = typed.get("deploy").expect("typed");
         assert_eq!(t.group, Action::CallTool);
-        let ArgType::Record(attrs) = &t.args else {
+        let ArgType::Record(attrs) = &*t.args else {
             panic!("record expected")
         };
         assert!(attrs.contains(&("branch".into(), ArgType::String, true)));
@@ -602,7 +602,7 @@ mod tests {
             )
             .unwrap();
             let built = cedar_policy::Context::from_pairs(
-                crate::policy::typed_pairs(&typed, &json).expect("fast path"),
+                crate::policy::typed_pairs(&typed.args, &json).expect("fast path"),
             )
             .unwrap();
             [parsed, built].map(|ctx| {

@@ -12,13 +12,27 @@
 //! under its typed action (its verdict then cannot depend on `args`),
 //! but each call's own context is still checked against the schema.
 //!
+//! **Argument shapes.** That check is Cedar's: the request is built with
+//! the schema, which first builds the Cedar context from the arguments
+//! (about 9% of a recall's CPU when done on every call). Whether projected
+//! arguments conform to the action's `args` type depends only on their
+//! shape: which attributes are present, nested how, each a string, a long
+//! or a boolean, a set with elements of which shapes (`args_shape`). So
+//! the check runs once per (typed action, shape) per slice, and a shape
+//! Cedar accepted is accepted again. Arguments whose conformance depends
+//! on their content (a `decimal`, an entity or extension value) have no
+//! shape and are checked on every call; any other shape is checked the
+//! first time it is seen; a shape Cedar refused is never remembered.
+//! Principal and resource types were checked when the verdict was first
+//! decided for that same (principal, action, resource).
+//!
 //! Nothing else changes: every request still records its own decision
 //! (with its own time and context), and replay decides each record alone,
 //! so the trail keeps proving every reused verdict. A verdict that carries
 //! errors is never reused, and nothing is reused while a shadow candidate
 //! runs (it must see each request).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use cedar_policy::{EntityUid, PolicySet};
@@ -122,9 +136,9 @@ impl super::PolicyBundle {
             resource,
         };
         match memo.get(&key) {
-            Some(verdict) if typed => {
-                self.still_valid((principal, action, resource), context, true, verdict)
-            }
+            Some(verdict) if typed => self.conforming(&key, context, memo, verdict, || {
+                self.request(principal, action, resource, context).err()
+            }),
             Some(verdict) => verdict,
             None => {
                 let verdict = decide();
@@ -133,6 +147,88 @@ impl super::PolicyBundle {
             }
         }
     }
+}
+
+impl super::PolicyBundle {
+    /// `verdict` when the typed context conforms to its action's context
+    /// type, else the deny `check` (Cedar's request check) returns. The
+    /// check runs once per shape of the arguments (module doc, "Argument
+    /// shapes"): a shape Cedar accepted once for this action is accepted
+    /// again without building the Cedar context.
+    fn conforming(
+        &self,
+        key: &VerdictKey<'_>,
+        context: &super::PreparedContext,
+        memo: &VerdictMemo,
+        verdict: Verdict,
+        check: impl FnOnce() -> Option<Verdict>,
+    ) -> Verdict {
+        let shape = context.json.get("args").and_then(args_shape);
+        if let Some(shape) = &shape
+            && memo.knows_shape(key, shape)
+        {
+            return verdict;
+        }
+        if let Some(denied) = check() {
+            return denied;
+        }
+        if let Some(shape) = shape {
+            memo.remember_shape(key, shape);
+        }
+        verdict
+    }
+}
+
+/// The shape of projected arguments: their JSON structure with every
+/// string, long and boolean reduced to its type, a set to the distinct
+/// shapes of its elements. Whether such a value conforms to a Cedar
+/// record type depends on nothing else. `None` for a value whose
+/// conformance depends on its content (an extension value such as a
+/// `decimal`, an entity reference) or that projection never makes (a
+/// null): those are checked by Cedar on every call.
+fn args_shape(args: &Value) -> Option<String> {
+    fn walk(v: &Value, out: &mut String) -> Option<()> {
+        match v {
+            Value::String(_) => out.push('s'),
+            Value::Bool(_) => out.push('b'),
+            Value::Number(n) if n.is_i64() => out.push('l'),
+            Value::Number(_) => out.push('n'),
+            Value::Array(items) => {
+                let mut kinds = std::collections::BTreeSet::new();
+                for item in items {
+                    let mut kind = String::new();
+                    walk(item, &mut kind)?;
+                    kinds.insert(kind);
+                }
+                out.push('[');
+                for kind in kinds {
+                    out.push_str(&kind);
+                    out.push(',');
+                }
+                out.push(']');
+            }
+            Value::Object(map) => {
+                if map.contains_key("__extn") || map.contains_key("__entity") {
+                    return None;
+                }
+                out.push('{');
+                for (name, value) in map {
+                    // Length-prefixed: no name can be mistaken for syntax.
+                    out.push_str(&name.len().to_string());
+                    out.push(':');
+                    out.push_str(name);
+                    walk(value, out)?;
+                    out.push(',');
+                }
+                out.push('}');
+            }
+            Value::Null => return None,
+        }
+        Some(())
+    }
+    let mut shape = String::new();
+    walk(args, &mut shape)?;
+    Some(shape)
 }
 
 /// Verdicts remembered on one entity slice.
@@ -148,6 +244,10 @@ struct Memo {
     /// Found by a fingerprint of the request's borrowed uids
     /// ([`super::fingerprinted`]).
     verdicts: Fingerprinted<MemoKey>,
+    /// Per typed action, the argument shapes Cedar found conforming.
+    shapes: HashMap<Uid, HashSet<String>>,
+    /// How many shapes `shapes` holds.
+    shape_count: usize,
 }
 
 /// Session id, principal, action, resource.
@@ -202,6 +302,10 @@ impl BorrowedKey for VerdictKey<'_> {
 /// over (about 1 MB at most per cached session view).
 const MEMO_MAX: usize = 4096;
 
+/// Most argument shapes one slice remembers (a tool's calls mostly share
+/// a few: which optional arguments they pass).
+const SHAPES_MAX: usize = 1024;
+
 impl VerdictMemo {
     /// The verdict remembered for this request, if any.
     pub fn get(&self, key: &VerdictKey<'_>) -> Option<Verdict> {
@@ -218,10 +322,39 @@ impl VerdictMemo {
             return;
         };
         if memo.policy_hash != key.policy_hash || memo.verdicts.len() >= MEMO_MAX {
-            memo.verdicts = Fingerprinted::default();
+            *memo = Memo::default();
             memo.policy_hash = key.policy_hash.to_string();
         }
         memo.verdicts.insert(key, verdict);
+    }
+
+    /// Whether Cedar found arguments of `shape` conforming to the context
+    /// type of `key`'s action, under `key`'s policy set.
+    fn knows_shape(&self, key: &VerdictKey<'_>, shape: &str) -> bool {
+        let Ok(memo) = self.inner.lock() else {
+            return false;
+        };
+        memo.policy_hash == key.policy_hash
+            && memo
+                .shapes
+                .get(key.action)
+                .is_some_and(|shapes| shapes.contains(shape))
+    }
+
+    /// Remembers that Cedar found `shape` conforming for `key`'s action
+    /// (beyond [`SHAPES_MAX`] shapes, each is checked every time).
+    fn remember_shape(&self, key: &VerdictKey<'_>, shape: String) {
+        let Ok(mut memo) = self.inner.lock() else {
+            return;
+        };
+        if memo.policy_hash == key.policy_hash && memo.shape_count < SHAPES_MAX {
+            let added = memo
+                .shapes
+                .entry(key.action.clone())
+                .or_default()
+                .insert(shape);
+            memo.shape_count += usize::from(added);
+        }
     }
 }
 
@@ -328,5 +461,127 @@ mod tests {
         let errored = Verdict::denied_with("boom".into());
         memo.put(&key("h2", "s1", &r), &errored);
         assert!(memo.get(&key("h2", "s1", &r)).is_none());
+    }
+
+    #[test]
+    fn an_argument_shape_is_its_structure_and_types_not_its_content() {
+        use serde_json::json;
+        assert_eq!(
+            args_shape(&json!({"query": "a", "n": 2, "tags": ["x", "y"], "on": true})).as_deref(),
+            Some("{5:querys,1:nl,4:tags[s,],2:onb,}")
+        );
+        assert_eq!(
+            args_shape(&json!({"q": "b"})),
+            args_shape(&json!({"q": "zzz"}))
+        );
+        assert_eq!(
+            args_shape(&json!({"t": ["a", "b", "c"]})),
+            args_shape(&json!({"t": ["d"]}))
+        );
+        for (a, b) in [
+            (json!({"q": "b"}), json!({"q": "b", "w": "x"})),
+            (json!({"a": "b"}), json!({"a": 1})),
+            (json!({"a": 1}), json!({"a": 1.5})),
+            (json!({"t": []}), json!({"t": ["a"]})),
+            (
+                json!({"t": [{"a": 1}]}),
+                json!({"t": [{"a": 1}, {"a": "x"}]}),
+            ),
+            (json!({"ab": {"c": "d"}}), json!({"a": {"bc": "d"}})),
+        ] {
+            assert_ne!(args_shape(&a), args_shape(&b), "{a} and {b}");
+        }
+        // Content-dependent values have no shape: Cedar checks them always.
+        assert_eq!(
+            args_shape(&json!({"d": {"__extn": {"fn": "decimal", "arg": "1.0"}}})),
+            None
+        );
+        assert_eq!(
+            args_shape(&json!({"e": {"__entity": {"type": "T", "id": "x"}}})),
+            None
+        );
+        assert_eq!(args_shape(&json!({"n": null})), None);
+    }
+
+    #[test]
+    fn cedar_checks_each_new_argument_shape_and_only_accepted_ones_are_remembered() {
+        use serde_json::json;
+        use std::cell::Cell;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let tools = [super::super::schema_gen::ToolSchema {
+            name: "search".into(),
+            group: super::super::Action::CallTool,
+            input_schema: json!({"type": "object", "properties": {
+                "query": {"type": "string"}, "kind": {"type": "string"}}, "required": ["query"]}),
+        }];
+        let bundle = super::super::load::load_bundle_with_tools(
+            &dir.join("schemas/gateway.cedarschema"),
+            &dir.join("policies"),
+            &tools,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+        let context = |args: serde_json::Value| {
+            bundle
+                .typed_tool_context(
+                    super::super::Action::CallTool,
+                    "search",
+                    "s1",
+                    "2026-11-26T08:00:00.000Z",
+                    &args,
+                )
+                .unwrap()
+        };
+        let (principal, action, resource): (Uid, Uid, Uid) = (
+            r#"Gateway::Agent::"a""#.parse().unwrap(),
+            r#"Gateway::Action::"search""#.parse().unwrap(),
+            r#"Gateway::Tool::"search""#.parse().unwrap(),
+        );
+        let key = VerdictKey {
+            policy_hash: &bundle.hash,
+            session_id: "s1",
+            principal: &principal,
+            action: &action,
+            resource: &resource,
+        };
+        let (memo, fresh) = (VerdictMemo::default(), VerdictMemo::default());
+        let allow = Verdict {
+            allowed: true,
+            reasons: vec!["p".into()],
+            errors: vec![],
+            advice: vec![],
+        };
+        // The verdict a hit reuses was remembered first, under this set.
+        memo.put(&key, &allow);
+        fresh.put(&key, &allow);
+        let checks = Cell::new(0);
+        let run = |args: serde_json::Value, refuse: bool| {
+            let ctx = context(args);
+            let memo = if refuse { &fresh } else { &memo };
+            bundle.conforming(&key, &ctx, memo, allow.clone(), || {
+                checks.set(checks.get() + 1);
+                refuse.then(|| Verdict::denied_with("refused".into()))
+            })
+        };
+        assert!(run(json!({"query": "a"}), false).allowed);
+        assert!(run(json!({"query": "other words"}), false).allowed);
+        assert_eq!(checks.get(), 1, "one shape, one check");
+        assert!(run(json!({"query": "a", "kind": "k"}), false).allowed);
+        assert_eq!(checks.get(), 2, "a new shape is checked");
+        // Undeclared arguments are projected away: still a known shape.
+        assert!(run(json!({"query": "a", "kind": "k", "x": 1}), false).allowed);
+        assert_eq!(checks.get(), 2);
+        // A refused shape answers the refusal and is checked again next time.
+        let refused = run(json!({"query": "a"}), true);
+        assert!(!refused.allowed);
+        assert_eq!(refused.errors, vec!["refused".to_string()]);
+        assert!(!run(json!({"query": "a"}), true).allowed);
+        assert_eq!(checks.get(), 4);
+        // The real check: a projected context conforms, so Cedar accepts it.
+        let ctx = context(json!({"query": "q"}));
+        assert!(
+            bundle
+                .request(&principal, super::super::Action::CallTool, &resource, &ctx)
+                .is_ok()
+        );
     }
 }
