@@ -58,6 +58,19 @@ async fn reload(g: &TestGateway) -> (u16, Value) {
     g.admin(Method::POST, "/admin/policies/reload", None).await
 }
 
+/// Writes `text` as `dir/file`, reloads and asserts the new set is active;
+/// returns the reload's answer.
+async fn apply(g: &TestGateway, dir: &Path, file: &str, text: &str) -> Value {
+    std::fs::write(dir.join(file), text).unwrap();
+    let (s, body) = reload(g).await;
+    assert_eq!(
+        (s, body["result"].as_str()),
+        (200, Some("applied")),
+        "{body}"
+    );
+    body
+}
+
 async fn policies(g: &TestGateway) -> Value {
     let (s, body) = g.admin(Method::GET, "/admin/policies", None).await;
     assert_eq!(s, 200, "{body}");
@@ -149,19 +162,10 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
     let deadline = cedargate::ids::rfc3339(
         time::OffsetDateTime::now_utc() + time::Duration::milliseconds(5000),
     );
-    std::fs::write(
-        dir.join("deadline.cedar"),
-        format!(
-            "@id(\"sessions-until-deadline\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource)\nwhen {{ context.time >= datetime(\"{deadline}\") }};\n"
-        ),
-    )
-    .unwrap();
-    let (s, body) = reload(&g).await;
-    assert_eq!(
-        (s, body["result"].as_str()),
-        (200, Some("applied")),
-        "{body}"
+    let deadline_policy = format!(
+        "@id(\"sessions-until-deadline\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource)\nwhen {{ context.time >= datetime(\"{deadline}\") }};\n"
     );
+    apply(&g, &dir, "deadline.cedar", &deadline_policy).await;
     let mut allowed_before_deadline = 0;
     let denied = loop {
         let (s, body) = g.mcp(&t, list.clone()).await;
@@ -904,17 +908,13 @@ async fn a_repeated_listing_is_recorded_once_until_a_verdict_can_differ() {
 
     // A forbid hides a tool: the next listing differs and is recorded,
     // then repeats again.
-    std::fs::write(
-        dir.join("hide.cedar"),
+    let body = apply(
+        &g,
+        &dir,
+        "hide.cedar",
         "@id(\"hide-remember\")\nforbid (principal in Gateway::Org::\"initech\", action == Gateway::Action::\"view_tool\", resource == Gateway::Tool::\"af_memory_remember\");\n",
     )
-    .unwrap();
-    let (s, body) = reload(&g).await;
-    assert_eq!(
-        (s, body["result"].as_str()),
-        (200, Some("applied")),
-        "{body}"
-    );
+    .await;
     for _ in 0..2 {
         let (s, body) = g.mcp(&t, list.clone()).await;
         assert_eq!(s, 200);
