@@ -627,7 +627,9 @@ impl PolicyBundle {
         fits: bool,
     ) -> PreparedContext {
         if fits && recorded::session_shape(&json, true).is_some() {
-            // Built from values on first use (`PreparedContext::cedar`).
+            // Built from values on first use (`PreparedContext::cedar`);
+            // values of a projection always rebuild (the schema_gen tests
+            // cover every type), and one that did not would deny.
             let mut prepared = self.prepared(json, std::sync::OnceLock::new());
             prepared.action = Some(typed.action.clone());
             prepared.typed_args = Some(Arc::clone(&typed.args));
