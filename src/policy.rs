@@ -406,11 +406,6 @@ impl PreparedContext {
         }
     }
 
-    /// The session id of a plain session context `{session, time}`.
-    pub fn plain_session(&self) -> Option<&str> {
-        self.session_and_time().map(|(id, _)| id)
-    }
-
     /// The session id of a typed tool context `{session, time, args}`.
     fn typed_session(&self) -> Option<&str> {
         self.action

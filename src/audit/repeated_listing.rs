@@ -90,10 +90,7 @@ fn repeatable(
     every: Duration,
 ) -> bool {
     let determined = |action: &str| {
-        Action::ALL
-            .iter()
-            .find(|a| a.name() == action)
-            .is_some_and(|a| bundle.session_determined.contains(&a.uid()))
+        Action::from_name(action).is_some_and(|a| bundle.session_determined.contains(&a.uid()))
     };
     !every.is_zero()
         && !bundle.hooks.observer().is_some_and(|o| o.redecides())
@@ -104,13 +101,15 @@ fn repeatable(
             .all(|p| p.errors == "[]" && p.decision == "allow" && determined(&p.action))
 }
 
-/// The fields a re-run depends on, but time and ids, joined by a separator
-/// no field holds unescaped (each is an id, a hash or JSON text).
+/// The fields a re-run depends on, but time and ids, each prefixed with
+/// its length (as the chain hash frames them), so no two lists of fields
+/// make one key.
 fn key(listing: &NewDecision, preludes: &[&NewDecision]) -> String {
     let mut key = String::with_capacity(listing.notes.len() + 256);
     let mut field = |s: &str| {
+        key.push_str(&s.len().to_string());
+        key.push(':');
         key.push_str(s);
-        key.push('\u{1f}');
     };
     field(&listing.policy_hash);
     field(&listing.entities_hash);

@@ -199,7 +199,7 @@ impl PolicyBundle {
     /// Cedar context building (`datetime(time)`): the request itself was
     /// built without a schema, which cannot fail, for the record that
     /// filled the memo. A typed one is checked against the schema.
-    pub(super) fn still_valid(
+    fn still_valid(
         &self,
         (principal, action, resource): (&Uid, Action, &Uid),
         context: &PreparedContext,

@@ -147,9 +147,7 @@ impl super::PolicyBundle {
             }
         }
     }
-}
 
-impl super::PolicyBundle {
     /// `verdict` when the typed context conforms to its action's context
     /// type, else the deny `check` (Cedar's request check) returns. The
     /// check runs once per shape of the arguments (module doc, "Argument
