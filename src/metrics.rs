@@ -171,6 +171,19 @@ pub struct Metrics {
     /// Per upstream MCP server (cloned into the upstream runtime).
     pub upstreams: UpstreamMetrics,
     active_hash: Mutex<Option<String>>,
+    /// The decision metrics' series, one entry per action seen: counting a
+    /// decision then finds them without building, hashing and dropping
+    /// three label strings (every request makes several decisions).
+    decision_series: std::sync::RwLock<Vec<DecisionSeries>>,
+}
+
+/// One action's decision series (each shares its value with the family's).
+#[derive(Debug)]
+struct DecisionSeries {
+    action: &'static str,
+    allow: Counter,
+    deny: Counter,
+    seconds: Histogram,
 }
 
 fn latency_histogram() -> Histogram {
@@ -329,22 +342,50 @@ impl Metrics {
             shadow_divergences,
             shadow_dropped,
             active_hash: Mutex::new(None),
+            decision_series: std::sync::RwLock::new(Vec::new()),
         }
     }
 
     /// Counts one decision.
-    pub fn decision(&self, action: &str, allowed: bool, seconds: f64) {
-        self.decisions
-            .get_or_create(&DecisionLabels {
-                action: action.to_string(),
-                outcome: if allowed { "allow" } else { "deny" }.to_string(),
-            })
-            .inc();
-        self.decision_seconds
-            .get_or_create(&ActionLabel {
-                action: action.to_string(),
-            })
-            .observe(seconds);
+    pub fn decision(&self, action: &'static str, allowed: bool, seconds: f64) {
+        let count = |series: &DecisionSeries| {
+            if allowed { &series.allow } else { &series.deny }.inc();
+            series.seconds.observe(seconds);
+        };
+        if let Ok(all) = self.decision_series.read()
+            && let Some(series) = all.iter().find(|s| s.action == action)
+        {
+            return count(series);
+        }
+        let series = self.new_decision_series(action);
+        count(&series);
+        if let Ok(mut all) = self.decision_series.write()
+            && !all.iter().any(|s| s.action == action)
+        {
+            all.push(series);
+        }
+    }
+
+    fn new_decision_series(&self, action: &'static str) -> DecisionSeries {
+        let counter = |outcome: &str| {
+            self.decisions
+                .get_or_create(&DecisionLabels {
+                    action: action.to_string(),
+                    outcome: outcome.to_string(),
+                })
+                .clone()
+        };
+        DecisionSeries {
+            action,
+            allow: counter("allow"),
+            deny: counter("deny"),
+            seconds: self
+                .decision_seconds
+                .get_or_create(&ActionLabel {
+                    action: action.to_string(),
+                })
+                .clone(),
+        }
     }
 
     /// Counts one reload attempt.

@@ -518,7 +518,9 @@ impl PolicyBundle {
     /// `Request::new` checks it against each action's context type.
     pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
         let json = entities::session_context(session_id, time);
-        self.prepared(json, std::sync::OnceLock::new())
+        let mut prepared = self.prepared(json, std::sync::OnceLock::new());
+        prepared.text = std::sync::OnceLock::from(entities::session_context_text(session_id, time));
+        prepared
     }
 
     fn prepared(

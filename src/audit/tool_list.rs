@@ -10,7 +10,7 @@
 //! per list instead of one per tool.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Scope, observed_verdict};
 use crate::policy::entities::EntitySlice;
@@ -184,7 +184,8 @@ impl<'a> ToolListGuard<'a> {
             decision: if hidden == 0 { "allow" } else { "deny" }.to_string(),
             reasons,
             errors,
-            outcome: json!({ "status": "listed", "shown": shown, "hidden": hidden }).to_string(),
+            // The text `json!({"status", "shown", "hidden"})` wrote.
+            outcome: format!(r#"{{"status":"listed","shown":{shown},"hidden":{hidden}}}"#),
             notes: self.notes(),
         })
     }
@@ -250,19 +251,18 @@ impl Serialize for Class {
 
 /// The sorted, distinct strings of `lists`, as a JSON array text.
 fn union<'v>(lists: impl Iterator<Item = &'v Vec<String>>) -> String {
-    let mut all: Vec<String> = lists.flatten().cloned().collect();
-    all.sort();
+    let mut all: Vec<&str> = lists.flatten().map(String::as_str).collect();
+    all.sort_unstable();
     all.dedup();
-    Value::from(all).to_string()
+    serde_json::to_string(&all).unwrap_or_else(|_| "[]".into())
 }
 
 /// Whether a record is a batched `view_tool` record: the only `view_tool`
 /// records whose resource is a session (a single decision's is a tool).
 pub fn is_tool_list(record: &NewDecision) -> bool {
-    record.action == Action::ViewTool.name()
-        && record
-            .resource
-            .starts_with(&format!("{}::", Kind::Session.qualified()))
+    static SESSION: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| format!("{}::", Kind::Session.qualified()));
+    record.action == Action::ViewTool.name() && record.resource.starts_with(SESSION.as_str())
 }
 
 /// One tool's decision on replay: what was recorded and what the bundle
