@@ -371,6 +371,9 @@ pub struct PreparedContext {
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
+    /// Built by [`PolicyBundle::prepare_session_context`]: its text is
+    /// written directly from the session id and time, not serialized.
+    session_built: bool,
     /// For a typed `{session, time, args}` context, the type its Cedar
     /// value is built from on first use (a reused verdict whose argument
     /// shape Cedar already accepted needs none).
@@ -380,7 +383,12 @@ pub struct PreparedContext {
 impl PreparedContext {
     /// The context serialized, as recorded in the decision trail.
     pub fn text(&self) -> &str {
-        self.text.get_or_init(|| self.json.to_string())
+        self.text.get_or_init(|| match self.session_and_time() {
+            Some((session_id, time)) if self.session_built => {
+                entities::session_context_text(session_id, time)
+            }
+            _ => self.json.to_string(),
+        })
     }
 
     /// The Cedar context (built now if it was deferred).
@@ -519,7 +527,7 @@ impl PolicyBundle {
     pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
         let json = entities::session_context(session_id, time);
         let mut prepared = self.prepared(json, std::sync::OnceLock::new());
-        prepared.text = std::sync::OnceLock::from(entities::session_context_text(session_id, time));
+        prepared.session_built = true;
         prepared
     }
 
@@ -534,6 +542,7 @@ impl PolicyBundle {
             cedar,
             schema_hash: self.schema_hash.clone(),
             action: None,
+            session_built: false,
             typed_args: None,
         }
     }
