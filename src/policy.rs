@@ -383,11 +383,15 @@ pub struct PreparedContext {
 impl PreparedContext {
     /// The context serialized, as recorded in the decision trail.
     pub fn text(&self) -> &str {
-        self.text.get_or_init(|| match self.session_and_time() {
-            Some((session_id, time)) if self.session_built => {
-                entities::session_context_text(session_id, time)
+        self.text.get_or_init(|| {
+            match self
+                .session_built
+                .then(|| self.session_and_time())
+                .flatten()
+            {
+                Some((session_id, time)) => entities::session_context_text(session_id, time),
+                None => self.json.to_string(),
             }
-            _ => self.json.to_string(),
         })
     }
 

@@ -244,8 +244,6 @@ struct Memo {
     verdicts: Fingerprinted<MemoKey>,
     /// Per typed action, the argument shapes Cedar found conforming.
     shapes: HashMap<Uid, HashSet<String>>,
-    /// How many shapes `shapes` holds.
-    shape_count: usize,
 }
 
 /// Session id, principal, action, resource.
@@ -345,13 +343,13 @@ impl VerdictMemo {
         let Ok(mut memo) = self.inner.lock() else {
             return;
         };
-        if memo.policy_hash == key.policy_hash && memo.shape_count < SHAPES_MAX {
-            let added = memo
-                .shapes
+        // Counted only here: a shape is remembered after Cedar checked it.
+        let held: usize = memo.shapes.values().map(HashSet::len).sum();
+        if memo.policy_hash == key.policy_hash && held < SHAPES_MAX {
+            memo.shapes
                 .entry(key.action.clone())
                 .or_default()
                 .insert(shape);
-            memo.shape_count += usize::from(added);
         }
     }
 }
