@@ -27,6 +27,7 @@
 
 pub mod adapter;
 pub mod admin;
+pub mod approval;
 pub mod client;
 pub mod declared;
 pub mod descriptor;

@@ -454,6 +454,65 @@ async fn a_changed_definition_is_held_by_the_background_refresh_and_recorded() {
     assert_eq!(report.flip_count(), 0);
 }
 
+/// An approval and refreshes that overlap it: every refresh read the row
+/// before or after the approval, and none may put the approved definition
+/// back on hold (a refresh that read the pins before the approval and
+/// stored after it used to). Ten rounds, each holding a new definition
+/// and approving it while four refreshes run back to back.
+#[tokio::test]
+async fn an_approval_is_not_undone_by_refreshes_that_overlap_it() {
+    let (g, _dir) = gateway(0).await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start().await;
+    let server = register(&g, "acme", "fs", "streamable-http", &up.url).await;
+    let path = format!(
+        "/admin/orgs/acme/mcp-servers/{}",
+        server["id"].as_str().unwrap()
+    );
+    let refresh = format!("{path}/refresh");
+    for round in 0..10 {
+        up.list(json!([read_tool(round % 2 == 0)]));
+        let (status, held) = g.admin(Method::POST, &refresh, None).await;
+        assert_eq!(status, 200, "{held}");
+        assert_eq!(held["tools"][0]["status"], "held", "round {round}: {held}");
+        let new_hash = held["tools"][0]["held"]["hash"].clone();
+
+        let approved = std::sync::atomic::AtomicBool::new(false);
+        let racer = || async {
+            let mut refreshed = 0;
+            while !approved.load(std::sync::atomic::Ordering::SeqCst) || refreshed == 0 {
+                let (status, body) = g.admin(Method::POST, &refresh, None).await;
+                assert_eq!(status, 200, "{body}");
+                refreshed += 1;
+            }
+        };
+        let approve = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let (status, body) = g
+                .admin(Method::POST, &format!("{path}/approve"), Some(json!({})))
+                .await;
+            approved.store(true, std::sync::atomic::Ordering::SeqCst);
+            (status, body)
+        };
+        let (_, _, _, _, (status, body)) =
+            tokio::join!(racer(), racer(), racer(), racer(), approve);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["approved"], 1, "{body}");
+
+        let (_, shown) = g.admin(Method::GET, &path, None).await;
+        assert_eq!(
+            shown["tools"][0]["status"], "approved",
+            "round {round}: {shown}"
+        );
+        assert_eq!(
+            shown["tools"][0]["hash"], new_hash,
+            "round {round}: {shown}"
+        );
+    }
+    let answered = call(&g, &t, "fs.read", json!({"path": "/tmp/x"})).await;
+    assert!(answered.get("result").is_some(), "{answered}");
+}
+
 #[tokio::test]
 async fn two_orgs_share_a_typed_action_only_when_their_tools_agree() {
     let (g, _dir) = gateway(0).await;

@@ -20,9 +20,9 @@ use similar::{ChangeTag, TextDiff};
 use super::auth::{AdminPosted, Viewer};
 use super::error::ConsoleError;
 use super::overview::viewer_ctx;
-use crate::audit::events::UPSTREAM_TOOL_APPROVED;
+use crate::error::AppError;
 use crate::gateway::Gateway;
-use crate::upstream::refresh;
+use crate::upstream::approval::{self, Approval};
 use crate::upstream::registry::{self as upstreams, ServerRow};
 
 /// One line of a diff: `+`, `-` or ` `.
@@ -121,25 +121,18 @@ pub async fn approve(
     AdminPosted(posted): AdminPosted<ApproveForm>,
 ) -> Result<Response, ConsoleError> {
     let tool = posted.form.tool.trim().to_string();
-    let (o, i) = (org.clone(), id.clone());
-    let mut row = gw
-        .store
-        .read(move |c| upstreams::get(c, &o, &i))
-        .await?
-        .ok_or_else(|| ConsoleError::NotFound(format!("org `{org}` has no MCP server `{id}`")))?;
     let names = [tool.clone()];
-    let before = row.tools.clone();
-    upstreams::approve(&mut row, Some(&names))
-        .map_err(|_| ConsoleError::BadRequest(format!("no held definition for `{tool}`")))?;
-    let (i, tools) = (id.clone(), row.tools.clone());
-    gw.store
-        .read(move |c| upstreams::set_tools(c, &i, &tools))
-        .await?;
-    let changes = refresh::approved_changes(&before, &row.tools);
-    refresh::record_events(&gw, &row, &changes, UPSTREAM_TOOL_APPROVED, "console")
-        .await
-        .map_err(|_| ConsoleError::Internal)?;
-    crate::cluster::coherence::changed(&gw, &org).await;
+    let row = match approval::approve(&gw, &org, &id, Some(&names), "console").await {
+        Ok(Approval::Approved { row, .. }) => row,
+        Ok(Approval::NotHeld(_)) => {
+            return Err(ConsoleError::BadRequest(format!(
+                "no held definition for `{tool}`"
+            )));
+        }
+        Err(AppError::NotFound(m)) => return Err(ConsoleError::NotFound(m)),
+        Err(AppError::Conflict(m)) => return Err(ConsoleError::BadRequest(m)),
+        Err(_) => return Err(ConsoleError::Internal),
+    };
     let hash = row
         .tools
         .iter()

@@ -210,33 +210,60 @@ pub fn delete(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), StoreError>
     Ok(())
 }
 
-/// Replaces the tool definitions (after an approval).
-pub fn set_tools(conn: &mut Conn, id: &str, tools: &str) -> Result<(), StoreError> {
+/// Replaces the tool definitions (after an approval) when the stored ones
+/// are still `expected`, the text the caller read; false when another
+/// write (a refresh, another approval) came first. Pins are read, merged
+/// and written back, so an unguarded write would undo a concurrent one.
+pub fn set_tools(
+    conn: &mut Conn,
+    id: &str,
+    expected: &str,
+    tools: &str,
+) -> Result<bool, StoreError> {
     let n = conn.execute(
-        "UPDATE mcp_servers SET tools = ?2 WHERE id = ?1",
-        params![id, tools],
+        "UPDATE mcp_servers SET tools = ?3 WHERE id = ?1 AND tools = ?2",
+        params![id, expected, tools],
     )?;
-    if n == 0 {
-        return Err(StoreError::NotFound(format!("no MCP server `{id}`")));
+    stored_or_raced(conn, id, n)
+}
+
+/// `Ok(true)` when an update changed the row, `Ok(false)` when the row is
+/// there but its definitions changed since they were read, `NotFound`
+/// when it is gone.
+fn stored_or_raced(conn: &mut Conn, id: &str, updated: u64) -> Result<bool, StoreError> {
+    if updated > 0 {
+        return Ok(true);
     }
-    Ok(())
+    let exists: Option<i64> = conn.query_opt(
+        "SELECT 1 FROM mcp_servers WHERE id = ?1",
+        params![id],
+        |r| r.get(0),
+    )?;
+    match exists {
+        Some(_) => Ok(false),
+        None => Err(StoreError::NotFound(format!("no MCP server `{id}`"))),
+    }
 }
 
 /// Stores a listing. A failed listing keeps the last definitions (for the
-/// API) but the health hides the upstream's tools.
+/// API) but the health hides the upstream's tools. A successful one
+/// carries definitions merged with the pins read as `expected`, and is
+/// stored only while they are still those (false otherwise, as
+/// [`set_tools`]); a failed one changes no definition and always lands.
 pub fn record_listing(
     conn: &mut Conn,
     id: &str,
+    expected: &str,
     listing: ListingRecord<'_>,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let now = crate::ids::now_rfc3339();
-    match listing {
+    let n = match listing {
         ListingRecord::Listed {
             tools,
             protocol_version,
         } => conn.execute(
-            "UPDATE mcp_servers SET tools = ?2, protocol_version = ?3, health = 'healthy', last_error = NULL, checked_at = ?4 WHERE id = ?1",
-            params![id, tools, protocol_version, now],
+            "UPDATE mcp_servers SET tools = ?2, protocol_version = ?3, health = 'healthy', last_error = NULL, checked_at = ?4 WHERE id = ?1 AND tools = ?5",
+            params![id, tools, protocol_version, now, expected],
         )?,
         ListingRecord::Unreachable(e) => conn.execute(
             "UPDATE mcp_servers SET health = 'unreachable', last_error = ?2, checked_at = ?3 WHERE id = ?1",
@@ -247,5 +274,5 @@ pub fn record_listing(
             params![id, e, now],
         )?,
     };
-    Ok(())
+    stored_or_raced(conn, id, n)
 }

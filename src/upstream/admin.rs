@@ -33,12 +33,12 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::approval::{self, Approval};
 use super::descriptor;
 use super::refresh::{self, apply, taken_names, target};
 use super::registry::{self, Listing, ServerRow};
 use crate::a2a::card;
 use crate::a2a::registry::PeerAuth;
-use crate::audit::events::UPSTREAM_TOOL_APPROVED;
 use crate::cluster::coherence;
 use crate::error::AppError;
 use crate::gateway::Gateway;
@@ -201,6 +201,7 @@ async fn register(
         timeout_ms: req.timeout_ms.unwrap_or(super::DEFAULT_TIMEOUT_MS),
         approve_new_tools: req.approve_new_tools.unwrap_or(true),
         tools: Vec::new(),
+        stored_tools: String::new(),
         protocol_version: None,
         health: registry::health::UNREACHABLE.into(),
         last_error: None,
@@ -268,11 +269,7 @@ async fn list(
 }
 
 async fn find(gw: &Gateway, org: &str, id: &str) -> Result<ServerRow, AppError> {
-    let (o, i) = (org.to_string(), id.to_string());
-    gw.store
-        .read(move |c| registry::get(c, &o, &i))
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("org `{org}` has no MCP server `{id}`")))
+    refresh::read_row(gw, org, id).await
 }
 
 async fn get_one(
@@ -342,27 +339,19 @@ async fn approve(
     payload: Result<Json<Approve>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let Json(req) = payload?;
-    let mut row = find(&gw, &org, &id).await?;
-    let before = row.tools.clone();
-    let approved = registry::approve(&mut row, req.tools.as_deref()).map_err(|unknown| {
-        AppError::BadRequest(format!(
+    match approval::approve(&gw, &org, &id, req.tools.as_deref(), "approve").await? {
+        Approval::Approved { row, approved } => {
+            let mut api = with_process(&gw, row.to_api(true), &row);
+            api["approved"] = approved.into();
+            Ok(Json(api))
+        }
+        Approval::NotHeld(unknown) => Err(AppError::BadRequest(format!(
             "no held definition for {}",
             unknown
                 .iter()
                 .map(|n| format!("`{n}`"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        ))
-    })?;
-    let (i, tools) = (id.clone(), row.tools.clone());
-    gw.store
-        .read(move |c| registry::set_tools(c, &i, &tools))
-        .await?;
-    tracing::info!(upstream = %row.slug, org = %org, approved, "upstream tool definitions approved");
-    let changes = refresh::approved_changes(&before, &row.tools);
-    refresh::record_events(&gw, &row, &changes, UPSTREAM_TOOL_APPROVED, "approve").await?;
-    coherence::changed(&gw, &org).await;
-    let mut api = with_process(&gw, row.to_api(true), &row);
-    api["approved"] = approved.into();
-    Ok(Json(api))
+        ))),
+    }
 }

@@ -33,43 +33,95 @@ pub struct Refreshed {
     pub collisions: Vec<registry::Collision>,
 }
 
+/// How many times a write of pins is tried when another write (an
+/// approval, another refresh) keeps landing between read and write.
+pub const WRITE_ATTEMPTS: usize = 5;
+
 /// Lists the row's tools again, merges them with its pins, stores the
 /// result, records every newly held definition in the trail, and
 /// invalidates the org (here and on the other instances) when what the
 /// server offers changed. `trigger` names what asked (`refresh`,
-/// `background-refresh`, `list-changed`).
+/// `background-refresh`, `list-changed`). When the pins changed after the
+/// row was read (an approval landed while the upstream was listed), the
+/// row is read again and the same listing merged with the new pins.
 pub async fn refresh_row(
     gw: &Gateway,
     mut row: ServerRow,
     trigger: &str,
 ) -> Result<Refreshed, AppError> {
-    let before = (row.tools.clone(), row.health.clone());
     let listing = gw.upstreams.list_tools(&target(&row)?).await;
+    for _ in 0..WRITE_ATTEMPTS {
+        let before = (row.tools.clone(), row.health.clone());
+        let (done, stored) = merge_and_store(gw, row, listing.clone()).await?;
+        if !stored {
+            row = read_row(gw, &done.row.org_id, &done.row.id).await?;
+            continue;
+        }
+        let row = &done.row;
+        record_events(gw, row, &done.changes, events::UPSTREAM_TOOL_HELD, trigger).await?;
+        if (&row.tools, &row.health) != (&before.0, &before.1) {
+            coherence::changed(gw, &row.org_id).await;
+        }
+        return Ok(done);
+    }
+    Err(AppError::Conflict(
+        "the MCP server's definitions kept changing while they were stored; try again".into(),
+    ))
+}
+
+/// Merges a listing with the row's pins, hides colliding names, and
+/// stores the result unless the pins changed since the row was read
+/// (false then, and nothing is stored).
+async fn merge_and_store(
+    gw: &Gateway,
+    mut row: ServerRow,
+    listing: Listing,
+) -> Result<(Refreshed, bool), AppError> {
     let (mut recorded, changes) = apply(&mut row, listing);
     let taken = taken_names(gw, &row.org_id, &row.id).await?;
     let collisions = registry::mark_collisions(&mut row, &taken);
     if let Listing::Listed { tools, .. } = &mut recorded {
         tools.clone_from(&row.tools);
     }
-    for c in &collisions {
+    let (row, stored) = gw
+        .store
+        .read(move |c| registry::record_listing(c, &mut row, &recorded).map(|s| (row, s)))
+        .await?;
+    if stored {
+        log_outcome(&row, &changes, &collisions);
+    }
+    let done = Refreshed {
+        row,
+        changes,
+        collisions,
+    };
+    Ok((done, stored))
+}
+
+/// Warns of what a stored listing held or hid.
+fn log_outcome(row: &ServerRow, changes: &[HeldChange], collisions: &[registry::Collision]) {
+    for c in changes {
+        tracing::warn!(
+            upstream = %row.slug, org = %row.org_id, tool = %c.tool,
+            old_hash = %c.old_hash, new_hash = %c.new_hash,
+            "upstream tool definition held until approved"
+        );
+    }
+    for c in collisions {
         tracing::warn!(
             upstream = %row.slug, org = %row.org_id, tool = %c.name, with = %c.with,
             "upstream tool name collides; tool hidden"
         );
     }
-    let i = row.id.clone();
+}
+
+/// One upstream of an org, as stored now.
+pub async fn read_row(gw: &Gateway, org: &str, id: &str) -> Result<ServerRow, AppError> {
+    let (o, i) = (org.to_string(), id.to_string());
     gw.store
-        .read(move |c| registry::record_listing(c, &i, &recorded))
-        .await?;
-    record_events(gw, &row, &changes, events::UPSTREAM_TOOL_HELD, trigger).await?;
-    if (&row.tools, &row.health) != (&before.0, &before.1) {
-        coherence::changed(gw, &row.org_id).await;
-    }
-    Ok(Refreshed {
-        row,
-        changes,
-        collisions,
-    })
+        .read(move |c| registry::get(c, &o, &i))
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("org `{org}` has no MCP server `{id}`")))
 }
 
 /// Commits one trail event per change (`action` held or approved).
@@ -110,24 +162,6 @@ pub async fn record_events(
         AppError::Internal
     })?;
     Ok(())
-}
-
-/// The definitions an approval changed: old and new approved hash.
-pub fn approved_changes(
-    before: &[registry::PinnedTool],
-    after: &[registry::PinnedTool],
-) -> Vec<registry::HeldChange> {
-    after
-        .iter()
-        .filter_map(|t| {
-            let old = before.iter().find(|b| b.name == t.name)?;
-            (old.hash != t.hash).then(|| registry::HeldChange {
-                tool: t.name.clone(),
-                old_hash: old.hash.clone(),
-                new_hash: t.hash.clone(),
-            })
-        })
-        .collect()
 }
 
 /// Refreshes every registered upstream every `interval_secs` (never when
@@ -262,13 +296,6 @@ pub fn apply(row: &mut ServerRow, listing: Listing) -> (Listing, Vec<registry::H
         }
     }
     row.checked_at = crate::ids::now_rfc3339();
-    for c in &changes {
-        tracing::warn!(
-            upstream = %row.slug, org = %row.org_id, tool = %c.tool,
-            old_hash = %c.old_hash, new_hash = %c.new_hash,
-            "upstream tool definition held until approved"
-        );
-    }
     (listing, changes)
 }
 

@@ -329,6 +329,11 @@ pub struct ServerRow {
     pub approve_new_tools: bool,
     /// The definitions of the last successful listing.
     pub tools: Vec<PinnedTool>,
+    /// The definitions' text as read from the store (empty for a row not
+    /// stored yet). A write of new pins is stored only while the row still
+    /// holds this text, so a refresh and an approval that overlap cannot
+    /// undo each other: the later one reads again and merges afresh.
+    pub stored_tools: String,
     /// Version negotiated at that listing.
     pub protocol_version: Option<String>,
     /// `healthy`, `unreachable` or `invalid`.
@@ -452,6 +457,7 @@ impl From<StoredUpstream> for ServerRow {
             timeout_ms: u64::try_from(r.timeout_ms).unwrap_or(0),
             approve_new_tools: r.approve_new_tools,
             tools,
+            stored_tools: r.tools,
             protocol_version: r.protocol_version,
             health: r.health,
             last_error: r.last_error,
@@ -525,9 +531,15 @@ pub fn get(conn: &mut Conn, org_id: &str, id: &str) -> Result<Option<ServerRow>,
     Ok(upstreams::get(conn, org_id, id)?.map(ServerRow::from))
 }
 
-/// Stores the pins (after an approval).
-pub fn set_tools(conn: &mut Conn, id: &str, tools: &[PinnedTool]) -> Result<(), StoreError> {
-    upstreams::set_tools(conn, id, &tools_text(tools))
+/// Stores the row's pins (after an approval) unless the stored ones
+/// changed since the row was read; false then (read again and retry).
+pub fn set_tools(conn: &mut Conn, row: &mut ServerRow) -> Result<bool, StoreError> {
+    let text = tools_text(&row.tools);
+    let stored = upstreams::set_tools(conn, &row.id, &row.stored_tools, &text)?;
+    if stored {
+        row.stored_tools = text;
+    }
+    Ok(stored)
 }
 
 /// Deletes a registration.
@@ -551,24 +563,33 @@ pub enum Listing {
     Invalid(String),
 }
 
-/// Stores a listing (a failed one keeps the last definitions).
-pub fn record_listing(conn: &mut Conn, id: &str, listing: &Listing) -> Result<(), StoreError> {
-    let text;
+/// Stores a listing applied to `row` (a failed one keeps the last
+/// definitions) unless its pins changed since the row was read; false
+/// then, as [`set_tools`].
+pub fn record_listing(
+    conn: &mut Conn,
+    row: &mut ServerRow,
+    listing: &Listing,
+) -> Result<bool, StoreError> {
+    let text = match listing {
+        Listing::Listed { tools, .. } => tools_text(tools),
+        _ => String::new(),
+    };
     let record = match listing {
         Listing::Listed {
-            tools,
+            protocol_version, ..
+        } => ListingRecord::Listed {
+            tools: &text,
             protocol_version,
-        } => {
-            text = tools_text(tools);
-            ListingRecord::Listed {
-                tools: &text,
-                protocol_version,
-            }
-        }
+        },
         Listing::Unreachable(e) => ListingRecord::Unreachable(e),
         Listing::Invalid(e) => ListingRecord::Invalid(e),
     };
-    upstreams::record_listing(conn, id, record)
+    let stored = upstreams::record_listing(conn, &row.id, &row.stored_tools, record)?;
+    if stored && matches!(listing, Listing::Listed { .. }) {
+        row.stored_tools = text;
+    }
+    Ok(stored)
 }
 
 /// Everything a call needs to reach one upstream.

@@ -82,6 +82,7 @@ async fn sync_one(gw: &Gateway, d: &Declared) -> Result<bool, AppError> {
         timeout_ms: u64::try_from(d.timeout.as_millis()).unwrap_or(u64::MAX),
         approve_new_tools: d.approve_new_tools,
         tools: Vec::new(),
+        stored_tools: String::new(),
         protocol_version: None,
         health: registry::health::UNREACHABLE.into(),
         last_error: Some("not listed yet".into()),

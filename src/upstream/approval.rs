@@ -1,0 +1,87 @@
+//! Approving held definitions, for the admin API and the console alike.
+//!
+//! An approval reads the row, approves in memory, and writes the pins back
+//! only while the stored ones are those it read (`ServerRow::
+//! stored_tools`). A refresh (by an operator, the timer, or a
+//! `list_changed`) that stored a listing in between makes the approval
+//! read again and approve afresh, so neither write undoes the other: an
+//! approved definition is never put back on hold by a refresh that read
+//! the row before it, and a definition held by a refresh is never released
+//! by an approval that did not see it. Each approved definition is a
+//! decision-trail event (`upstream_tool_approved`) and the org's tool set
+//! is invalidated on every instance.
+
+use super::refresh::{self, WRITE_ATTEMPTS, read_row};
+use super::registry::{self, HeldChange, PinnedTool, ServerRow};
+use crate::audit::events::UPSTREAM_TOOL_APPROVED;
+use crate::cluster::coherence;
+use crate::error::AppError;
+use crate::gateway::Gateway;
+
+/// What an approval did.
+#[derive(Debug)]
+pub enum Approval {
+    /// Stored: the row as stored, and how many definitions were approved.
+    Approved {
+        /// The row after the approval.
+        row: Box<ServerRow>,
+        /// Definitions released from hold.
+        approved: usize,
+    },
+    /// These names have no held definition; nothing was stored.
+    NotHeld(Vec<String>),
+}
+
+/// Approves the held definitions named in `names` (the upstream's or the
+/// gateway's names; `None`: every held one) of one upstream. `trigger`
+/// names who asked (`approve`, `console`).
+pub async fn approve(
+    gw: &Gateway,
+    org: &str,
+    id: &str,
+    names: Option<&[String]>,
+    trigger: &str,
+) -> Result<Approval, AppError> {
+    for _ in 0..WRITE_ATTEMPTS {
+        let mut row = read_row(gw, org, id).await?;
+        let before = row.tools.clone();
+        let approved = match registry::approve(&mut row, names) {
+            Ok(n) => n,
+            Err(unknown) => return Ok(Approval::NotHeld(unknown)),
+        };
+        let (row, stored) = gw
+            .store
+            .read(move |c| registry::set_tools(c, &mut row).map(|s| (row, s)))
+            .await?;
+        if !stored {
+            continue;
+        }
+        tracing::info!(upstream = %row.slug, org = %org, approved, "upstream tool definitions approved");
+        let changes = approved_changes(&before, &row.tools);
+        refresh::record_events(gw, &row, &changes, UPSTREAM_TOOL_APPROVED, trigger).await?;
+        coherence::changed(gw, org).await;
+        return Ok(Approval::Approved {
+            row: Box::new(row),
+            approved,
+        });
+    }
+    Err(AppError::Conflict(
+        "the MCP server's definitions kept changing while the approval was stored; try again"
+            .into(),
+    ))
+}
+
+/// The definitions an approval changed: old and new approved hash.
+fn approved_changes(before: &[PinnedTool], after: &[PinnedTool]) -> Vec<HeldChange> {
+    after
+        .iter()
+        .filter_map(|t| {
+            let old = before.iter().find(|b| b.name == t.name)?;
+            (old.hash != t.hash).then(|| HeldChange {
+                tool: t.name.clone(),
+                old_hash: old.hash.clone(),
+                new_hash: t.hash.clone(),
+            })
+        })
+        .collect()
+}
