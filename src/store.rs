@@ -19,6 +19,7 @@ pub mod instances;
 pub mod notify;
 pub mod observations;
 pub mod rate_limits;
+mod read_here;
 mod read_threads;
 pub use read_threads::ReadQueueLevels;
 pub mod retention;
@@ -324,6 +325,9 @@ enum Pool {
         next: AtomicUsize,
         /// Where [`Store::read`] runs: one thread per reader.
         threads: read_threads::ReadThreads,
+        /// What recent reads cost, by the key their caller names
+        /// ([`Store::read_keyed`]).
+        costs: read_here::Costs,
     },
     Postgres(r2d2::Pool<PgManager>),
 }
@@ -434,6 +438,7 @@ impl Store {
                     readers,
                     next: AtomicUsize::new(0),
                     threads: read_threads::ReadThreads::start(SQLITE_READ_POOL)?,
+                    costs: read_here::Costs::new(),
                 },
                 migrated: AtomicBool::new(true),
                 space: space::DiskGuard::new(Some(dir), options.min_free_bytes),
@@ -542,6 +547,33 @@ impl Store {
         }
     }
 
+    /// [`Store::read`] for a read whose cost depends on `key` (a recall:
+    /// its org and project): on SQLite it runs on the calling thread when
+    /// the key's recent reads were cheap and a connection is idle (see
+    /// `store/read_here.rs`), on a read thread otherwise.
+    pub async fn read_keyed<T, K, F>(&self, key: K, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        K: std::hash::Hash,
+        F: Fn(&mut Conn) -> Result<T, StoreError> + Send + 'static,
+    {
+        let Pool::Sqlite { threads, costs, .. } = &self.inner.pool else {
+            return self.read(f).await;
+        };
+        if costs.cheap(&key)
+            && let Some(done) = self.inner.with_idle_conn(|c| timed(&f, c))
+        {
+            costs.record(&key, done.1);
+            return done.0;
+        }
+        let inner = Arc::clone(&self.inner);
+        let (result, took) = threads
+            .run(move || inner.with_conn(|c| Ok(timed(&f, c))))
+            .await?;
+        costs.record(&key, took);
+        result
+    }
+
     /// SQLite reads waiting for a read thread (zeros on PostgreSQL, whose
     /// reads wait in its connection pool instead).
     pub fn read_queue(&self) -> ReadQueueLevels {
@@ -580,7 +612,29 @@ impl Store {
     }
 }
 
+/// Runs a read, with the time it took.
+fn timed<T>(
+    f: &impl Fn(&mut Conn) -> Result<T, StoreError>,
+    conn: &mut Conn,
+) -> (Result<T, StoreError>, Duration) {
+    let start = std::time::Instant::now();
+    let result = f(conn);
+    (result, start.elapsed())
+}
+
 impl Inner {
+    /// Runs `f` on an idle SQLite read connection, or `None` when every
+    /// one is taken (never waits; never on PostgreSQL).
+    fn with_idle_conn<T>(&self, f: impl FnOnce(&mut Conn) -> T) -> Option<T> {
+        let Pool::Sqlite { readers, next, .. } = &self.pool else {
+            return None;
+        };
+        let n = readers.len();
+        let start = next.fetch_add(1, Ordering::Relaxed);
+        let mut conn = (0..n).find_map(|i| readers.get((start + i) % n)?.try_lock().ok())?;
+        Some(f(&mut *conn))
+    }
+
     fn with_conn<T>(
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
@@ -625,6 +679,40 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The name of the thread a keyed read of `key` ran on, the read
+    /// sleeping `hold` first.
+    async fn ran_on(store: &Store, key: &str, hold: Duration) -> Option<String> {
+        store
+            .read_keyed(key, move |_| {
+                std::thread::sleep(hold);
+                Ok(std::thread::current().name().map(str::to_string))
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_keyed_read_runs_here_only_while_its_key_reads_cheaply() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = tokio::task::spawn_blocking(move || Store::open(&path, 64, 16))
+            .await
+            .unwrap()
+            .unwrap();
+        let read_thread = Some("cedargate-read".to_string());
+        let here = std::thread::current().name().map(str::to_string);
+        assert_ne!(here, read_thread);
+        // Never measured: a read thread. Measured cheap: here.
+        assert_eq!(ran_on(&store, "p1", Duration::ZERO).await, read_thread);
+        assert_eq!(ran_on(&store, "p1", Duration::ZERO).await, here);
+        // Another key is not known cheap.
+        assert_eq!(ran_on(&store, "p2", Duration::ZERO).await, read_thread);
+        // A read that took longer than the bound sends the next away.
+        let slow = read_here::HERE_MAX * 2;
+        assert_eq!(ran_on(&store, "p1", slow).await, here);
+        assert_eq!(ran_on(&store, "p1", Duration::ZERO).await, read_thread);
+    }
 
     #[test]
     fn both_backends_have_the_same_migration_versions() {

@@ -242,8 +242,13 @@ pub async fn recall(
         tenant.session.project_id.clone(),
         query.clone(),
     );
+    // What a search costs depends on its project's size: cheap ones run
+    // on this thread (`store/read_here.rs`).
+    let key = (&tenant.session.org_id, &tenant.session.project_id);
     let hits = store
-        .read(move |conn| observations::search(conn, &org, &project, &q, RECALL_CANDIDATES))
+        .read_keyed(key, move |conn| {
+            observations::search(conn, &org, &project, &q, RECALL_CANDIDATES)
+        })
         .await
         .map_err(|e| ToolError(format!("observation search failed: {e}")))?;
     let graph = match extra {
