@@ -22,6 +22,7 @@ use super::error::ConsoleError;
 use super::overview::viewer_ctx;
 use crate::error::AppError;
 use crate::gateway::Gateway;
+use crate::store::StoreError;
 use crate::upstream::approval::{self, Approval};
 use crate::upstream::registry::{self as upstreams, ServerRow};
 
@@ -130,7 +131,14 @@ pub async fn approve(
             )));
         }
         Err(AppError::NotFound(m)) => return Err(ConsoleError::NotFound(m)),
-        Err(AppError::Conflict(m)) => return Err(ConsoleError::BadRequest(m)),
+        Err(AppError::Conflict(m) | AppError::BadRequest(m)) => {
+            return Err(ConsoleError::BadRequest(m));
+        }
+        // A store failure, logged where it happened: 503 as on every page.
+        Err(AppError::Unavailable) => {
+            let down = StoreError::Unavailable("the store failed".into());
+            return Err(ConsoleError::Store(down));
+        }
         Err(_) => return Err(ConsoleError::Internal),
     };
     let hash = row
