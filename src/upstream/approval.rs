@@ -1,15 +1,17 @@
 //! Approving held definitions, for the admin API and the console alike.
 //!
 //! An approval reads the row, approves in memory, and writes the pins back
-//! only while the stored ones are those it read (`ServerRow::
-//! stored_tools`). A refresh (by an operator, the timer, or a
-//! `list_changed`) that stored a listing in between makes the approval
-//! read again and approve afresh, so neither write undoes the other: an
-//! approved definition is never put back on hold by a refresh that read
-//! the row before it, and a definition held by a refresh is never released
-//! by an approval that did not see it. Each approved definition is a
-//! decision-trail event (`upstream_tool_approved`) and the org's tool set
-//! is invalidated on every instance.
+//! only while the stored ones are those it read (`ServerRow::stored_tools`).
+//! A refresh (by an operator, the timer, or a `list_changed`) that stored
+//! a listing in between makes the approval read again and approve afresh,
+//! so neither write undoes the other: an approved definition is never put
+//! back on hold by a refresh that read the row before it, and a definition
+//! a refresh newly held is never dropped by an approval built on older
+//! pins. An approval names tools, not hashes, so one that lost the race
+//! approves what is held when it lands, as an approval sent a moment later
+//! would. Each approved definition is a decision-trail event
+//! (`upstream_tool_approved`, with the old and new hash) and the org's
+//! tool set is invalidated on every instance.
 
 use super::refresh::{self, WRITE_ATTEMPTS, read_row};
 use super::registry::{self, HeldChange, PinnedTool, ServerRow};
