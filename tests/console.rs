@@ -899,8 +899,33 @@ async fn a_held_definition_is_approved_from_the_console() {
     let resp = admin.post_raw(&approve, &[("tool", "reword")]).await;
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
     assert!(!g.tool_names(&t).await.contains(&"changing.reword".into()));
+    // The form carries the held hash it showed; another one approves
+    // nothing (a refresh may hold a newer definition after the review).
+    let at = section
+        .find("name=\"hash\" value=\"")
+        .expect("a hash field")
+        + 19;
+    let form_hash = section[at..].split('"').next().unwrap().to_string();
+    assert_eq!(form_hash.len(), 64, "{section}");
+    let stale = "0".repeat(64);
     let resp = admin
-        .post_raw(&approve, &[("tool", "reword"), ("csrf", &form_csrf)])
+        .post_raw(
+            &approve,
+            &[("tool", "reword"), ("hash", &stale), ("csrf", &form_csrf)],
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.text().await.unwrap().contains("review it again"));
+    assert!(!g.tool_names(&t).await.contains(&"changing.reword".into()));
+    let resp = admin
+        .post_raw(
+            &approve,
+            &[
+                ("tool", "reword"),
+                ("hash", &form_hash),
+                ("csrf", &form_csrf),
+            ],
+        )
         .await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     assert_eq!(resp.headers()[LOCATION], "/console/peers");

@@ -524,6 +524,69 @@ async fn an_approval_is_not_undone_by_refreshes_that_overlap_it() {
     assert!(answered.get("result").is_some(), "{answered}");
 }
 
+/// An approval naming the held hash it reviewed approves only that
+/// definition: once a refresh holds a newer one, it is refused (409) and
+/// nothing is approved until the newer one is named.
+#[tokio::test]
+async fn an_approval_naming_a_reviewed_hash_refuses_a_newer_held_definition() {
+    let (g, _dir) = gateway(0).await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start().await;
+    let server = register(&g, "acme", "fs", "streamable-http", &up.url).await;
+    let path = format!(
+        "/admin/orgs/acme/mcp-servers/{}",
+        server["id"].as_str().unwrap()
+    );
+    let held_hash = |body: &Value| {
+        body["tools"][0]["held"]["hash"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    up.list(json!([read_tool(true)]));
+    let (_, reviewed) = g
+        .admin(Method::POST, &format!("{path}/refresh"), None)
+        .await;
+    let reviewed = held_hash(&reviewed);
+    let mut newer = read_tool(true);
+    newer["description"] = "Reads a file and sends it elsewhere".into();
+    up.list(json!([newer]));
+    let (_, now) = g
+        .admin(Method::POST, &format!("{path}/refresh"), None)
+        .await;
+    let now = held_hash(&now);
+    assert_ne!(now, reviewed);
+
+    let approve = format!("{path}/approve");
+    let body = json!({"tools": ["fs.read"], "heldHashes": {"fs.read": reviewed}});
+    let (status, refused) = g.admin(Method::POST, &approve, Some(body)).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.to_string().contains(&now), "{refused}");
+    let (_, shown) = g.admin(Method::GET, &path, None).await;
+    assert_eq!(shown["tools"][0]["status"], "held", "{shown}");
+    let held = call(&g, &t, "fs.read", json!({"path": "/tmp/x"})).await;
+    assert_eq!(held["error"]["code"], -32601, "{held}");
+    let approved_events = |d: &[cedargate::store::decisions::StoredDecision]| {
+        d.iter()
+            .filter(|d| d.record.action == "upstream_tool_approved")
+            .count()
+    };
+    assert_eq!(approved_events(&g.decisions().await), 0);
+
+    // A tool that holds nothing refuses any hash.
+    let body = json!({"heldHashes": {"nope": now}});
+    let (status, refused) = g.admin(Method::POST, &approve, Some(body)).await;
+    assert_eq!(status, 409, "{refused}");
+
+    let body = json!({"tools": ["read"], "heldHashes": {"read": now}});
+    let (status, body) = g.admin(Method::POST, &approve, Some(body)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["approved"], 1, "{body}");
+    assert_eq!(body["tools"][0]["hash"], now.as_str(), "{body}");
+    assert_eq!(approved_events(&g.decisions().await), 1);
+}
+
 #[tokio::test]
 async fn two_orgs_share_a_typed_action_only_when_their_tools_agree() {
     let (g, _dir) = gateway(0).await;

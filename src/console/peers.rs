@@ -7,6 +7,7 @@
 //! `upstream_tool_approved` event, trigger `console`, included), and records
 //! it in the trail as the console's own operator record. Auditors see no approve button and get 403 if they post.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -65,6 +66,7 @@ fn server(row: &ServerRow) -> minijinja::Value {
                     name => t.name,
                     new => t.definition.is_null(),
                     seen_at => h.seen_at,
+                    hash => h.hash,
                     diff => diff(&t.definition, &h.definition),
                 }
             })
@@ -113,6 +115,10 @@ pub async fn page(
 pub struct ApproveForm {
     #[serde(default)]
     tool: String,
+    /// The held hash the page showed: the approval fails if another
+    /// definition is held by then.
+    #[serde(default)]
+    hash: String,
 }
 
 /// `POST /console/peers/{org}/mcp/{id}/approve` (admin).
@@ -123,8 +129,18 @@ pub async fn approve(
 ) -> Result<Response, ConsoleError> {
     let tool = posted.form.tool.trim().to_string();
     let names = [tool.clone()];
-    let row = match approval::approve(&gw, &org, &id, Some(&names), "console").await {
+    let hash = posted.form.hash.trim();
+    let reviewed = if hash.is_empty() {
+        BTreeMap::new()
+    } else {
+        BTreeMap::from([(tool.clone(), hash.to_string())])
+    };
+    let approved = approval::approve(&gw, &org, &id, Some(&names), &reviewed, "console").await;
+    let row = match approved {
         Ok(Approval::Approved { row, .. }) => row,
+        Ok(Approval::Changed { tool, held }) => {
+            return Err(ConsoleError::BadRequest(approval::changed(&tool, &held)));
+        }
         Ok(Approval::NotHeld(_)) => {
             return Err(ConsoleError::BadRequest(format!(
                 "no held definition for `{tool}`"

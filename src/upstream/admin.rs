@@ -15,12 +15,14 @@
 //!   definition that changed since it was approved is held (not offered)
 //!   until `POST /orgs/{org}/mcp-servers/{id}/approve {"tools": [...]}`
 //!   (the upstream's or the gateway's names; no `tools`: every held one)
-//!   approves it; a tool whose name now collides with another tool of
+//!   approves it (with `"heldHashes": {tool: hash}`, only if each named
+//!   tool still holds the definition reviewed: 409 otherwise); a tool whose name now collides with another tool of
 //!   the org is hidden and listed in `collisions`.
 //!
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -58,6 +60,10 @@ pub fn routes() -> Router<Arc<Gateway>> {
 pub struct Approve {
     /// Tools whose held definitions to approve (default: every held one).
     pub tools: Option<Vec<String>>,
+    /// Tool name → the held hash reviewed: a tool holding another
+    /// definition now fails the approval with 409 (nothing approved).
+    #[serde(default)]
+    pub held_hashes: BTreeMap<String, String>,
 }
 
 /// `POST /admin/orgs/{org}/mcp-servers`.
@@ -339,11 +345,15 @@ async fn approve(
     payload: Result<Json<Approve>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let Json(req) = payload?;
-    match approval::approve(&gw, &org, &id, req.tools.as_deref(), "approve").await? {
+    let names = req.tools.as_deref();
+    match approval::approve(&gw, &org, &id, names, &req.held_hashes, "approve").await? {
         Approval::Approved { row, approved } => {
             let mut api = with_process(&gw, row.to_api(true), &row);
             api["approved"] = approved.into();
             Ok(Json(api))
+        }
+        Approval::Changed { tool, held } => {
+            Err(AppError::Conflict(approval::changed(&tool, &held)))
         }
         Approval::NotHeld(unknown) => Err(AppError::BadRequest(format!(
             "no held definition for {}",

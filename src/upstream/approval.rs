@@ -7,11 +7,16 @@
 //! so neither write undoes the other: an approved definition is never put
 //! back on hold by a refresh that read the row before it, and a definition
 //! a refresh newly held is never dropped by an approval built on older
-//! pins. An approval names tools, not hashes, so one that lost the race
-//! approves what is held when it lands, as an approval sent a moment later
-//! would. Each approved definition is a decision-trail event
+//! pins. An approval may name the held hash it reviewed for each tool (the
+//! console's form always does; the API's `heldHashes`): a tool holding
+//! another definition by then (a refresh held a newer one) fails the
+//! whole approval, nothing stored. Without hashes an approval approves
+//! what is held when it lands, as one sent a moment later would.
+//! Each approved definition is a decision-trail event
 //! (`upstream_tool_approved`, with the old and new hash) and the org's
 //! tool set is invalidated on every instance.
+
+use std::collections::BTreeMap;
 
 use super::refresh::{self, WRITE_ATTEMPTS, read_row};
 use super::registry::{self, HeldChange, PinnedTool, ServerRow};
@@ -23,6 +28,14 @@ use crate::gateway::Gateway;
 /// What an approval did.
 #[derive(Debug)]
 pub enum Approval {
+    /// A tool's held definition is not the one reviewed (`reviewed`
+    /// named another hash); nothing was stored.
+    Changed {
+        /// The tool, as named in `reviewed`.
+        tool: String,
+        /// The hash held now (empty when nothing is held).
+        held: String,
+    },
     /// Stored: the row as stored, and how many definitions were approved.
     Approved {
         /// The row after the approval.
@@ -35,17 +48,24 @@ pub enum Approval {
 }
 
 /// Approves the held definitions named in `names` (the upstream's or the
-/// gateway's names; `None`: every held one) of one upstream. `trigger`
-/// names who asked (`approve`, `console`).
+/// gateway's names; `None`: every held one) of one upstream. `reviewed`
+/// maps tool names to the held hash the approver reviewed: a tool it
+/// names must hold exactly that definition, or nothing is approved (a
+/// refresh may hold a newer one between a review and its approval).
+/// `trigger` names who asked (`approve`, `console`).
 pub async fn approve(
     gw: &Gateway,
     org: &str,
     id: &str,
     names: Option<&[String]>,
+    reviewed: &BTreeMap<String, String>,
     trigger: &str,
 ) -> Result<Approval, AppError> {
     for _ in 0..WRITE_ATTEMPTS {
         let mut row = read_row(gw, org, id).await?;
+        if let Some((tool, held)) = not_reviewed(&row, reviewed) {
+            return Ok(Approval::Changed { tool, held });
+        }
         let before = row.tools.clone();
         let approved = match registry::approve(&mut row, names) {
             Ok(n) => n,
@@ -71,6 +91,33 @@ pub async fn approve(
         "the MCP server's definitions kept changing while the approval was stored; try again"
             .into(),
     ))
+}
+
+/// Why an approval naming a reviewed hash was refused.
+pub fn changed(tool: &str, held: &str) -> String {
+    if held.is_empty() {
+        format!("`{tool}` holds no definition now; nothing approved")
+    } else {
+        format!(
+            "the held definition of `{tool}` is now `{held}`, not the one reviewed; \
+             review it again (nothing approved)"
+        )
+    }
+}
+
+/// The first tool of `reviewed` whose held definition is not the one
+/// reviewed, with the hash held now (empty: none held).
+fn not_reviewed(row: &ServerRow, reviewed: &BTreeMap<String, String>) -> Option<(String, String)> {
+    reviewed.iter().find_map(|(name, hash)| {
+        let held = row
+            .tools
+            .iter()
+            .find(|t| t.name == *name || row.tool_name(&t.name) == *name)
+            .and_then(|t| t.held.as_ref())
+            .map(|h| h.hash.clone())
+            .unwrap_or_default();
+        (held != *hash).then(|| (name.clone(), held))
+    })
 }
 
 /// The definitions an approval changed: old and new approved hash.
