@@ -169,6 +169,19 @@ async fn register(g: &TestGateway, org: &str, name: &str, transport: &str, url: 
     body
 }
 
+/// A gateway (no background refresh) with org `acme`'s tenant and one
+/// upstream `fs` registered: the gateway, its directory, the tenant, the
+/// upstream and the registration's admin path.
+async fn with_fs() -> (TestGateway, tempfile::TempDir, Tenant, Upstream, String) {
+    let (g, dir) = gateway(0).await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start().await;
+    let server = register(&g, "acme", "fs", "streamable-http", &up.url).await;
+    let id = server["id"].as_str().unwrap_or_default();
+    let path = format!("/admin/orgs/acme/mcp-servers/{id}");
+    (g, dir, t, up, path)
+}
+
 async fn typed_tools(g: &TestGateway) -> Vec<String> {
     let (status, body) = g.admin(Method::GET, "/admin/policies", None).await;
     assert_eq!(status, 200, "{body}");
@@ -461,14 +474,7 @@ async fn a_changed_definition_is_held_by_the_background_refresh_and_recorded() {
 /// and approving it while four refreshes run back to back.
 #[tokio::test]
 async fn an_approval_is_not_undone_by_refreshes_that_overlap_it() {
-    let (g, _dir) = gateway(0).await;
-    let t = g.tenant("acme").await;
-    let up = Upstream::start().await;
-    let server = register(&g, "acme", "fs", "streamable-http", &up.url).await;
-    let path = format!(
-        "/admin/orgs/acme/mcp-servers/{}",
-        server["id"].as_str().unwrap()
-    );
+    let (g, _dir, t, up, path) = with_fs().await;
     let refresh = format!("{path}/refresh");
     for round in 0..10 {
         up.list(json!([read_tool(round % 2 == 0)]));
@@ -529,14 +535,7 @@ async fn an_approval_is_not_undone_by_refreshes_that_overlap_it() {
 /// nothing is approved until the newer one is named.
 #[tokio::test]
 async fn an_approval_naming_a_reviewed_hash_refuses_a_newer_held_definition() {
-    let (g, _dir) = gateway(0).await;
-    let t = g.tenant("acme").await;
-    let up = Upstream::start().await;
-    let server = register(&g, "acme", "fs", "streamable-http", &up.url).await;
-    let path = format!(
-        "/admin/orgs/acme/mcp-servers/{}",
-        server["id"].as_str().unwrap()
-    );
+    let (g, _dir, t, up, path) = with_fs().await;
     let held_hash = |body: &Value| {
         body["tools"][0]["held"]["hash"]
             .as_str()
