@@ -59,6 +59,24 @@ impl From<super::templates::RenderError> for ConsoleError {
     }
 }
 
+/// An operation shared with the admin API, as a page answers it: a
+/// conflict is a form to send again (400), a store failure 503 (logged
+/// where it happened).
+impl From<crate::error::AppError> for ConsoleError {
+    fn from(e: crate::error::AppError) -> Self {
+        use crate::error::AppError;
+        match e {
+            AppError::NotFound(m) => ConsoleError::NotFound(m),
+            AppError::Conflict(m) | AppError::BadRequest(m) => ConsoleError::BadRequest(m),
+            AppError::Forbidden(m) => ConsoleError::Forbidden(m),
+            AppError::Unavailable => {
+                ConsoleError::Store(StoreError::Unavailable("the store failed".into()))
+            }
+            _ => ConsoleError::Internal,
+        }
+    }
+}
+
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         if let ConsoleError::SignIn = self {

@@ -21,9 +21,7 @@ use similar::{ChangeTag, TextDiff};
 use super::auth::{AdminPosted, Viewer};
 use super::error::ConsoleError;
 use super::overview::viewer_ctx;
-use crate::error::AppError;
 use crate::gateway::Gateway;
-use crate::store::StoreError;
 use crate::upstream::approval::{self, Approval};
 use crate::upstream::registry::{self as upstreams, ServerRow};
 
@@ -135,27 +133,16 @@ pub async fn approve(
     } else {
         BTreeMap::from([(tool.clone(), hash.to_string())])
     };
-    let approved = approval::approve(&gw, &org, &id, Some(&names), &reviewed, "console").await;
-    let row = match approved {
-        Ok(Approval::Approved { row, .. }) => row,
-        Ok(Approval::Changed { tool, held }) => {
+    let row = match approval::approve(&gw, &org, &id, Some(&names), &reviewed, "console").await? {
+        Approval::Approved { row, .. } => row,
+        Approval::Changed { tool, held } => {
             return Err(ConsoleError::BadRequest(approval::changed(&tool, &held)));
         }
-        Ok(Approval::NotHeld(_)) => {
+        Approval::NotHeld(_) => {
             return Err(ConsoleError::BadRequest(format!(
                 "no held definition for `{tool}`"
             )));
         }
-        Err(AppError::NotFound(m)) => return Err(ConsoleError::NotFound(m)),
-        Err(AppError::Conflict(m) | AppError::BadRequest(m)) => {
-            return Err(ConsoleError::BadRequest(m));
-        }
-        // A store failure, logged where it happened: 503 as on every page.
-        Err(AppError::Unavailable) => {
-            let down = StoreError::Unavailable("the store failed".into());
-            return Err(ConsoleError::Store(down));
-        }
-        Err(_) => return Err(ConsoleError::Internal),
     };
     let hash = row
         .tools

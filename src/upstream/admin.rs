@@ -16,8 +16,9 @@
 //!   until `POST /orgs/{org}/mcp-servers/{id}/approve {"tools": [...]}`
 //!   (the upstream's or the gateway's names; no `tools`: every held one)
 //!   approves it (with `"heldHashes": {tool: hash}`, only if each named
-//!   tool still holds the definition reviewed: 409 otherwise); a tool whose name now collides with another tool of
-//!   the org is hidden and listed in `collisions`.
+//!   tool still holds the definition reviewed: 409 otherwise); a tool
+//!   whose name now collides with another tool of the org is hidden and
+//!   listed in `collisions`.
 //!
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.

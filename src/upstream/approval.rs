@@ -112,7 +112,7 @@ fn not_reviewed(row: &ServerRow, reviewed: &BTreeMap<String, String>) -> Option<
         let held = row
             .tools
             .iter()
-            .find(|t| t.name == *name || row.tool_name(&t.name) == *name)
+            .find(|t| registry::is_named(&row.prefix, &t.name, name))
             .and_then(|t| t.held.as_ref())
             .map(|h| h.hash.clone())
             .unwrap_or_default();

@@ -236,6 +236,12 @@ pub fn gateway_name(prefix: &str, tool: &str) -> String {
     }
 }
 
+/// Whether `name` names the upstream tool `tool`: by the upstream's name
+/// or the gateway's (`<prefix>.<tool>`).
+pub fn is_named(prefix: &str, tool: &str, name: &str) -> bool {
+    name == tool || name == gateway_name(prefix, tool)
+}
+
 /// Approves the held definitions of `names` (the upstream's or the
 /// gateway's names; all held ones when None). Returns how many were
 /// approved, or the names that have nothing held.
@@ -246,7 +252,7 @@ pub fn approve(row: &mut ServerRow, names: Option<&[String]>) -> Result<usize, V
             .filter(|n| {
                 !row.tools
                     .iter()
-                    .any(|t| t.held.is_some() && (&t.name == *n || row.tool_name(&t.name) == **n))
+                    .any(|t| t.held.is_some() && is_named(&row.prefix, &t.name, n))
             })
             .cloned()
             .collect();
@@ -254,12 +260,10 @@ pub fn approve(row: &mut ServerRow, names: Option<&[String]>) -> Result<usize, V
             return Err(unknown);
         }
     }
-    let prefix = row.prefix.clone();
+    let prefix = &row.prefix;
     let mut approved = 0;
     for tool in &mut row.tools {
-        let gateway_name = gateway_name(&prefix, &tool.name);
-        let selected =
-            names.is_none_or(|n| n.iter().any(|n| *n == tool.name || *n == gateway_name));
+        let selected = names.is_none_or(|n| n.iter().any(|n| is_named(prefix, &tool.name, n)));
         if selected && let Some(held) = tool.held.take() {
             tool.definition = held.definition;
             tool.hash = held.hash;
