@@ -297,6 +297,7 @@ impl StoreOptions {
             batch_max: self.group_commit_max,
             commit_delay: self.commit_delay,
             commit_siblings: self.commit_siblings,
+            commit_here: false,
         }
     }
 }
@@ -418,7 +419,10 @@ impl Store {
                 Ok(Box::new(SqliteConn::open(&connect_path)?.with_wal_limit(wal)?) as Box<Conn>)
             }),
             Some(Box::new(conn)),
-            options.queue_bounds(),
+            QueueBounds {
+                commit_here: true,
+                ..options.queue_bounds()
+            },
         )?;
         let readers = (0..SQLITE_READ_POOL)
             .map(|_| {
@@ -712,6 +716,55 @@ mod tests {
         let slow = read_here::HERE_MAX * 2;
         assert_eq!(ran_on(&store, "p1", slow).await, here);
         assert_eq!(ran_on(&store, "p1", Duration::ZERO).await, read_thread);
+    }
+
+    /// Whether a termination of `session` is stored.
+    async fn terminated(store: &Store, session: &'static str) -> bool {
+        store
+            .read(move |c| terminations::is_stored(c, session))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_lone_durable_write_commits_on_its_own_thread_and_never_overtakes_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = tokio::task::spawn_blocking(move || Store::open(&path, 64, 16))
+            .await
+            .unwrap()
+            .unwrap();
+        let writer = store.writer();
+        // Alone: committed by the requester, and stored.
+        let op = |s| terminations::terminate_op(s, "2026-11-26T00:00:00Z");
+        writer.submit(vec![op("s1")]).await.unwrap();
+        assert_eq!(writer.commits_here(), 1);
+        assert!(terminated(&store, "s1").await);
+        // Another tool call in flight: the queue, where a group commit
+        // gathers them.
+        let (mine, other) = (writer.call_started(), writer.call_started());
+        writer.submit(vec![op("s2")]).await.unwrap();
+        assert_eq!(writer.commits_here(), 1);
+        assert!(terminated(&store, "s2").await);
+        drop(other);
+        // Only the caller's own call in flight: here.
+        writer.submit(vec![op("s5")]).await.unwrap();
+        assert_eq!(writer.commits_here(), 2);
+        drop(mine);
+        // A write queued just before is committed first, every time: the
+        // resume lands after the termination, so none is left.
+        for _ in 0..50 {
+            writer.enqueue(vec![op("s3")]).await.unwrap();
+            writer
+                .submit(vec![terminations::resume_op("s3")])
+                .await
+                .unwrap();
+            assert!(!terminated(&store, "s3").await);
+        }
+        // Alone again: the requester commits.
+        let before = writer.commits_here();
+        writer.submit(vec![op("s4")]).await.unwrap();
+        assert_eq!(writer.commits_here(), before + 1);
     }
 
     #[test]

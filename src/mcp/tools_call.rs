@@ -52,6 +52,9 @@ pub async fn tools_call(call: &Call, params: Value) -> Result<Value, McpError> {
     // commit delay). A remote tool is announced only once its peer
     // answered: a commit must not wait on calls still out on the network.
     let mut announced = Some(call.gw.store.writer().expect_commit());
+    // Counted from the start, remote or not: a lone call commits on its
+    // own thread, overlapping ones share the writer's group commit.
+    let _in_flight = call.gw.store.writer().call_started();
     let mut request = parse(call, params)?;
     let tool = match resolve(call, &request.name) {
         Resolved::Tool(tool) => tool,

@@ -288,6 +288,10 @@ pub trait Db: Send {
     /// After a commit: checkpoints when the WAL grew past its bound
     /// (SQLite with a WAL limit; a no-op otherwise). Never fails the commit.
     fn bound_wal(&mut self) {}
+    /// Whether [`Db::bound_wal`] would checkpoint now.
+    fn wal_over_bound(&mut self) -> bool {
+        false
+    }
 }
 
 /// The connection type store functions take.
@@ -627,6 +631,10 @@ impl Db for SqliteConn {
             });
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
         Ok(busy? == 0)
+    }
+
+    fn wal_over_bound(&mut self) -> bool {
+        self.wal_limit.is_some() && self.wal_size() > self.checkpoint_above
     }
 
     fn bound_wal(&mut self) {
