@@ -767,6 +767,36 @@ mod tests {
         assert_eq!(writer.commits_here(), before + 1);
     }
 
+    #[tokio::test]
+    async fn a_lone_write_waits_for_another_process_on_the_writer_thread_not_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let open_path = path.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&open_path, 64, 16))
+            .await
+            .unwrap()
+            .unwrap();
+        // Another process holds the database's write lock (as the CLI does
+        // while it prunes the trail).
+        let mut other = SqliteConn::open(&path).unwrap();
+        other.begin(true).unwrap();
+        let writer = store.writer().clone();
+        let submitted = tokio::spawn(async move {
+            let op = terminations::terminate_op("s1", "2026-11-26T00:00:00Z");
+            writer.submit(vec![op]).await
+        });
+        // On this one-thread runtime a commit blocked here would hold the
+        // timer back for SQLite's busy timeout (10 s).
+        let started = std::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(!submitted.is_finished());
+        other.commit().unwrap();
+        submitted.await.unwrap().unwrap();
+        assert_eq!(store.writer().commits_here(), 0);
+        assert!(terminated(&store, "s1").await);
+    }
+
     #[test]
     fn both_backends_have_the_same_migration_versions() {
         let versions = |m: &[(i64, &str)]| m.iter().map(|(v, _)| *v).collect::<Vec<_>>();

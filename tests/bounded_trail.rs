@@ -240,7 +240,10 @@ async fn remember_concurrently(g: &TestGateway, t: &common::Tenant, n: usize) ->
     calls.join_all().await
 }
 
-#[tokio::test]
+// Two workers, as a server runs: on one thread every call would run to
+// its commit before the next started, and a lone call commits on its own
+// thread without the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_all_commit_within_a_tiny_queue() {
     // One tools/call job holds 2 records (call_tool with its prelude, the
     // observation): 3 fit one job, never two.

@@ -270,6 +270,12 @@ pub trait Db: Send {
     /// Starts a write transaction. `durable == false` may skip the sync of
     /// the commit (a later durable commit covers it).
     fn begin(&mut self, durable: bool) -> Result<(), StoreError>;
+    /// Like [`Db::begin`], but `Ok(false)` at once, with no transaction
+    /// open, where `begin` would wait for another connection's write lock
+    /// (SQLite); other backends begin as usual.
+    fn begin_now(&mut self, durable: bool) -> Result<bool, StoreError> {
+        self.begin(durable).map(|()| true)
+    }
     /// Commits the open transaction.
     fn commit(&mut self) -> Result<(), StoreError>;
     /// Rolls the open transaction back (best effort).
@@ -593,6 +599,21 @@ impl Db for SqliteConn {
         self.durable = durable;
         self.changes_at_begin = self.conn.total_changes();
         Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
+    }
+
+    fn begin_now(&mut self, durable: bool) -> Result<bool, StoreError> {
+        self.conn.busy_timeout(std::time::Duration::ZERO)?;
+        let begun = self.begin(durable);
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        match begun {
+            Ok(()) => Ok(true),
+            Err(StoreError::Sqlite(e))
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {

@@ -64,9 +64,12 @@
 //! Order holds: a job queued earlier is counted in `queued` until its
 //! batch committed, which keeps every later request on the queue. The
 //! caller's thread blocks for one commit (a sync, a few hundred µs), like
-//! a read on a requesting worker (`read_here.rs`); a checkpoint that
-//! bounds the WAL (which may wait up to a second for readers) is left to
-//! the writer thread, nudged with an empty job. PostgreSQL's client may
+//! a read on a requesting worker (`read_here.rs`), or a few ms when SQLite
+//! checkpoints itself (every thousand WAL pages). What could block it
+//! longer goes to the writer thread: a write lock held by another process
+//! (the CLI pruning the trail; the caller tries to begin without waiting
+//! and queues when it cannot), and the checkpoint that bounds the WAL
+//! (which may wait up to a second for readers), nudged with an empty job. PostgreSQL's client may
 //! not block an async worker, so there every job goes through the queue.
 
 pub mod budget;
@@ -383,10 +386,14 @@ impl Writer {
             return Err(ops);
         };
         // A job queued meanwhile may be waiting for this lock: it goes first.
-        if !alone() || state.conn.is_none() {
+        if !alone() {
             return Err(ops);
         }
-        let committed = state.commit(&[ops.as_slice()], true, false);
+        // Another process holding the database's write lock (the CLI
+        // pruning the trail) is waited for on the writer thread, never here.
+        let Some(committed) = state.commit_now(&ops) else {
+            return Err(ops);
+        };
         shared.here_commits.fetch_add(1, Ordering::Relaxed);
         let unbounded = state.conn.as_deref_mut().is_some_and(Db::wal_over_bound);
         drop(state);
@@ -673,20 +680,43 @@ impl State {
         let Some(conn) = self.conn.as_deref_mut() else {
             return Err(StoreError::Unavailable("no database connection".into()));
         };
-        match commit(conn, ops, &self.known, durable) {
+        let written = conn
+            .begin(durable)
+            .and_then(|()| write(conn, ops, &self.known));
+        if written.is_ok() && bound {
+            conn.bound_wal();
+        }
+        self.settle(written)
+    }
+
+    /// Commits `ops` durably if the connection is open and the database's
+    /// write lock free now; `None` (nothing written) otherwise.
+    fn commit_now(&mut self, ops: &[WriteOp]) -> Option<Result<(), StoreError>> {
+        let conn = self.conn.as_deref_mut()?;
+        let written = match conn.begin_now(true) {
+            Ok(false) => return None,
+            Ok(true) => write(conn, &[ops], &self.known),
+            Err(e) => Err(e),
+        };
+        Some(self.settle(written))
+    }
+
+    /// After a commit: learns the snapshots it stored, or rolls a failure
+    /// back (dropping a broken connection; the snapshots a failed batch
+    /// meant to insert are gone with it).
+    fn settle(&mut self, written: Result<Committed, StoreError>) -> Result<(), StoreError> {
+        match written {
             Ok(committed) => {
-                if bound {
-                    conn.bound_wal();
-                }
                 self.known.learn(committed);
                 Ok(())
             }
             Err(e) => {
-                conn.rollback();
-                if conn.is_broken() {
-                    self.conn = None;
+                if let Some(conn) = self.conn.as_deref_mut() {
+                    conn.rollback();
+                    if conn.is_broken() {
+                        self.conn = None;
+                    }
                 }
-                // The snapshots this batch meant to insert are gone with it.
                 Err(e)
             }
         }
@@ -727,15 +757,10 @@ impl Known {
     }
 }
 
-/// Commits a batch in one transaction; returns the snapshot hashes it
-/// inserted (known to be stored once this returns Ok).
-fn commit(
-    tx: &mut Conn,
-    batch: &[&[WriteOp]],
-    known: &Known,
-    durable: bool,
-) -> Result<Committed, StoreError> {
-    tx.begin(durable)?;
+/// Writes a batch in the transaction just begun and commits it; returns
+/// the snapshot hashes it inserted (known to be stored once this returns
+/// Ok).
+fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed, StoreError> {
     let chained = batch
         .iter()
         .any(|ops| ops.iter().any(|op| matches!(op, WriteOp::Decision(_))));
