@@ -696,14 +696,22 @@ mod tests {
             .unwrap()
     }
 
-    #[tokio::test]
-    async fn a_keyed_read_runs_here_only_while_its_key_reads_cheaply() {
+    /// A store on a new SQLite file (the directory lives as long as the
+    /// first element).
+    async fn temp_store() -> (tempfile::TempDir, std::path::PathBuf, Store) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
-        let store = tokio::task::spawn_blocking(move || Store::open(&path, 64, 16))
+        let open_path = path.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&open_path, 64, 16))
             .await
             .unwrap()
             .unwrap();
+        (dir, path, store)
+    }
+
+    #[tokio::test]
+    async fn a_keyed_read_runs_here_only_while_its_key_reads_cheaply() {
+        let (_dir, _path, store) = temp_store().await;
         let read_thread = Some("cedargate-read".to_string());
         let here = std::thread::current().name().map(str::to_string);
         assert_ne!(here, read_thread);
@@ -728,12 +736,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_durable_write_commits_on_its_own_thread_and_never_overtakes_the_queue() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
-        let store = tokio::task::spawn_blocking(move || Store::open(&path, 64, 16))
-            .await
-            .unwrap()
-            .unwrap();
+        let (_dir, _path, store) = temp_store().await;
         let writer = store.writer();
         // Alone: committed by the requester, and stored.
         let op = |s| terminations::terminate_op(s, "2026-11-26T00:00:00Z");
@@ -769,13 +772,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_write_waits_for_another_process_on_the_writer_thread_not_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
-        let open_path = path.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open(&open_path, 64, 16))
-            .await
-            .unwrap()
-            .unwrap();
+        let (_dir, path, store) = temp_store().await;
         // Another process holds the database's write lock (as the CLI does
         // while it prunes the trail).
         let mut other = SqliteConn::open(&path).unwrap();
