@@ -69,8 +69,9 @@
 //! longer goes to the writer thread: a write lock held by another process
 //! (the CLI pruning the trail; the caller tries to begin without waiting
 //! and queues when it cannot), and the checkpoint that bounds the WAL
-//! (which may wait up to a second for readers), nudged with an empty job. PostgreSQL's client may
-//! not block an async worker, so there every job goes through the queue.
+//! (which may wait up to a second for readers), nudged with an empty job.
+//! PostgreSQL's client may not block an async worker, so there every job
+//! goes through the queue.
 
 pub mod budget;
 
