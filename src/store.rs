@@ -616,6 +616,16 @@ impl Store {
     }
 }
 
+/// The first idle read connection from the round-robin pick `start`
+/// (never waits).
+fn idle_reader(
+    readers: &[Mutex<SqliteConn>],
+    start: usize,
+) -> Option<std::sync::MutexGuard<'_, SqliteConn>> {
+    let n = readers.len();
+    (0..n).find_map(|i| readers.get((start + i) % n)?.try_lock().ok())
+}
+
 /// Runs a read, with the time it took.
 fn timed<T>(
     f: &impl Fn(&mut Conn) -> Result<T, StoreError>,
@@ -633,9 +643,8 @@ impl Inner {
         let Pool::Sqlite { readers, next, .. } = &self.pool else {
             return None;
         };
-        let n = readers.len();
         let start = next.fetch_add(1, Ordering::Relaxed);
-        let mut conn = (0..n).find_map(|i| readers.get((start + i) % n)?.try_lock().ok())?;
+        let mut conn = idle_reader(readers, start)?;
         Some(f(&mut *conn))
     }
 
@@ -645,18 +654,13 @@ impl Inner {
     ) -> Result<T, StoreError> {
         match &self.pool {
             Pool::Sqlite { readers, next, .. } => {
-                let n = readers.len();
                 let start = next.fetch_add(1, Ordering::Relaxed);
                 // Prefer an idle connection; otherwise wait on the round-robin pick.
-                for i in 0..n {
-                    if let Some(slot) = readers.get((start + i) % n)
-                        && let Ok(mut conn) = slot.try_lock()
-                    {
-                        return f(&mut *conn);
-                    }
+                if let Some(mut conn) = idle_reader(readers, start) {
+                    return f(&mut *conn);
                 }
                 let slot = readers
-                    .get(start % n.max(1))
+                    .get(start % readers.len().max(1))
                     .ok_or_else(|| StoreError::Task("read pool is empty".into()))?;
                 let mut conn = slot
                     .lock()

@@ -471,7 +471,7 @@ impl SqliteConn {
     /// Size of the `-wal` file now (0 when there is none).
     fn wal_size(&mut self) -> u64 {
         match self.wal() {
-            Ok(Some(file)) => file.metadata().map_or(0, |m| m.len()),
+            Ok(Some((_, len))) => len,
             _ => 0,
         }
     }
@@ -482,7 +482,7 @@ impl SqliteConn {
     /// asks, so SQLite's own descriptor is covered.
     fn sync_wal(&mut self) -> Result<(), StoreError> {
         match self.wal()? {
-            Some(file) => file
+            Some((file, _)) => file
                 .sync_data()
                 .map_err(|e| StoreError::Write(format!("fsync of the WAL: {e}"))),
             // No WAL file: everything was checkpointed (and synced) already.
@@ -490,28 +490,33 @@ impl SqliteConn {
         }
     }
 
-    /// The open `-wal` file: opened on first use, and again when the one
-    /// held was unlinked (SQLite deletes the WAL when the last connection
-    /// closes; a later connection creates a new file). `None` for an
-    /// in-memory database or while no WAL file exists.
-    fn wal(&mut self) -> Result<Option<&std::fs::File>, StoreError> {
+    /// The open `-wal` file and its size now: opened on first use, and
+    /// again when the one held was unlinked (SQLite deletes the WAL when
+    /// the last connection closes; a later connection creates a new file).
+    /// `None` for an in-memory database or while no WAL file exists. One
+    /// `fstat` per call, on every commit's path.
+    fn wal(&mut self) -> Result<Option<(&std::fs::File, u64)>, StoreError> {
         use std::os::unix::fs::MetadataExt;
-        let unlinked = |f: &std::fs::File| f.metadata().map_or(true, |m| m.nlink() == 0);
-        if self.wal_file.as_ref().is_some_and(unlinked) {
-            self.wal_file = None;
-        }
-        if self.wal_file.is_none() {
-            let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
-                return Ok(None); // in-memory database: nothing to make durable
-            };
-            let wal = format!("{path}-wal");
-            match std::fs::File::open(&wal) {
-                Ok(file) => self.wal_file = Some(file),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(StoreError::Write(format!("open {wal}: {e}"))),
+        let held = self.wal_file.as_ref().and_then(|f| f.metadata().ok());
+        let len = match held {
+            Some(meta) if meta.nlink() > 0 => meta.len(),
+            _ => {
+                self.wal_file = None;
+                let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
+                    return Ok(None); // in-memory database: nothing to make durable
+                };
+                let wal = format!("{path}-wal");
+                let file = match std::fs::File::open(&wal) {
+                    Ok(file) => file,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(StoreError::Write(format!("open {wal}: {e}"))),
+                };
+                let len = file.metadata().map_or(0, |m| m.len());
+                self.wal_file = Some(file);
+                len
             }
-        }
-        Ok(self.wal_file.as_ref())
+        };
+        Ok(self.wal_file.as_ref().map(|f| (f, len)))
     }
 }
 

@@ -75,7 +75,7 @@
 
 pub mod budget;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -197,7 +197,7 @@ struct Shared {
     /// Jobs sent to the queue whose batch has not committed yet.
     queued: AtomicUsize,
     /// Commits a requester ran on its own thread, since start.
-    here_commits: std::sync::atomic::AtomicU64,
+    here_commits: AtomicU64,
     /// Tool calls in flight ([`Writer::call_started`]).
     calls: Arc<AtomicUsize>,
     /// Whether a requester may commit itself.
@@ -227,8 +227,9 @@ struct State {
     known: Known,
 }
 
-/// A request that will commit durably soon (see [`Writer::expect_commit`]);
-/// it stops counting when dropped.
+/// A counted request: one that will commit durably soon
+/// ([`Writer::expect_commit`]), or a tool call in flight
+/// ([`Writer::call_started`]); it stops counting when dropped.
 #[derive(Debug)]
 pub struct Expected(Arc<AtomicUsize>);
 
@@ -297,7 +298,7 @@ impl Writer {
                 known: Known::default(),
             }),
             queued: AtomicUsize::new(0),
-            here_commits: std::sync::atomic::AtomicU64::new(0),
+            here_commits: AtomicU64::new(0),
             calls: Arc::new(AtomicUsize::new(0)),
             here: bounds.commit_here,
         });
