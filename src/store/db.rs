@@ -494,12 +494,11 @@ impl SqliteConn {
     /// again when the one held was unlinked (SQLite deletes the WAL when
     /// the last connection closes; a later connection creates a new file).
     /// `None` for an in-memory database or while no WAL file exists. One
-    /// `fstat` per call, on every commit's path.
+    /// `statx` per call, on every commit's path ([`links_and_size`]).
     fn wal(&mut self) -> Result<Option<(&std::fs::File, u64)>, StoreError> {
-        use std::os::unix::fs::MetadataExt;
-        let held = self.wal_file.as_ref().and_then(|f| f.metadata().ok());
+        let held = self.wal_file.as_ref().and_then(links_and_size);
         let len = match held {
-            Some(meta) if meta.nlink() > 0 => meta.len(),
+            Some((links, len)) if links > 0 => len,
             _ => {
                 self.wal_file = None;
                 let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
@@ -511,13 +510,39 @@ impl SqliteConn {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
                     Err(e) => return Err(StoreError::Write(format!("open {wal}: {e}"))),
                 };
-                let len = file.metadata().map_or(0, |m| m.len());
+                let len = links_and_size(&file).map_or(0, |(_, len)| len);
                 self.wal_file = Some(file);
                 len
             }
         };
         Ok(self.wal_file.as_ref().map(|f| (f, len)))
     }
+}
+
+/// A file's link count and size, asked for without its timestamps.
+///
+/// Why not `metadata()`: Linux (6.13 and later) keeps a file's change
+/// time coarse until someone reads it; once read, the next write stamps a
+/// fine-grained time, which dirties the inode, and ext4 then writes the
+/// inode's block synchronously inside the next `fdatasync`: a second
+/// device round trip per commit. A full `fstat` of the WAL after every
+/// commit made each durable commit about 45 µs slower (a 20-frame write and
+/// `fdatasync`, 178 against 223–243 µs p50 on a virtio disk); `statx` with
+/// only the link count and the size reads no time and costs nothing.
+#[cfg(target_os = "linux")]
+fn links_and_size(file: &std::fs::File) -> Option<(u64, u64)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let wanted = StatxFlags::NLINK | StatxFlags::SIZE;
+    let s = rustix::fs::statx(file, "", AtFlags::EMPTY_PATH, wanted).ok()?;
+    Some((u64::from(s.stx_nlink), s.stx_size))
+}
+
+/// A file's link count and size (no timestamp effect to avoid here).
+#[cfg(not(target_os = "linux"))]
+fn links_and_size(file: &std::fs::File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    Some((meta.nlink(), meta.len()))
 }
 
 #[cfg(test)]
@@ -1106,6 +1131,36 @@ impl Location {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wal_is_found_by_its_links_and_size_and_reopened_once_unlinked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut conn = SqliteConn::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (x TEXT)").unwrap();
+        conn.begin(true).unwrap();
+        conn.execute("INSERT INTO t VALUES (?1)", &[Param::Text("a row")])
+            .unwrap();
+        conn.commit().unwrap();
+        let wal = dir.path().join("t.db-wal");
+        let on_disk = std::fs::metadata(&wal).unwrap().len();
+        assert!(on_disk > 0);
+        assert_eq!(conn.wal_size(), on_disk);
+
+        // The held file unlinked (as when SQLite deletes the WAL and a later
+        // connection creates another): its link count reads 0, and the next
+        // look opens the file that is there now.
+        let held = conn.wal_file.as_ref().unwrap();
+        std::fs::rename(&wal, dir.path().join("old-wal")).unwrap();
+        std::fs::remove_file(dir.path().join("old-wal")).unwrap();
+        assert_eq!(links_and_size(held), Some((0, on_disk)));
+        std::fs::write(&wal, b"0123456789").unwrap();
+        assert_eq!(conn.wal_size(), 10);
+        assert_eq!(
+            links_and_size(conn.wal_file.as_ref().unwrap()),
+            Some((1, 10))
+        );
+    }
 
     #[test]
     fn placeholders_become_dollar_numbers_outside_quotes() {
