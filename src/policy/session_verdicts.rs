@@ -19,10 +19,14 @@
 //! shape: which attributes are present, nested how, each a string, a long
 //! or a boolean, a set with elements of which shapes (`args_shape`). So
 //! the check runs once per (typed action, shape) per slice, and a shape
-//! Cedar accepted is accepted again. Arguments whose conformance depends
-//! on their content (a `decimal`, an entity or extension value) have no
-//! shape and are checked on every call; any other shape is checked the
-//! first time it is seen; a shape Cedar refused is never remembered.
+//! Cedar accepted is accepted again. A `decimal` (what a JSON number
+//! projects to) has a shape of its own when its text is one Cedar always
+//! parses (`always_a_decimal`: the form the projection writes), so a tool
+//! with a number argument is checked once per shape like any other.
+//! Arguments whose conformance depends on their content (a decimal in any
+//! other form, an entity or another extension value) have no shape and
+//! are checked on every call; any other shape is checked the first time
+//! it is seen; a shape Cedar refused is never remembered.
 //! Principal and resource types were checked when the verdict was first
 //! decided for that same (principal, action, resource).
 //!
@@ -205,8 +209,18 @@ fn args_shape(args: &Value) -> Option<String> {
                 }
                 out.push(']');
             }
+            Value::Object(map) if map.contains_key("__extn") => {
+                // A decimal whose text Cedar always parses has the shape of
+                // every other such decimal; any other extension value is
+                // checked by Cedar on every call.
+                let text = map
+                    .get("__extn")
+                    .filter(|_| map.len() == 1)
+                    .and_then(decimal_text)?;
+                always_a_decimal(text).then(|| out.push('d'))?;
+            }
             Value::Object(map) => {
-                if map.contains_key("__extn") || map.contains_key("__entity") {
+                if map.contains_key("__entity") {
                     return None;
                 }
                 out.push('{');
@@ -227,6 +241,30 @@ fn args_shape(args: &Value) -> Option<String> {
     let mut shape = String::new();
     walk(args, &mut shape)?;
     Some(shape)
+}
+
+/// The text of `{"fn": "decimal", "arg": text}`, the only form Cedar's
+/// JSON reads as a decimal.
+fn decimal_text(extn: &Value) -> Option<&str> {
+    let call = extn.as_object().filter(|call| call.len() == 2)?;
+    (call.get("fn")?.as_str()? == "decimal")
+        .then(|| call.get("arg")?.as_str())
+        .flatten()
+}
+
+/// Whether `text` is a decimal Cedar parses whatever its digits: an
+/// optional `-`, one to fourteen ASCII digits, a `.`, one to four ASCII
+/// digits (what the projection writes for a JSON number below 10^14).
+/// Cedar accepts more (its pattern's `\d` also matches other scripts'
+/// digits, which then fail to parse; fifteen digits may overflow), so a
+/// text outside this form keeps its per-call check.
+fn always_a_decimal(text: &str) -> bool {
+    let digits =
+        |s: &str, max: usize| (1..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    unsigned
+        .split_once('.')
+        .is_some_and(|(whole, fraction)| digits(whole, 14) && digits(fraction, 4))
 }
 
 /// Verdicts remembered on one entity slice.
@@ -487,11 +525,37 @@ mod tests {
         ] {
             assert_ne!(args_shape(&a), args_shape(&b), "{a} and {b}");
         }
+        // A decimal Cedar always parses has one shape whatever its value.
+        let decimal = |arg: &str| json!({"d": {"__extn": {"fn": "decimal", "arg": arg}}});
+        assert_eq!(args_shape(&decimal("0.9000")), Some("{1:dd,}".into()));
+        for same in ["1.0", "-12.5", "99999999999999.9999"] {
+            assert_eq!(
+                args_shape(&decimal(same)),
+                args_shape(&decimal("0.9000")),
+                "{same}"
+            );
+        }
+        assert_ne!(args_shape(&decimal("1.0")), args_shape(&json!({"d": 1.0})));
         // Content-dependent values have no shape: Cedar checks them always.
-        assert_eq!(
-            args_shape(&json!({"d": {"__extn": {"fn": "decimal", "arg": "1.0"}}})),
-            None
-        );
+        for unsure in [
+            "1.00000",              // five fractional digits: refused by Cedar
+            "1",                    // no point: refused
+            ".5",                   // no whole part: refused
+            "--1.0",                // refused
+            "\u{0661}.0",           // an Arabic-Indic digit: refused
+            "922337203685477.5808", // fifteen digits: out of range
+            "100000000000000.0",    // fifteen digits, in range: still checked
+        ] {
+            assert_eq!(args_shape(&decimal(unsure)), None, "{unsure}");
+        }
+        for other in [
+            json!({"d": {"__extn": {"fn": "ip", "arg": "10.0.0.1"}}}),
+            json!({"d": {"__extn": {"fn": "decimal", "arg": 1.0}}}),
+            json!({"d": {"__extn": {"fn": "decimal", "arg": "1.0", "x": 1}}}),
+            json!({"d": {"__extn": {"fn": "decimal", "arg": "1.0"}, "y": 2}}),
+        ] {
+            assert_eq!(args_shape(&other), None, "{other}");
+        }
         assert_eq!(
             args_shape(&json!({"e": {"__entity": {"type": "T", "id": "x"}}})),
             None
@@ -508,7 +572,8 @@ mod tests {
             name: "search".into(),
             group: super::super::Action::CallTool,
             input_schema: json!({"type": "object", "properties": {
-                "query": {"type": "string"}, "kind": {"type": "string"}}, "required": ["query"]}),
+                "query": {"type": "string"}, "kind": {"type": "string"},
+                "ratio": {"type": "number"}}, "required": ["query"]}),
         }];
         let bundle = super::super::load::load_bundle_with_tools(
             &dir.join("schemas/gateway.cedarschema"),
@@ -572,12 +637,20 @@ mod tests {
         assert_eq!(refused.errors, vec!["refused".to_string()]);
         assert!(!run(json!({"query": "a"}), true).allowed);
         assert_eq!(checks.get(), 4);
+        // A number projects to a decimal: one shape whatever its value.
+        assert!(run(json!({"query": "a", "ratio": 0.5}), false).allowed);
+        assert!(run(json!({"query": "a", "ratio": -12.25}), false).allowed);
+        assert!(run(json!({"query": "a", "ratio": 3}), false).allowed);
+        assert_eq!(checks.get(), 5);
         // The real check: a projected context conforms, so Cedar accepts it.
-        let ctx = context(json!({"query": "q"}));
-        assert!(
-            bundle
-                .request(&principal, super::super::Action::CallTool, &resource, &ctx)
-                .is_ok()
-        );
+        for args in [
+            json!({"query": "q"}),
+            json!({"query": "q", "ratio": -0.00001}),
+        ] {
+            let ctx = context(args);
+            let request =
+                bundle.request(&principal, super::super::Action::CallTool, &resource, &ctx);
+            assert!(request.is_ok());
+        }
     }
 }
