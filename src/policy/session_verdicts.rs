@@ -255,9 +255,9 @@ fn decimal_text(extn: &Value) -> Option<&str> {
 /// Whether `text` is a decimal Cedar parses whatever its digits: an
 /// optional `-`, one to fourteen ASCII digits, a `.`, one to four ASCII
 /// digits (what the projection writes for a JSON number below 10^14).
-/// Cedar accepts more (its pattern's `\d` also matches other scripts'
-/// digits, which then fail to parse; fifteen digits may overflow), so a
-/// text outside this form keeps its per-call check.
+/// Cedar's own pattern matches more texts (its `\d` also matches other
+/// scripts' digits, which then fail to parse; fifteen digits or more may
+/// overflow), so a text outside this form keeps its per-call check.
 fn always_a_decimal(text: &str) -> bool {
     let digits =
         |s: &str, max: usize| (1..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
