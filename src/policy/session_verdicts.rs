@@ -217,7 +217,10 @@ fn args_shape(args: &Value) -> Option<String> {
                     .get("__extn")
                     .filter(|_| map.len() == 1)
                     .and_then(decimal_text)?;
-                always_a_decimal(text).then(|| out.push('d'))?;
+                if !always_a_decimal(text) {
+                    return None;
+                }
+                out.push('d');
             }
             Value::Object(map) => {
                 if map.contains_key("__entity") {
@@ -247,9 +250,10 @@ fn args_shape(args: &Value) -> Option<String> {
 /// JSON reads as a decimal.
 fn decimal_text(extn: &Value) -> Option<&str> {
     let call = extn.as_object().filter(|call| call.len() == 2)?;
-    (call.get("fn")?.as_str()? == "decimal")
-        .then(|| call.get("arg")?.as_str())
-        .flatten()
+    if call.get("fn")?.as_str()? != "decimal" {
+        return None;
+    }
+    call.get("arg")?.as_str()
 }
 
 /// Whether `text` is a decimal Cedar parses whatever its digits: an

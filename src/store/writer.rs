@@ -417,11 +417,20 @@ impl Writer {
     /// Sends a job to the writer thread, counted in `queued` from before
     /// it enters the queue until its batch committed.
     async fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.entering_queue();
+        self.tx.send(job).await.map_err(|_| self.not_queued())
+    }
+
+    /// Counts a job about to enter the queue in `queued` (the writer thread
+    /// uncounts it once its batch committed).
+    fn entering_queue(&self) {
         self.shared.queued.fetch_add(1, Ordering::AcqRel);
-        self.tx.send(job).await.map_err(|_| {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-            stopped()
-        })
+    }
+
+    /// Uncounts a job the queue did not take; the error to report.
+    fn not_queued(&self) -> StoreError {
+        self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+        stopped()
     }
 
     /// Queues `ops` only if there is room now, in jobs, records and bytes
@@ -431,19 +440,15 @@ impl Writer {
         let Some(held) = self.budget.try_acquire(weigh(&ops)) else {
             return false;
         };
-        self.shared.queued.fetch_add(1, Ordering::AcqRel);
-        let sent = self
-            .tx
+        self.entering_queue();
+        self.tx
             .try_send(Job {
                 ops,
                 ack: None,
                 _held: held,
             })
-            .is_ok();
-        if !sent {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        sent
+            .map_err(|_| self.not_queued())
+            .is_ok()
     }
 
     /// Blocking variant of [`Writer::submit`] for synchronous callers
@@ -452,11 +457,8 @@ impl Writer {
         let (ack, done) = oneshot::channel();
         // Callers outside the runtime (the CLI) wait for permits on their thread.
         let job = futures_executor::block_on(self.job(ops, Some(ack)))?;
-        self.shared.queued.fetch_add(1, Ordering::AcqRel);
-        if self.tx.blocking_send(job).is_err() {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(stopped());
-        }
+        self.entering_queue();
+        self.tx.blocking_send(job).map_err(|_| self.not_queued())?;
         acknowledged(done.blocking_recv())
     }
 
@@ -652,7 +654,7 @@ fn run(shared: &Shared, mut queue: Queue) {
     while queue.next_batch(&mut batch).is_some() {
         let durable = batch.iter().any(|job| job.ack.is_some());
         let ops: Vec<&[WriteOp]> = batch.iter().map(|job| job.ops.as_slice()).collect();
-        let outcome = shared.lock().commit(&ops, durable, true).map_err(|e| {
+        let outcome = shared.lock().commit(&ops, durable).map_err(|e| {
             tracing::error!(error = %e, jobs = batch.len(), "durable write failed; batch rolled back");
             Arc::new(e)
         });
@@ -669,10 +671,10 @@ fn run(shared: &Shared, mut queue: Queue) {
 
 impl State {
     /// Commits `ops` (each job's ops in order) in one transaction, opening
-    /// a connection first if there is none; after a commit the writer
-    /// thread (`bound`) checkpoints a WAL past its bound. A failed commit
-    /// is rolled back and leaves what is known as it was.
-    fn commit(&mut self, ops: &[&[WriteOp]], durable: bool, bound: bool) -> Result<(), StoreError> {
+    /// a connection first if there is none, then checkpoints a WAL past its
+    /// bound (the writer thread's job). A failed commit is rolled back and
+    /// leaves what is known as it was.
+    fn commit(&mut self, ops: &[&[WriteOp]], durable: bool) -> Result<(), StoreError> {
         if self.conn.is_none() {
             match (self.connect)() {
                 Ok(c) => self.conn = Some(c),
@@ -685,7 +687,7 @@ impl State {
         let written = conn
             .begin(durable)
             .and_then(|()| write(conn, ops, &self.known));
-        if written.is_ok() && bound {
+        if written.is_ok() {
             conn.bound_wal();
         }
         self.settle(written)
