@@ -172,7 +172,7 @@ impl TestGateway {
             base: format!("http://{addr}"),
             gw,
             dir,
-            http: reqwest::Client::new(),
+            http: client(),
             shutdown: Some(tx),
             handle: Some(handle),
             policy_dirs: Vec::new(),
@@ -578,4 +578,15 @@ pub fn own_notes(record: &cedargate::store::decisions::NewDecision) -> Value {
         }
     }
     notes
+}
+
+/// The tests' HTTP client. It drops a connection idle for 2 s, before the
+/// gateway closes one idle for `http.idle_timeout_ms` (5 s by default): a
+/// request sent on a pooled connection just as the server closes it fails
+/// with `IncompleteMessage`, which a test waiting out a hang hit.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .unwrap()
 }
