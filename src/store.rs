@@ -133,6 +133,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("store/migrations/0012_console_resource_decision.sql"),
     ),
     (13, include_str!("store/migrations/0013_recall_terms.sql")),
+    (14, include_str!("store/migrations/0014_trail_recent.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.

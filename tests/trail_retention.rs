@@ -445,6 +445,103 @@ fn old_decision(i: usize) -> WriteOp {
     }))
 }
 
+/// How many records each of SQLite's two trail tables holds (the indexed
+/// one, the recent one).
+async fn trail_tables(g: &TestGateway) -> (i64, i64) {
+    g.gw.store
+        .read(|c| {
+            c.query_row(
+                "SELECT (SELECT count(*) FROM decisions_indexed),
+                        (SELECT count(*) FROM decisions_recent)",
+                cedargate::params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .await
+        .unwrap()
+}
+
+async fn is_sqlite(g: &TestGateway) -> bool {
+    let backend = g.gw.store.read(|c| Ok(c.backend())).await.unwrap();
+    backend == cedargate::store::Backend::Sqlite
+}
+
+/// SQLite keeps the trail's newest records in a table without secondary
+/// indexes and moves them into the indexed one 256 at a time (migration
+/// 14): a reader sees one trail across both, in order, and an archive
+/// prunes across both. PostgreSQL has one table; the reads are the same.
+#[tokio::test]
+async fn the_trail_reads_whole_across_moved_and_recent_records() {
+    let (g, t, cfg) = gateway().await;
+    let writer = g.gw.store.writer();
+    writer
+        .submit((0..300).map(old_decision).collect())
+        .await
+        .unwrap();
+    // The move runs after a batch's answers, before the next batch.
+    writer.flush().await.unwrap();
+    writer
+        .submit((300..305).map(old_decision).collect())
+        .await
+        .unwrap();
+    calls(&g, &t, 2).await;
+    writer.flush().await.unwrap();
+    if is_sqlite(&g).await {
+        let (indexed, recent) = trail_tables(&g).await;
+        assert_eq!(indexed, 300, "the first batch moved as a whole");
+        assert_eq!(recent, 7, "five old records and the two calls wait");
+    }
+    let all = seqs(&g).await;
+    assert_eq!(all, (1..=307).collect::<Vec<i64>>());
+    for id in ["old-0", "old-299", "old-304"] {
+        let found =
+            g.gw.store
+                .read(move |c| decisions::get(c, id))
+                .await
+                .unwrap();
+        assert_eq!(found.map(|d| d.record.id).as_deref(), Some(id));
+    }
+    let report = g.gw.store.read(decisions::verify).await.unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // An update through the view is refused, and so is a delete ahead of
+    // any anchor, wherever the record is.
+    for sql in [
+        "UPDATE decisions SET decision = 'deny' WHERE seq = 302",
+        "DELETE FROM decisions WHERE seq = 302",
+        "DELETE FROM decisions WHERE seq = 3",
+    ] {
+        let refused =
+            g.gw.store
+                .read(move |c| c.execute(sql, cedargate::params![]))
+                .await;
+        assert!(refused.is_err(), "{sql}");
+    }
+
+    // The archive takes the old records from both tables.
+    let out = g.dir.path().join("archive.jsonl");
+    let o = cli(
+        &cfg,
+        &[
+            "audit",
+            "archive",
+            "--before",
+            "2021-01-01T00:00:00Z",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(lines(&out).len(), 305);
+    assert_eq!(seqs(&g).await, vec![306, 307]);
+    if is_sqlite(&g).await {
+        assert_eq!(trail_tables(&g).await, (0, 2));
+    }
+    let report = g.gw.store.read(decisions::verify).await.unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    g.stop().await;
+}
+
 #[tokio::test]
 async fn the_server_archives_past_the_retention_period() {
     let archive_dir = tempfile::tempdir().unwrap();

@@ -120,32 +120,51 @@ pub struct ChainHead {
     pub anchor: (i64, String),
 }
 
-/// The head of the chain and its newest anchor, in one query.
+/// The head of the chain and its newest anchor. The head is read as the
+/// newest row (`ORDER BY seq DESC LIMIT 1`, seq selected), never as
+/// `max(seq)`: on SQLite `decisions` is the view of two tables, which
+/// SQLite answers by merging their newest rows for the first form and by
+/// scanning the whole trail for the second.
 pub fn chain_head(conn: &mut Conn) -> Result<ChainHead, StoreError> {
-    let row = conn.query_row(
-        "SELECT (SELECT seq FROM decisions ORDER BY seq DESC LIMIT 1),
-                (SELECT hash FROM decisions ORDER BY seq DESC LIMIT 1),
-                (SELECT seq FROM decision_anchors ORDER BY seq DESC LIMIT 1),
-                (SELECT hash FROM decision_anchors ORDER BY seq DESC LIMIT 1)",
+    let newest = conn.query_opt(
+        "SELECT seq, hash FROM decisions ORDER BY seq DESC LIMIT 1",
         params![],
-        |r| {
-            Ok((
-                r.get::<Option<i64>>(0)?,
-                r.get::<Option<String>>(1)?,
-                r.get::<Option<i64>>(2)?,
-                r.get::<Option<String>>(3)?,
-            ))
-        },
+        |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?)),
     )?;
-    let anchor = match (row.2, row.3) {
-        (Some(seq), Some(hash)) => (seq, hash),
-        _ => (0, GENESIS_HASH.to_string()),
-    };
-    let (seq, hash) = match (row.0, row.1) {
-        (Some(seq), Some(hash)) => (seq, hash),
-        _ => anchor.clone(),
-    };
+    let anchor = conn
+        .query_opt(
+            "SELECT seq, hash FROM decision_anchors ORDER BY seq DESC LIMIT 1",
+            params![],
+            |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?)),
+        )?
+        .unwrap_or_else(|| (0, GENESIS_HASH.to_string()));
+    let (seq, hash) = newest.unwrap_or_else(|| anchor.clone());
     Ok(ChainHead { seq, hash, anchor })
+}
+
+/// Moves the trail's recent records (SQLite's `decisions_recent`, which
+/// has no secondary index) into the indexed table, in the transaction the
+/// caller opened; returns how many moved. The copy goes first, then the
+/// recent table is emptied in one truncation (it has no delete trigger).
+/// See `src/store/README.md`, "The trail's recent records".
+pub fn move_recent(conn: &mut Conn) -> Result<u64, StoreError> {
+    let moved = conn.execute(
+        &format!(
+            "INSERT INTO decisions_indexed ({COLUMNS})
+             SELECT {COLUMNS} FROM decisions_recent ORDER BY seq"
+        ),
+        params![],
+    )?;
+    conn.execute("DELETE FROM decisions_recent", params![])?;
+    Ok(moved)
+}
+
+/// How many records wait in SQLite's `decisions_recent`.
+pub fn recent_count(conn: &mut Conn) -> Result<u64, StoreError> {
+    conn.query_row("SELECT count(*) FROM decisions_recent", params![], |r| {
+        r.get::<i64>(0)
+    })
+    .map(|n| u64::try_from(n).unwrap_or(0))
 }
 
 /// Stores an entity slice under its hash (idempotent).

@@ -68,7 +68,10 @@ pub fn anchors(conn: &mut Conn) -> Result<Vec<Anchor>, StoreError> {
 /// older.
 pub fn archivable_until(conn: &mut Conn, before: &str) -> Result<Option<i64>, StoreError> {
     let (first, head, first_newer): (Option<i64>, Option<i64>, Option<i64>) = conn.query_row(
-        "SELECT (SELECT min(seq) FROM decisions), (SELECT max(seq) FROM decisions),
+        // The ends as the first and last rows, not min()/max(): on SQLite
+        // `decisions` is a view of two tables (see `decisions::chain_head`).
+        "SELECT (SELECT seq FROM decisions ORDER BY seq LIMIT 1),
+                (SELECT seq FROM decisions ORDER BY seq DESC LIMIT 1),
                 (SELECT min(seq) FROM decisions WHERE time >= ?1)",
         params![before],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),

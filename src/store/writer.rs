@@ -83,10 +83,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use budget::{Budget, Held, QueueLevels, Weight};
 
-use super::StoreError;
 use super::db::{Conn, Db, Value};
 use super::decisions::{self, NewDecision};
 use super::observations::NewObservation;
+use super::{Backend, StoreError};
 use crate::params;
 
 /// One durable write.
@@ -225,6 +225,9 @@ struct State {
     conn: Option<Box<Conn>>,
     connect: Connector,
     known: Known,
+    /// Records waiting in SQLite's `decisions_recent` (`None`: not known
+    /// yet on this connection; counted when next needed).
+    recent: Option<u64>,
 }
 
 /// A counted request: one that will commit durably soon
@@ -296,6 +299,7 @@ impl Writer {
                 conn: initial,
                 connect,
                 known: Known::default(),
+                recent: None,
             }),
             queued: AtomicUsize::new(0),
             here_commits: AtomicU64::new(0),
@@ -398,9 +402,11 @@ impl Writer {
         };
         shared.here_commits.fetch_add(1, Ordering::Relaxed);
         let unbounded = state.conn.as_deref_mut().is_some_and(Db::wal_over_bound);
+        let move_due = state.move_due();
         drop(state);
-        if unbounded {
-            // The writer thread checkpoints after committing this empty job.
+        if unbounded || move_due {
+            // The writer thread checkpoints after committing this empty
+            // job, and moves the trail's recent records after answering.
             self.try_enqueue(Vec::new());
         }
         Ok(committed)
@@ -606,6 +612,12 @@ fn divergence_text(d: &super::shadow::Divergence) -> u64 {
         + list(&d.candidate_errors)
 }
 
+/// Records the trail's recent table (SQLite) collects before the writer
+/// moves them into the indexed table: each move writes the indexes' pages
+/// once for this many records, where each durable commit used to write a
+/// leaf of every index; a bigger batch holds the next request longer.
+const MOVE_RECENT_AT: u64 = 256;
+
 /// Entity snapshot hashes known to be committed; most decisions reuse a
 /// session's slice, so this skips re-inserting the same text. Bounded by
 /// clearing (a miss only costs an idempotent insert).
@@ -666,6 +678,8 @@ fn run(shared: &Shared, mut queue: Queue) {
                 let _ = ack.send(outcome.clone());
             }
         }
+        // After the answers: no request waits on the move it does not need.
+        shared.lock().move_recent_if_due();
     }
 }
 
@@ -677,7 +691,10 @@ impl State {
     fn commit(&mut self, ops: &[&[WriteOp]], durable: bool) -> Result<(), StoreError> {
         if self.conn.is_none() {
             match (self.connect)() {
-                Ok(c) => self.conn = Some(c),
+                Ok(c) => {
+                    self.conn = Some(c);
+                    self.recent = None;
+                }
                 Err(e) => tracing::warn!(error = %e, "writer cannot reach the database"),
             }
         }
@@ -705,12 +722,61 @@ impl State {
         Some(self.settle(written))
     }
 
+    /// Whether enough records wait in the trail's recent table to move them
+    /// (SQLite only; PostgreSQL has one table).
+    fn move_due(&mut self) -> bool {
+        let Some(conn) = self.conn.as_deref_mut() else {
+            return false;
+        };
+        if conn.backend() != Backend::Sqlite {
+            return false;
+        }
+        let recent = match self.recent {
+            Some(n) => n,
+            None => match decisions::recent_count(conn) {
+                Ok(n) => *self.recent.insert(n),
+                Err(_) => return false,
+            },
+        };
+        recent >= MOVE_RECENT_AT
+    }
+
+    /// Moves the trail's recent records into the indexed table once
+    /// [`MOVE_RECENT_AT`] wait, in a transaction that needs no sync of its
+    /// own: the records are durable already, and a crash before the next
+    /// sync only leaves them recent (the move is one transaction).
+    fn move_recent_if_due(&mut self) {
+        if !self.move_due() {
+            return;
+        }
+        let Some(conn) = self.conn.as_deref_mut() else {
+            return;
+        };
+        let moved = conn.begin(false).and_then(|()| {
+            decisions::move_recent(conn)?;
+            conn.commit()
+        });
+        match moved {
+            Ok(()) => {
+                self.recent = Some(0);
+                conn.bound_wal();
+            }
+            Err(e) => {
+                conn.rollback();
+                self.recent = None;
+                tracing::warn!(error = %e, "moving the trail's recent records failed; they stay readable where they are");
+            }
+        }
+    }
+
     /// After a commit: learns the snapshots it stored, or rolls a failure
     /// back (dropping a broken connection; the snapshots a failed batch
     /// meant to insert are gone with it).
     fn settle(&mut self, written: Result<Committed, StoreError>) -> Result<(), StoreError> {
         match written {
             Ok(committed) => {
+                let appended = u64::try_from(committed.decisions).unwrap_or(0);
+                self.recent = self.recent.map(|n| n.saturating_add(appended));
                 self.known.learn(committed);
                 Ok(())
             }
@@ -735,11 +801,13 @@ struct Known {
     anchor: i64,
 }
 
-/// What a committed batch teaches [`Known`].
+/// What a committed batch teaches [`Known`] and the recent-records count.
 struct Committed {
     snapshots: Vec<String>,
     /// The newest anchor the batch saw (`None`: it read no chain head).
     anchor: Option<i64>,
+    /// Decision records it appended.
+    decisions: i64,
 }
 
 impl Known {
@@ -776,6 +844,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
         (0, String::new(), None)
     };
     let anchor_seq = anchor.unwrap_or(known.anchor);
+    let first_seq = seq;
     let mut snapshots: Vec<String> = Vec::new();
     for ops in batch {
         for op in *ops {
@@ -824,7 +893,11 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
         }
     }
     tx.commit()?;
-    Ok(Committed { snapshots, anchor })
+    Ok(Committed {
+        snapshots,
+        anchor,
+        decisions: seq.saturating_sub(first_seq),
+    })
 }
 
 #[cfg(test)]

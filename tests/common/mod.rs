@@ -84,8 +84,25 @@ pub fn drop_database_of(dir: &Path) {
 /// attacker with database access would, on `backend`.
 pub fn drop_trail_guards(backend: cedargate::store::Backend) -> &'static str {
     match backend {
+        // `decisions` is a view of the indexed and the recent table
+        // (migration 14): the tamperer removes every guard and lets an
+        // update through the view reach whichever table holds the record.
         cedargate::store::Backend::Sqlite => {
-            "DROP TRIGGER decisions_no_update; DROP TRIGGER decisions_no_delete;"
+            "DROP TRIGGER decisions_no_update; DROP TRIGGER decisions_prune;
+             DROP TRIGGER decisions_indexed_no_update; DROP TRIGGER decisions_indexed_no_delete;
+             DROP TRIGGER decisions_recent_no_update;
+             CREATE TRIGGER decisions_tamper_update INSTEAD OF UPDATE ON decisions BEGIN
+                 UPDATE decisions_indexed SET decision = new.decision, reasons = new.reasons,
+                     notes = new.notes, outcome = new.outcome, context = new.context
+                  WHERE seq = old.seq;
+                 UPDATE decisions_recent SET decision = new.decision, reasons = new.reasons,
+                     notes = new.notes, outcome = new.outcome, context = new.context
+                  WHERE seq = old.seq;
+             END;
+             CREATE TRIGGER decisions_tamper_delete INSTEAD OF DELETE ON decisions BEGIN
+                 DELETE FROM decisions_indexed WHERE seq = old.seq;
+                 DELETE FROM decisions_recent WHERE seq = old.seq;
+             END;"
         }
         cedargate::store::Backend::Postgres => {
             "ALTER TABLE decisions DISABLE TRIGGER decisions_no_update;
