@@ -69,7 +69,7 @@ pub async fn writer_probe(dir: &Path, template: NewDecision) -> Res<Vec<(String,
                     stats(with_t),
                 ),
                 (
-                    "decisions::insert without entities (row + 3 indexes + hash)".to_string(),
+                    "decisions::insert without entities (row + hash; SQLite: the unindexed recent table)".to_string(),
                     stats(without_t),
                 ),
                 (
