@@ -181,6 +181,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("store/migrations/postgres/0013_recall_terms.sql"),
     ),
+    (
+        14,
+        include_str!("store/migrations/postgres/0014_trail_recent.sql"),
+    ),
 ];
 
 /// Applies every pending migration in one transaction; returns the versions
