@@ -90,6 +90,12 @@ async fn cli(cfg: &Path, args: &[&str]) -> std::process::Output {
     .unwrap()
 }
 
+/// `audit archive --before <before> --out <out>` through the CLI.
+async fn archive(cfg: &Path, before: &str, out: &Path) -> std::process::Output {
+    let out = out.to_str().unwrap();
+    cli(cfg, &["audit", "archive", "--before", before, "--out", out]).await
+}
+
 #[tokio::test]
 async fn archive_exports_prunes_and_the_rest_verifies_from_the_anchor() {
     let (g, t, cfg) = gateway().await;
@@ -116,18 +122,7 @@ async fn archive_exports_prunes_and_the_rest_verifies_from_the_anchor() {
             }
         })
     };
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            &before,
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(&cfg, &before, &out).await;
     writer.await.unwrap();
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(
@@ -178,18 +173,7 @@ async fn archive_exports_prunes_and_the_rest_verifies_from_the_anchor() {
 async fn archive_now(g: &TestGateway, cfg: &Path, name: &str) -> (PathBuf, retention::Anchor) {
     let before = cut_time().await;
     let out = g.dir.path().join(name);
-    let o = cli(
-        cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            &before,
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(cfg, &before, &out).await;
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     (out, anchors(g).await.pop().expect("an anchor"))
 }
@@ -246,18 +230,7 @@ async fn archiving_everything_keeps_the_chain_going_and_refetches_pruned_snapsho
     let snapshots = g.count("entity_snapshots").await;
     assert!(snapshots > 0);
     let out = g.dir.path().join("all.jsonl");
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            "2999-01-01T00:00:00Z",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(&cfg, "2999-01-01T00:00:00Z", &out).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(g.count("decisions").await, 0);
     // Nothing references the session's slice any more: it went too.
@@ -304,34 +277,12 @@ async fn a_tampered_chain_or_bad_input_is_refused_and_changes_nothing() {
     let out = g.dir.path().join("a.jsonl");
 
     // Bad input: exit 2, nothing written.
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            "last tuesday",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(&cfg, "last tuesday", &out).await;
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("RFC 3339"), "{}", stderr(&o));
     // An existing file is never overwritten.
     std::fs::write(&out, "keep me").unwrap();
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            "2999-01-01T00:00:00Z",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(&cfg, "2999-01-01T00:00:00Z", &out).await;
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("never overwrites"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
@@ -351,18 +302,7 @@ async fn a_tampered_chain_or_bad_input_is_refused_and_changes_nothing() {
         "UPDATE decisions SET reasons = '[\"forged\"]' WHERE seq = 3;",
     );
     let out = g.dir.path().join("b.jsonl");
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            "2999-01-01T00:00:00Z",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(&cfg, "2999-01-01T00:00:00Z", &out).await;
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("tampered: seq 3"), "{}", stderr(&o));
     assert!(
@@ -519,18 +459,7 @@ async fn the_trail_reads_whole_across_moved_and_recent_records() {
 
     // The archive takes the old records from both tables.
     let out = g.dir.path().join("archive.jsonl");
-    let o = cli(
-        &cfg,
-        &[
-            "audit",
-            "archive",
-            "--before",
-            "2021-01-01T00:00:00Z",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let o = archive(&cfg, "2021-01-01T00:00:00Z", &out).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(lines(&out).len(), 305);
     assert_eq!(seqs(&g).await, vec![306, 307]);

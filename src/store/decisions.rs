@@ -144,11 +144,11 @@ pub fn chain_head(conn: &mut Conn) -> Result<ChainHead, StoreError> {
 
 /// Moves the trail's recent records (SQLite's `decisions_recent`, which
 /// has no secondary index) into the indexed table, in the transaction the
-/// caller opened; returns how many moved. The copy goes first, then the
-/// recent table is emptied in one truncation (it has no delete trigger).
-/// See `src/store/README.md`, "The trail's recent records".
-pub fn move_recent(conn: &mut Conn) -> Result<u64, StoreError> {
-    let moved = conn.execute(
+/// caller opened. The copy goes first, then the recent table is emptied
+/// in one truncation (it has no delete trigger). See `src/store/README.md`,
+/// "The trail's recent records".
+pub fn move_recent(conn: &mut Conn) -> Result<(), StoreError> {
+    conn.execute(
         &format!(
             "INSERT INTO decisions_indexed ({COLUMNS})
              SELECT {COLUMNS} FROM decisions_recent ORDER BY seq"
@@ -156,7 +156,7 @@ pub fn move_recent(conn: &mut Conn) -> Result<u64, StoreError> {
         params![],
     )?;
     conn.execute("DELETE FROM decisions_recent", params![])?;
-    Ok(moved)
+    Ok(())
 }
 
 /// How many records wait in SQLite's `decisions_recent`.

@@ -775,8 +775,7 @@ impl State {
     fn settle(&mut self, written: Result<Committed, StoreError>) -> Result<(), StoreError> {
         match written {
             Ok(committed) => {
-                let appended = u64::try_from(committed.decisions).unwrap_or(0);
-                self.recent = self.recent.map(|n| n.saturating_add(appended));
+                self.recent = self.recent.map(|n| n.saturating_add(committed.decisions));
                 self.known.learn(committed);
                 Ok(())
             }
@@ -807,7 +806,7 @@ struct Committed {
     /// The newest anchor the batch saw (`None`: it read no chain head).
     anchor: Option<i64>,
     /// Decision records it appended.
-    decisions: i64,
+    decisions: u64,
 }
 
 impl Known {
@@ -896,7 +895,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
     Ok(Committed {
         snapshots,
         anchor,
-        decisions: seq.saturating_sub(first_seq),
+        decisions: u64::try_from(seq - first_seq).unwrap_or(0),
     })
 }
 
