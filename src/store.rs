@@ -134,6 +134,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     ),
     (13, include_str!("store/migrations/0013_recall_terms.sql")),
     (14, include_str!("store/migrations/0014_trail_recent.sql")),
+    (
+        15,
+        include_str!("store/migrations/0015_text_index_waits.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -184,6 +188,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         14,
         include_str!("store/migrations/postgres/0014_trail_recent.sql"),
+    ),
+    (
+        15,
+        include_str!("store/migrations/postgres/0015_text_index_waits.sql"),
     ),
 ];
 
@@ -408,6 +416,9 @@ impl Store {
         let wal = options.wal_max_bytes;
         let mut conn = SqliteConn::open(path)?.with_wal_limit(wal)?;
         migrate(&mut conn)?;
+        // Observations a crash left out of the text index join it now.
+        let db: &mut Conn = &mut conn;
+        db.transaction(observations::index_waiting)?;
         // A WAL left large by an earlier run (or a crash) shrinks now.
         match conn.checkpoint() {
             Ok(true) => {}
@@ -538,6 +549,14 @@ impl Store {
     pub async fn require_org(&self, org_id: &str) -> Result<(), StoreError> {
         let id = org_id.to_string();
         self.read(move |c| tenants::require_org(c, &id)).await
+    }
+
+    /// Waits until every observation committed before this call is in the
+    /// full-text index (SQLite indexes after answering the commit; see
+    /// `writer.rs`): a recall calls this before searching, so it finds
+    /// what was remembered the moment the remember was answered.
+    pub async fn text_indexed(&self) {
+        self.writer.text_indexed().await;
     }
 
     /// Runs `f` with a pooled connection off the async workers: on

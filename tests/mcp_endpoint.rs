@@ -557,12 +557,17 @@ async fn tool_failure_answers_32603_and_acknowledges_nothing() {
         .call_tool(&t, "af_memory_remember", json!({"content":"kept"}))
         .await;
     assert_eq!(body["result"]["isError"], false, "{body}");
-    // Break the full-text index: recall's search and remember's insert
-    // both fail inside the store.
+    // Break the full-text index (recall's search fails inside the store)
+    // and the observations' table (so does remember's insert: on SQLite
+    // it no longer touches the index in its own transaction).
     g.gw.store
         .read(|c| {
             c.execute_batch(match c.backend() {
-                cedargate::store::Backend::Sqlite => "DROP TABLE observations_fts;",
+                cedargate::store::Backend::Sqlite => {
+                    "DROP TABLE observations_fts;
+                     CREATE TRIGGER observations_broken BEFORE INSERT ON observations
+                     BEGIN SELECT RAISE(ABORT, 'broken'); END;"
+                }
                 cedargate::store::Backend::Postgres => {
                     "DROP TABLE recall_scopes CASCADE;
                      ALTER TABLE observations ADD CONSTRAINT broken CHECK (false) NOT VALID;"

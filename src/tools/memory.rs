@@ -245,6 +245,7 @@ pub async fn recall(
     // What a search costs depends on its project's size: cheap ones run
     // on this thread (`store/read_here.rs`).
     let key = (&tenant.session.org_id, &tenant.session.project_id);
+    store.text_indexed().await;
     let hits = store
         .read_keyed(key, move |conn| {
             observations::search(conn, &org, &project, &q, RECALL_CANDIDATES)
