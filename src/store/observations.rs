@@ -26,6 +26,9 @@
 //!   project with no observation at all answers after one index seek
 //!   (every FTS5 query costs a lookup per index segment). With no term
 //!   cut, the scores are exactly `bm25()`'s (a unit test compares them).
+//!   A new observation waits for the index until a recall needs it or 64
+//!   wait ([`index_waiting`]; `src/store/README.md`, "Observations wait
+//!   for the text index"), so a durable remember writes no index segment.
 //! - PostgreSQL: `observation_terms` holds one btree entry per (project,
 //!   lexeme, seq) with the lexeme's occurrences in the row and the row's
 //!   length, and `recall_scopes` numbers the projects and keeps each one's
