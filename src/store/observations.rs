@@ -859,6 +859,24 @@ mod tests {
             .unwrap();
         assert_eq!(found(&mut conn, "heron"), ["waiting heron"]);
         assert!(index_is_sound(&mut conn));
+        // The newest row deleted, its seq is handed out again: the new row
+        // still waits for the index rather than passing for indexed.
+        let max_seq = |c: &mut Conn| -> i64 {
+            c.query_row("SELECT max(seq) FROM observations", params![], |r| r.get(0))
+                .unwrap()
+        };
+        let newest = max_seq(&mut conn);
+        conn.execute("DELETE FROM observations WHERE seq = ?1", params![newest])
+            .unwrap();
+        insert(&mut conn, &observation(9, "late curlew")).unwrap();
+        let reused = max_seq(&mut conn);
+        assert_eq!(reused, newest, "SQLite hands the seq out again");
+        assert_eq!(index_waiting(&mut conn).unwrap(), 1);
+        assert_eq!(found(&mut conn, "curlew"), ["late curlew"]);
+        conn.execute("DELETE FROM observations WHERE seq = ?1", params![reused])
+            .unwrap();
+        assert!(found(&mut conn, "curlew").is_empty());
+        assert!(index_is_sound(&mut conn));
     }
 
     #[test]

@@ -9,6 +9,10 @@
 -- index"). `observations_fts_upto` holds the newest seq indexed: rows
 -- after it are not in the index, so deleting or updating one must not
 -- touch the index (an FTS5 'delete' of a row it never held corrupts it).
+-- A new row's seq is one past the largest left (no AUTOINCREMENT), so
+-- deleting the newest indexed rows lowers the mark to the largest seq
+-- left: a seq handed out again is then after the mark, never taken for
+-- indexed.
 -- PostgreSQL keeps indexing in the observation's own statement.
 DROP TRIGGER observations_ai;
 DROP TRIGGER observations_ad;
@@ -27,6 +31,8 @@ BEGIN
     INSERT INTO observations_fts(observations_fts, rowid, content, type, scope)
         VALUES ('delete', old.seq, old.content, coalesce(old.type, ''),
                 'p' || lower(hex(old.org_id)) || 'x' || lower(hex(old.project_id)) || 'q');
+    UPDATE observations_fts_upto SET seq = (SELECT coalesce(max(seq), 0) FROM observations)
+    WHERE id = 1 AND seq > (SELECT coalesce(max(seq), 0) FROM observations);
 END;
 CREATE TRIGGER observations_au AFTER UPDATE OF content, type, org_id, project_id ON observations
 WHEN old.seq <= (SELECT seq FROM observations_fts_upto WHERE id = 1)
