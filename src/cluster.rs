@@ -34,6 +34,11 @@ pub struct Cluster {
     recorded: Mutex<Option<String>>,
     /// Migrated, policy set recorded, instance registered.
     ready: AtomicBool,
+    /// Whether this instance left (its row removed at a clean stop); held
+    /// on the database thread around each write of the row, so a beat
+    /// still running when the stop aborted its task cannot bring the row
+    /// back after it was removed.
+    pub(crate) left: std::sync::Arc<Mutex<bool>>,
 }
 
 impl Default for Cluster {
@@ -43,6 +48,7 @@ impl Default for Cluster {
             started_at: crate::ids::now_rfc3339(),
             recorded: Mutex::new(None),
             ready: AtomicBool::new(false),
+            left: std::sync::Arc::new(Mutex::new(false)),
         }
     }
 }

@@ -13,6 +13,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::pg::backend_is_postgres;
 use common::{Tenant, TestGateway};
 use serde_json::{Value, json};
@@ -111,4 +113,83 @@ async fn a_search_after_the_wait_sees_every_committed_observation() {
             .unwrap();
         assert_eq!(hits.len(), 1, "round {i}: {word} not found");
     }
+}
+
+/// The text index's mark: the newest observation seq it holds.
+async fn indexed_upto(g: &TestGateway) -> i64 {
+    g.gw.store
+        .read(|c| {
+            c.query_row(
+                "SELECT seq FROM observations_fts_upto WHERE id = 1",
+                cedargate::params![],
+                |r| r.get(0),
+            )
+        })
+        .await
+        .unwrap()
+}
+
+async fn remember(g: &TestGateway, t: &Tenant, text: &str) {
+    let body = g
+        .call_tool(t, "af_memory_remember", json!({ "content": text }))
+        .await;
+    assert_eq!(body["result"]["isError"], false, "{body}");
+}
+
+#[tokio::test]
+async fn remembers_are_indexed_unasked_once_sixty_four_wait() {
+    if backend_is_postgres() {
+        return; // nothing waits on PostgreSQL
+    }
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    for i in 0..63 {
+        remember(&g, &t, &format!("note {i}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(indexed_upto(&g).await, 0, "63 wait: no indexing yet");
+    remember(&g, &t, "note 63").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while indexed_upto(&g).await < 64 {
+        assert!(Instant::now() < deadline, "64 waited and were not indexed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_recall_waits_one_second_at_most_for_a_failing_index() {
+    if backend_is_postgres() {
+        return; // nothing waits on PostgreSQL
+    }
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    remember(&g, &t, "the heron stands in the reeds").await;
+    assert!(recall(&g, &t, "heron").await.contains("heron stands"));
+    // Indexing now fails (its mark cannot move), the search still works.
+    g.gw.store
+        .read(|c| {
+            c.execute_batch(
+                "CREATE TRIGGER upto_broken BEFORE UPDATE ON observations_fts_upto
+                 BEGIN SELECT RAISE(ABORT, 'broken'); END;",
+            )
+        })
+        .await
+        .unwrap();
+    remember(&g, &t, "the egret stands in the reeds").await;
+    let started = Instant::now();
+    let found = tokio::time::timeout(Duration::from_secs(10), recall(&g, &t, "stands reeds"))
+        .await
+        .expect("the wait is bounded");
+    let waited = started.elapsed();
+    assert!(found.contains("heron stands"), "{found}");
+    assert!(!found.contains("egret"), "not indexed: {found}");
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    // Mended, the next recall indexes what waits and finds it.
+    g.gw.store
+        .read(|c| c.execute_batch("DROP TRIGGER upto_broken;"))
+        .await
+        .unwrap();
+    let found = recall(&g, &t, "egret").await;
+    assert!(found.contains("egret stands"), "{found}");
 }

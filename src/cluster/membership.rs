@@ -6,7 +6,7 @@
 //! migrated the store, recorded the active policy set and registered the
 //! instance, so a ready instance's decisions can always be replayed.
 
-use std::sync::Weak;
+use std::sync::{PoisonError, Weak};
 use std::time::Duration;
 
 use crate::gateway::Gateway;
@@ -41,7 +41,18 @@ pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         listen: gw.config.base_url(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    gw.store.read(move |c| instances::upsert(c, &row)).await?;
+    let left = std::sync::Arc::clone(&gw.cluster.left);
+    gw.store
+        .read(move |c| {
+            // A stop may have aborted this beat's task and removed the row
+            // while this closure waited for a connection: never re-add it.
+            let left = left.lock().unwrap_or_else(PoisonError::into_inner);
+            if *left {
+                return Ok(());
+            }
+            instances::upsert(c, &row)
+        })
+        .await?;
     if !gw.cluster.is_ready() {
         // MCP sessions ended on any instance (or before a restart).
         let since = crate::mcp::terminated::remembered_since();
@@ -87,9 +98,14 @@ pub async fn heartbeat_loop(gw: Weak<Gateway>) {
 pub async fn leave(gw: &Gateway) {
     let id = gw.cluster.instance_id.clone();
     let before = gone_before(gw);
+    let left = std::sync::Arc::clone(&gw.cluster.left);
     if let Err(e) = gw
         .store
-        .read(move |c| instances::remove(c, &id, &before))
+        .read(move |c| {
+            let mut left = left.lock().unwrap_or_else(PoisonError::into_inner);
+            *left = true;
+            instances::remove(c, &id, &before)
+        })
         .await
     {
         tracing::debug!(error = %e, "could not remove this instance's row");
