@@ -193,3 +193,63 @@ async fn a_recall_waits_one_second_at_most_for_a_failing_index() {
     let found = recall(&g, &t, "egret").await;
     assert!(found.contains("egret stands"), "{found}");
 }
+
+#[tokio::test]
+async fn a_recall_never_waits_on_its_thread_for_another_processs_write_lock() {
+    if backend_is_postgres() {
+        return; // nothing waits on PostgreSQL
+    }
+    // One runtime thread serves the gateway and this test: a request that
+    // blocked it would stall every other one.
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    remember(&g, &t, "the avocet sweeps the mud").await;
+    // Another writer of the database (the CLI archiving, say) holds its
+    // write lock for 3 s. Reads go on; indexing and commits cannot.
+    let path = g.gw.config.data_dir.join("cedargate.db");
+    let (locked, lock_held) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    lock_held.recv().unwrap();
+    let started = Instant::now();
+    let (url, key) = (t.mcp_url.clone(), t.key.clone());
+    let http = g.http.clone();
+    let recalling = tokio::spawn(async move {
+        http.post(url)
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "af_memory_recall", "arguments": {"query": "avocet", "workType": "feature"}}}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    // Timed from before the recall starts: a blocked thread would hold
+    // this task's timer and request back too.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let health = g
+        .http
+        .get(format!("{}/healthz", g.base))
+        .send()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(health.status().is_success());
+    assert!(
+        waited < Duration::from_secs(1),
+        "the server stalled {waited:?}"
+    );
+    let answered = recalling.await.unwrap();
+    assert!(answered.contains("\"isError\":false"), "{answered}");
+    holder.join().unwrap();
+    let found = recall(&g, &t, "avocet").await;
+    assert!(found.contains("avocet sweeps"), "{found}");
+}

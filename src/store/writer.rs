@@ -290,6 +290,15 @@ impl Drop for Expected {
     }
 }
 
+/// Whether indexing waits for a write lock another process holds.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// The writer thread: as long as the connection's busy timeout.
+    ForLock,
+    /// A requester's thread: never (the writer thread is asked instead).
+    Never,
+}
+
 /// When a durable batch waits for more jobs, and for how long.
 #[derive(Debug, Clone, Copy)]
 struct Delay {
@@ -400,7 +409,7 @@ impl Writer {
             && shared.alone()
             && let Ok(mut state) = shared.state.try_lock()
         {
-            state.index_text();
+            state.index_text(Wait::Never);
         }
         if *text.indexed.borrow() >= target {
             return;
@@ -873,15 +882,18 @@ impl State {
     fn index_text_if_due(&mut self) {
         let wanted = self.text.wanted.swap(false, Ordering::AcqRel);
         if wanted || self.unindexed >= INDEX_TEXT_AT {
-            self.index_text();
+            self.index_text(Wait::ForLock);
         }
     }
 
     /// Adds the observations waiting for the full-text index to it, in a
     /// transaction that needs no sync of its own (the rows are durable
     /// already; a crash leaves them waiting, and opening the store indexes
-    /// them). A failure is logged and retried when next asked.
-    fn index_text(&mut self) {
+    /// them). A failure is logged and retried when next asked. On a
+    /// requester's thread (`Wait::Never`) a write lock another process
+    /// holds is not waited for, as a lone commit does not wait: the writer
+    /// thread indexes instead.
+    fn index_text(&mut self, wait: Wait) {
         if self.unindexed == 0 {
             return;
         }
@@ -890,12 +902,20 @@ impl State {
         };
         // Under the state's lock every counted observation is committed.
         let target = self.text.written.load(Ordering::Acquire);
-        let indexed = conn.begin(false).and_then(|()| {
-            super::observations::index_waiting(conn)?;
-            conn.commit()
+        let begun = match wait {
+            Wait::Never => conn.begin_now(false),
+            Wait::ForLock => conn.begin(false).map(|()| true),
+        };
+        let indexed = begun.and_then(|begun| {
+            if begun {
+                super::observations::index_waiting(conn)?;
+                conn.commit()?;
+            }
+            Ok(begun)
         });
         match indexed {
-            Ok(()) => {
+            Ok(false) => {}
+            Ok(true) => {
                 self.unindexed = 0;
                 self.text.indexed.send_if_modified(|n| {
                     let behind = *n < target;
