@@ -232,6 +232,15 @@ struct TextIndex {
     wanted: AtomicBool,
 }
 
+impl TextIndex {
+    /// Observations committed and not yet indexed (exact under the
+    /// writer state's lock, which every commit and indexing holds).
+    fn waiting(&self) -> u64 {
+        let written = self.written.load(Ordering::Acquire);
+        written.saturating_sub(*self.indexed.borrow())
+    }
+}
+
 /// Observations that may wait for the text index before the writer thread
 /// indexes them unasked: bounds what one indexing (or the recall that
 /// asks for it) costs, about 20 µs of CPU per observation.
@@ -272,9 +281,8 @@ struct State {
     /// Records waiting in SQLite's `decisions_recent` (`None`: not known
     /// yet on this connection; counted when next needed).
     recent: Option<u64>,
-    /// Observations waiting for the text index (SQLite; committed by this
-    /// process, or left by a crash, which opening the store indexes).
-    unindexed: u64,
+    /// Observations committed and indexed (SQLite; rows a crash left
+    /// waiting are indexed when the store opens).
     text: Arc<TextIndex>,
 }
 
@@ -290,7 +298,8 @@ impl Drop for Expected {
     }
 }
 
-/// Whether indexing waits for a write lock another process holds.
+/// Whether a transaction of the writer's own (indexing, moving records)
+/// waits for a write lock another process holds.
 #[derive(Debug, Clone, Copy)]
 enum Wait {
     /// The writer thread: as long as the connection's busy timeout.
@@ -362,7 +371,6 @@ impl Writer {
                 connect,
                 known: Known::default(),
                 recent: None,
-                unindexed: 0,
                 text: Arc::clone(&text),
             }),
             queued: AtomicUsize::new(0),
@@ -502,7 +510,7 @@ impl Writer {
         };
         shared.here_commits.fetch_add(1, Ordering::Relaxed);
         let unbounded = state.conn.as_deref_mut().is_some_and(Db::wal_over_bound);
-        let later = state.move_due() || state.unindexed >= INDEX_TEXT_AT;
+        let later = state.move_due() || state.text.waiting() >= INDEX_TEXT_AT;
         drop(state);
         if unbounded || later {
             // The writer thread checkpoints on this empty job, indexes the
@@ -857,20 +865,10 @@ impl State {
         if !self.move_due() {
             return;
         }
-        let Some(conn) = self.conn.as_deref_mut() else {
-            return;
-        };
-        let moved = conn.begin(false).and_then(|()| {
-            decisions::move_recent(conn)?;
-            conn.commit()
-        });
-        match moved {
-            Ok(()) => {
-                self.recent = Some(0);
-                conn.bound_wal();
-            }
+        match self.unsynced(Wait::ForLock, decisions::move_recent) {
+            Ok(true) => self.recent = Some(0),
+            Ok(false) => {}
             Err(e) => {
-                conn.rollback();
                 self.recent = None;
                 tracing::warn!(error = %e, "moving the trail's recent records failed; they stay readable where they are");
             }
@@ -881,7 +879,7 @@ impl State {
     /// recall asked for them.
     fn index_text_if_due(&mut self) {
         let wanted = self.text.wanted.swap(false, Ordering::AcqRel);
-        if wanted || self.unindexed >= INDEX_TEXT_AT {
+        if wanted || self.text.waiting() >= INDEX_TEXT_AT {
             self.index_text(Wait::ForLock);
         }
     }
@@ -894,44 +892,62 @@ impl State {
     /// holds is not waited for, as a lone commit does not wait: the writer
     /// thread indexes instead.
     fn index_text(&mut self, wait: Wait) {
-        if self.unindexed == 0 {
+        if self.text.waiting() == 0 {
             return;
         }
-        let Some(conn) = self.conn.as_deref_mut() else {
-            return;
-        };
         // Under the state's lock every counted observation is committed.
         let target = self.text.written.load(Ordering::Acquire);
-        let begun = match wait {
-            Wait::Never => conn.begin_now(false),
-            Wait::ForLock => conn.begin(false).map(|()| true),
-        };
-        let indexed = begun.and_then(|begun| {
-            if begun {
-                super::observations::index_waiting(conn)?;
-                conn.commit()?;
-            }
-            Ok(begun)
-        });
-        match indexed {
-            Ok(false) => {}
+        let index = |conn: &mut Conn| super::observations::index_waiting(conn).map(drop);
+        match self.unsynced(wait, index) {
             Ok(true) => {
-                self.unindexed = 0;
                 self.text.indexed.send_if_modified(|n| {
                     let behind = *n < target;
                     *n = (*n).max(target);
                     behind
                 });
-                conn.bound_wal();
             }
+            Ok(false) => {}
             Err(e) => {
+                tracing::warn!(error = %e, "indexing new observations failed; they are stored and wait for the next try");
+            }
+        }
+    }
+
+    /// Runs `work` in a transaction that needs no sync of its own (its
+    /// inputs are durable already), then bounds the WAL. `Ok(false)`: not
+    /// run (no connection, or `Wait::Never` and another process holds the
+    /// write lock). A failure is rolled back, and a broken connection
+    /// dropped.
+    fn unsynced(
+        &mut self,
+        wait: Wait,
+        work: impl FnOnce(&mut Conn) -> Result<(), StoreError>,
+    ) -> Result<bool, StoreError> {
+        let Some(conn) = self.conn.as_deref_mut() else {
+            return Ok(false);
+        };
+        let begun = match wait {
+            Wait::Never => conn.begin_now(false),
+            Wait::ForLock => conn.begin(false).map(|()| true),
+        };
+        let done = begun.and_then(|begun| {
+            if begun {
+                work(conn)?;
+                conn.commit()?;
+            }
+            Ok(begun)
+        });
+        match &done {
+            Ok(true) => conn.bound_wal(),
+            Ok(false) => {}
+            Err(_) => {
                 conn.rollback();
                 if conn.is_broken() {
                     self.conn = None;
                 }
-                tracing::warn!(error = %e, "indexing new observations failed; they are stored and wait for the next try");
             }
         }
+        done
     }
 
     /// After a commit: learns the snapshots it stored, or rolls a failure
@@ -946,7 +962,6 @@ impl State {
                     .as_deref()
                     .is_some_and(|c| c.backend() == Backend::Sqlite);
                 if committed.observations > 0 && sqlite {
-                    self.unindexed += committed.observations;
                     let text = &self.text.written;
                     text.fetch_add(committed.observations, Ordering::AcqRel);
                 }
