@@ -822,6 +822,67 @@ mod tests {
         assert!(terminated(&store, "s1").await);
     }
 
+    /// The entity slice of [`record`]'s decisions.
+    const ENTITIES: &str = "[]";
+
+    /// A decision record with `id`, as the PEP would hand it over.
+    fn record(id: &str) -> decisions::NewDecision {
+        use sha2::Digest;
+        decisions::NewDecision {
+            id: id.to_string(),
+            time: "2026-11-27T00:00:00Z".into(),
+            org_id: Some("o1".into()),
+            session_id: Some("s1".into()),
+            principal: "Gateway::Agent::\"a1\"".into(),
+            action: "call_tool".into(),
+            resource: "Gateway::Tool::\"t1\"".into(),
+            context: "{}".into(),
+            entities_hash: hex::encode(sha2::Sha256::digest(ENTITIES)),
+            entities: Some(ENTITIES.into()),
+            policy_hash: "p".into(),
+            decision: "allow".into(),
+            reasons: "[]".into(),
+            errors: "[]".into(),
+            outcome: "{}".into(),
+            notes: "{}".into(),
+        }
+    }
+
+    /// The trail's records in order: (seq, id).
+    async fn trail(store: &Store) -> Vec<(i64, String)> {
+        let rows = store.read(|c| decisions::page(c, 0, 100)).await.unwrap();
+        rows.into_iter().map(|r| (r.seq, r.record.id)).collect()
+    }
+
+    #[tokio::test]
+    async fn the_writer_appends_after_records_another_process_chained_meanwhile() {
+        let (_dir, path, store) = temp_store().await;
+        let writer = store.writer();
+        let decision = |id: &str| WriteOp::Decision(Box::new(record(id)));
+        writer.submit(vec![decision("w1")]).await.unwrap();
+        writer.submit(vec![decision("w2")]).await.unwrap();
+        // Another process (the CLI, another instance) appends to the chain.
+        let mut other = SqliteConn::open(&path).unwrap();
+        for id in ["o1", "o2"] {
+            other.begin(true).unwrap();
+            let head = decisions::chain_head(&mut other).unwrap();
+            let d = record(id);
+            decisions::insert_snapshot(&mut other, &d.entities_hash, ENTITIES).unwrap();
+            decisions::insert(&mut other, head.seq + 1, &head.hash, &d).unwrap();
+            other.commit().unwrap();
+        }
+        // Alone (on this thread) and through the queue: both after them.
+        writer.submit(vec![decision("w3")]).await.unwrap();
+        let _calls = (writer.call_started(), writer.call_started());
+        writer.submit(vec![decision("w4")]).await.unwrap();
+        let ids = ["w1", "w2", "o1", "o2", "w3", "w4"];
+        let expected: Vec<(i64, String)> = (1..).zip(ids.map(String::from)).collect();
+        assert_eq!(trail(&store).await, expected);
+        let report = store.read(decisions::verify).await.unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert_eq!(report.checked, 6);
+    }
+
     #[test]
     fn both_backends_have_the_same_migration_versions() {
         let versions = |m: &[(i64, &str)]| m.iter().map(|(v, _)| *v).collect::<Vec<_>>();

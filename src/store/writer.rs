@@ -804,6 +804,8 @@ impl State {
                 Ok(c) => {
                     self.conn = Some(c);
                     self.recent = None;
+                    // A data version is a connection's own count.
+                    self.known.head = None;
                 }
                 Err(e) => tracing::warn!(error = %e, "writer cannot reach the database"),
             }
@@ -969,6 +971,7 @@ impl State {
                 Ok(())
             }
             Err(e) => {
+                self.known.head = None;
                 if let Some(conn) = self.conn.as_deref_mut() {
                     conn.rollback();
                     if conn.is_broken() {
@@ -982,10 +985,29 @@ impl State {
 }
 
 /// Entity snapshots known to be stored, valid while the newest anchor
-/// stays where it was when they were learnt.
+/// stays where it was when they were learnt; and the chain's head as this
+/// connection's last chained commit left it.
 #[derive(Default)]
 struct Known {
     hashes: std::collections::HashSet<String>,
+    anchor: i64,
+    head: Option<KnownHead>,
+}
+
+/// The chain's head after this connection's last chained commit, and the
+/// database's data version then (SQLite, [`Db::data_version`]). While the
+/// version reads the same, no other connection committed since, so the
+/// head is still the chain's: a batch appends after it without reading
+/// the trail's newest row and the newest anchor (two queries on every
+/// commit's path). Another process appending or pruning changes the
+/// version, and the head is read again. Only this connection's own
+/// commits leave the version as it was, and all of them go through
+/// [`write`] (which learns the new head) or move records without
+/// changing the head.
+struct KnownHead {
+    version: i64,
+    seq: i64,
+    hash: String,
     anchor: i64,
 }
 
@@ -994,6 +1016,8 @@ struct Committed {
     snapshots: Vec<String>,
     /// The newest anchor the batch saw (`None`: it read no chain head).
     anchor: Option<i64>,
+    /// The head it left, when the backend tells other writers apart.
+    head: Option<KnownHead>,
     /// Decision records it appended.
     decisions: u64,
     /// Observations it stored.
@@ -1016,6 +1040,35 @@ impl Known {
             self.hashes.clear();
         }
         self.hashes.extend(c.snapshots);
+        if c.head.is_some() {
+            self.head = c.head;
+        }
+    }
+
+    /// The chain's head for a batch that appends to it, in the transaction
+    /// just begun (which holds the chain lock): the known one while the
+    /// database's version says nobody else committed, else read.
+    fn chain_head(&self, tx: &mut Conn) -> Result<(KnownHead, bool), StoreError> {
+        let version = tx.data_version()?;
+        if let (Some(version), Some(known)) = (version, &self.head)
+            && known.version == version
+        {
+            let head = KnownHead {
+                version,
+                seq: known.seq,
+                hash: known.hash.clone(),
+                anchor: known.anchor,
+            };
+            return Ok((head, true));
+        }
+        let head = decisions::chain_head(tx)?;
+        let head = KnownHead {
+            version: version.unwrap_or_default(),
+            seq: head.seq,
+            hash: head.hash,
+            anchor: head.anchor.0,
+        };
+        Ok((head, version.is_some()))
     }
 }
 
@@ -1026,12 +1079,13 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
     let chained = batch
         .iter()
         .any(|ops| ops.iter().any(|op| matches!(op, WriteOp::Decision(_))));
-    let (mut seq, mut hash, anchor) = if chained {
+    let (mut seq, mut hash, anchor, version) = if chained {
         tx.lock_chain()?;
-        let head = decisions::chain_head(tx)?;
-        (head.seq, head.hash, Some(head.anchor.0))
+        let (head, trusted) = known.chain_head(tx)?;
+        let version = trusted.then_some(head.version);
+        (head.seq, head.hash, Some(head.anchor), version)
     } else {
-        (0, String::new(), None)
+        (0, String::new(), None, None)
     };
     let anchor_seq = anchor.unwrap_or(known.anchor);
     let first_seq = seq;
@@ -1087,9 +1141,16 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
         }
     }
     tx.commit()?;
+    let head = version.zip(anchor).map(|(version, anchor)| KnownHead {
+        version,
+        seq,
+        hash,
+        anchor,
+    });
     Ok(Committed {
         snapshots,
         anchor,
+        head,
         decisions: u64::try_from(seq - first_seq).unwrap_or(0),
         observations,
     })
