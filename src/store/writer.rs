@@ -1006,6 +1006,13 @@ struct Known {
 /// changing the head.
 struct KnownHead {
     version: i64,
+    head: Head,
+}
+
+/// Where a batch appends: after record `seq` (hash `hash`), with the newest
+/// anchor at `anchor`.
+#[derive(Clone)]
+struct Head {
     seq: i64,
     hash: String,
     anchor: i64,
@@ -1046,29 +1053,21 @@ impl Known {
     }
 
     /// The chain's head for a batch that appends to it, in the transaction
-    /// just begun (which holds the chain lock): the known one while the
-    /// database's version says nobody else committed, else read.
-    fn chain_head(&self, tx: &mut Conn) -> Result<(KnownHead, bool), StoreError> {
+    /// just begun (which holds the chain lock), and the database's data
+    /// version it was read at: the known head while the version says
+    /// nobody else committed, else read.
+    fn chain_head(&self, tx: &mut Conn) -> Result<(Option<i64>, Head), StoreError> {
         let version = tx.data_version()?;
-        if let (Some(version), Some(known)) = (version, &self.head)
-            && known.version == version
-        {
-            let head = KnownHead {
-                version,
-                seq: known.seq,
-                hash: known.hash.clone(),
-                anchor: known.anchor,
-            };
-            return Ok((head, true));
+        if let Some(known) = self.head.as_ref().filter(|k| Some(k.version) == version) {
+            return Ok((version, known.head.clone()));
         }
         let head = decisions::chain_head(tx)?;
-        let head = KnownHead {
-            version: version.unwrap_or_default(),
+        let head = Head {
             seq: head.seq,
             hash: head.hash,
             anchor: head.anchor.0,
         };
-        Ok((head, version.is_some()))
+        Ok((version, head))
     }
 }
 
@@ -1081,8 +1080,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
         .any(|ops| ops.iter().any(|op| matches!(op, WriteOp::Decision(_))));
     let (mut seq, mut hash, anchor, version) = if chained {
         tx.lock_chain()?;
-        let (head, trusted) = known.chain_head(tx)?;
-        let version = trusted.then_some(head.version);
+        let (version, head) = known.chain_head(tx)?;
         (head.seq, head.hash, Some(head.anchor), version)
     } else {
         (0, String::new(), None, None)
@@ -1143,9 +1141,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
     tx.commit()?;
     let head = version.zip(anchor).map(|(version, anchor)| KnownHead {
         version,
-        seq,
-        hash,
-        anchor,
+        head: Head { seq, hash, anchor },
     });
     Ok(Committed {
         snapshots,
