@@ -445,7 +445,9 @@ async fn post(
         .post(ep.url.clone())
         .header(ACCEPT, "application/json, text/event-stream")
         .header(CONTENT_TYPE, "application/json")
-        .body(body.to_string());
+        // `to_vec` writes the bytes straight (`to_string` goes through
+        // `Display`'s formatter); a `Value` always serializes.
+        .body(serde_json::to_vec(body).unwrap_or_default());
     if let Some(s) = session {
         req = req.header("MCP-Protocol-Version", &s.version);
         if let Some(id) = &s.id {
