@@ -46,11 +46,9 @@ async fn a_recall_right_after_a_remember_finds_it() {
 
 #[tokio::test]
 async fn observations_left_out_of_the_index_are_indexed_when_the_store_opens() {
-    if backend_is_postgres() {
-        return; // PostgreSQL indexes an observation in its own statement
-    }
-    let g = TestGateway::start().await;
-    let mut t = g.tenant("acme").await;
+    let Some((g, mut t)) = sqlite_gateway().await else {
+        return;
+    };
     // What a crash between a remember's commit and its indexing leaves:
     // a stored row the index does not hold (written behind the writer's
     // back, so it never learns of it).
@@ -108,6 +106,17 @@ async fn a_search_after_the_wait_sees_every_committed_observation() {
     }
 }
 
+/// A gateway and a tenant on SQLite; `None` on PostgreSQL, which indexes
+/// an observation in its own statement (nothing waits there).
+async fn sqlite_gateway() -> Option<(TestGateway, Tenant)> {
+    if backend_is_postgres() {
+        return None;
+    }
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    Some((g, t))
+}
+
 /// The text index's mark: the newest observation seq it holds.
 async fn indexed_upto(g: &TestGateway) -> i64 {
     g.gw.store
@@ -131,11 +140,9 @@ async fn remember(g: &TestGateway, t: &Tenant, text: &str) {
 
 #[tokio::test]
 async fn remembers_are_indexed_unasked_once_sixty_four_wait() {
-    if backend_is_postgres() {
-        return; // nothing waits on PostgreSQL
-    }
-    let g = TestGateway::start().await;
-    let t = g.tenant("acme").await;
+    let Some((g, t)) = sqlite_gateway().await else {
+        return;
+    };
     for i in 0..63 {
         remember(&g, &t, &format!("note {i}")).await;
     }
@@ -151,11 +158,9 @@ async fn remembers_are_indexed_unasked_once_sixty_four_wait() {
 
 #[tokio::test]
 async fn a_recall_waits_one_second_at_most_for_a_failing_index() {
-    if backend_is_postgres() {
-        return; // nothing waits on PostgreSQL
-    }
-    let g = TestGateway::start().await;
-    let t = g.tenant("acme").await;
+    let Some((g, t)) = sqlite_gateway().await else {
+        return;
+    };
     remember(&g, &t, "the heron stands in the reeds").await;
     assert!(recall(&g, &t, "heron").await.contains("heron stands"));
     // Indexing now fails (its mark cannot move), the search still works.
@@ -189,13 +194,11 @@ async fn a_recall_waits_one_second_at_most_for_a_failing_index() {
 
 #[tokio::test]
 async fn a_recall_never_waits_on_its_thread_for_another_processs_write_lock() {
-    if backend_is_postgres() {
-        return; // nothing waits on PostgreSQL
-    }
+    let Some((g, t)) = sqlite_gateway().await else {
+        return;
+    };
     // One runtime thread serves the gateway and this test: a request that
     // blocked it would stall every other one.
-    let g = TestGateway::start().await;
-    let t = g.tenant("acme").await;
     remember(&g, &t, "the avocet sweeps the mud").await;
     // Another writer of the database (the CLI archiving, say) holds its
     // write lock for 3 s. Reads go on; indexing and commits cannot.
