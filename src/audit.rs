@@ -46,21 +46,26 @@ impl Decided {
 
     /// The record with its outcome filled in.
     pub fn finish(mut self, outcome: Value) -> NewDecision {
-        self.record.outcome = outcome.to_string();
+        self.record.outcome = json_text(&outcome);
         self.record
     }
 
     /// The record with the default outcome for its verdict: `allowed` (the
     /// request went on) or `denied` (nothing ran).
-    pub fn finish_default(self) -> NewDecision {
-        let outcome = if self.verdict.allowed {
-            serde_json::json!({ "status": "allowed" })
+    pub fn finish_default(mut self) -> NewDecision {
+        // The text `json!({"status": …})` serializes to, without building it.
+        self.record.outcome = if self.verdict.allowed {
+            prelude::ALLOWED_OUTCOME
         } else {
-            serde_json::json!({ "status": "denied" })
-        };
-        self.finish(outcome)
+            DENIED_OUTCOME
+        }
+        .to_string();
+        self.record
     }
 }
+
+/// The default outcome of a denied decision (`Decided::finish_default`).
+const DENIED_OUTCOME: &str = r#"{"status":"denied"}"#;
 
 /// Who a decision is about, for the record's indexing columns.
 #[derive(Debug, Clone, Copy)]
@@ -101,12 +106,19 @@ pub fn decide(
         entities: Some(slice.json.clone()),
         policy_hash: bundle.hash.clone(),
         decision: if verdict.allowed { "allow" } else { "deny" }.to_string(),
-        reasons: Value::from(verdict.reasons.clone()).to_string(),
-        errors: Value::from(verdict.errors.clone()).to_string(),
+        reasons: json_text(&verdict.reasons),
+        errors: json_text(&verdict.errors),
         outcome: "null".to_string(),
         notes: "null".to_string(),
     };
     Decided { verdict, record }
+}
+
+/// Compact JSON text of a record field, written straight to bytes (a
+/// `Value`'s `Display` goes through the formatter, and a list of strings
+/// needs no `Value` at all); the same text either way.
+fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
 }
 
 /// The verdict of one in-session request, handed to the PEP's observer
@@ -635,4 +647,28 @@ fn batch_nodes(notes: &Value) -> Result<Vec<(&str, &str, &str, &str)>, NodeBatch
         parsed.push((field(0), field(1), field(2), recorded));
     }
     Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    /// The texts a record holds are the ones its `Value`s serialize to, so
+    /// records read back, fold and hash as before.
+    #[test]
+    fn record_texts_are_the_json_they_stand_for() {
+        let allowed = json!({ "status": "allowed" }).to_string();
+        assert_eq!(super::prelude::ALLOWED_OUTCOME, allowed);
+        assert_eq!(
+            super::DENIED_OUTCOME,
+            json!({ "status": "denied" }).to_string()
+        );
+        let reasons = vec!["a \"quoted\" id".to_string(), "ünïcode\n".to_string()];
+        assert_eq!(
+            super::json_text(&reasons),
+            Value::from(reasons.clone()).to_string()
+        );
+        let outcome = json!({ "status": "completed", "durationMs": 0.5, "n": [1, null] });
+        assert_eq!(super::json_text(&outcome), outcome.to_string());
+    }
 }

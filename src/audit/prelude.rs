@@ -45,7 +45,7 @@ pub const PRELUDE_KEY: &str = "prelude";
 pub const PRELUDE_FORMAT: u64 = 1;
 
 /// The outcome a prelude decision carries (`Decided::finish_default`).
-const ALLOWED_OUTCOME: &str = r#"{"status":"allowed"}"#;
+pub(super) const ALLOWED_OUTCOME: &str = r#"{"status":"allowed"}"#;
 
 /// Folds the foldable prelude decisions of `ops` (one request's writes,
 /// in order) into the next decision record of the same request. Other
