@@ -55,7 +55,7 @@ impl Decided {
     pub fn finish_default(mut self) -> NewDecision {
         // The text `json!({"status": …})` serializes to, without building it.
         self.record.outcome = if self.verdict.allowed {
-            prelude::ALLOWED_OUTCOME
+            ALLOWED_OUTCOME
         } else {
             DENIED_OUTCOME
         }
@@ -64,7 +64,11 @@ impl Decided {
     }
 }
 
-/// The default outcome of a denied decision (`Decided::finish_default`).
+/// The default outcome of an allowed decision (`Decided::finish_default`),
+/// the one a foldable prelude decision carries.
+pub(crate) const ALLOWED_OUTCOME: &str = r#"{"status":"allowed"}"#;
+
+/// The default outcome of a denied decision.
 const DENIED_OUTCOME: &str = r#"{"status":"denied"}"#;
 
 /// Who a decision is about, for the record's indexing columns.
@@ -658,7 +662,7 @@ mod tests {
     #[test]
     fn record_texts_are_the_json_they_stand_for() {
         let allowed = json!({ "status": "allowed" }).to_string();
-        assert_eq!(super::prelude::ALLOWED_OUTCOME, allowed);
+        assert_eq!(super::ALLOWED_OUTCOME, allowed);
         assert_eq!(
             super::DENIED_OUTCOME,
             json!({ "status": "denied" }).to_string()

@@ -34,6 +34,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+// The outcome a prelude decision carries (`Decided::finish_default`).
+use super::ALLOWED_OUTCOME;
 use crate::policy::Action;
 use crate::store::WriteOp;
 use crate::store::decisions::NewDecision;
@@ -43,9 +45,6 @@ pub const PRELUDE_KEY: &str = "prelude";
 
 /// The prelude format this build writes and reads.
 pub const PRELUDE_FORMAT: u64 = 1;
-
-/// The outcome a prelude decision carries (`Decided::finish_default`).
-pub(super) const ALLOWED_OUTCOME: &str = r#"{"status":"allowed"}"#;
 
 /// Folds the foldable prelude decisions of `ops` (one request's writes,
 /// in order) into the next decision record of the same request. Other
