@@ -1006,16 +1006,7 @@ struct Known {
 /// changing the head.
 struct KnownHead {
     version: i64,
-    head: Head,
-}
-
-/// Where a batch appends: after record `seq` (hash `hash`), with the newest
-/// anchor at `anchor`.
-#[derive(Clone)]
-struct Head {
-    seq: i64,
-    hash: String,
-    anchor: i64,
+    head: decisions::ChainHead,
 }
 
 /// What a committed batch teaches [`Known`] and the recent-records count.
@@ -1056,18 +1047,12 @@ impl Known {
     /// just begun (which holds the chain lock), and the database's data
     /// version it was read at: the known head while the version says
     /// nobody else committed, else read.
-    fn chain_head(&self, tx: &mut Conn) -> Result<(Option<i64>, Head), StoreError> {
+    fn chain_head(&self, tx: &mut Conn) -> Result<(Option<i64>, decisions::ChainHead), StoreError> {
         let version = tx.data_version()?;
         if let Some(known) = self.head.as_ref().filter(|k| Some(k.version) == version) {
             return Ok((version, known.head.clone()));
         }
-        let head = decisions::chain_head(tx)?;
-        let head = Head {
-            seq: head.seq,
-            hash: head.hash,
-            anchor: head.anchor.0,
-        };
-        Ok((version, head))
+        Ok((version, decisions::chain_head(tx)?))
     }
 }
 
@@ -1085,7 +1070,8 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
     } else {
         (0, String::new(), None, None)
     };
-    let anchor_seq = anchor.unwrap_or(known.anchor);
+    let read_anchor = anchor.as_ref().map(|a| a.0);
+    let anchor_seq = read_anchor.unwrap_or(known.anchor);
     let first_seq = seq;
     let mut observations = 0;
     let mut snapshots: Vec<String> = Vec::new();
@@ -1141,11 +1127,11 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
     tx.commit()?;
     let head = version.zip(anchor).map(|(version, anchor)| KnownHead {
         version,
-        head: Head { seq, hash, anchor },
+        head: decisions::ChainHead { seq, hash, anchor },
     });
     Ok(Committed {
         snapshots,
-        anchor,
+        anchor: read_anchor,
         head,
         decisions: u64::try_from(seq - first_seq).unwrap_or(0),
         observations,
