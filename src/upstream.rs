@@ -32,6 +32,7 @@ pub mod client;
 pub mod declared;
 pub mod descriptor;
 pub mod entries;
+pub mod http;
 pub mod input;
 pub mod refresh;
 pub mod registry;
@@ -54,6 +55,7 @@ use crate::store::{Store, StoreError};
 use crate::tools::Relay;
 use client::{ClientError, Endpoint, Outgoing, Session, Transport};
 use declared::Declared;
+use http::Http;
 use registry::{Listing, OrgUpstreams, PinnedTool, ServerTarget};
 use stdio::StdioServer;
 
@@ -86,7 +88,7 @@ const LIST_CHANGED_QUEUE: usize = 1024;
 pub enum UpstreamError {
     /// The outbound HTTP client could not be built.
     #[error("cannot build the upstream HTTP client: {0}")]
-    Client(reqwest::Error),
+    Client(http::HttpError),
     /// A `[[upstreams]]` declaration is invalid.
     #[error("{0}")]
     Declared(String),
@@ -97,7 +99,7 @@ pub enum UpstreamError {
 pub struct Upstreams {
     store: Store,
     /// Outbound HTTP (connection pool shared by every upstream).
-    pub http: reqwest::Client,
+    pub http: Http,
     orgs: Cache<String, Arc<OrgUpstreams>>,
     sessions: Cache<String, Arc<Mutex<Option<Session>>>>,
     slots: Cache<String, Arc<Semaphore>>,
@@ -130,11 +132,7 @@ impl Upstreams {
             MAX_TIMEOUT_MS,
         )
         .map_err(UpstreamError::Declared)?;
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(MAX_CONCURRENT_PER_UPSTREAM)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
+        let http = Http::new(MAX_CONCURRENT_PER_UPSTREAM, Duration::from_secs(10))
             .map_err(UpstreamError::Client)?;
         let (list_changed, rx) = tokio::sync::mpsc::channel(LIST_CHANGED_QUEUE);
         for d in declared.values() {
@@ -367,7 +365,7 @@ impl Upstreams {
             return;
         }
         let params = standing::Params {
-            http: self.http.clone(),
+            http: self.http.reqwest().clone(),
             url: target.endpoint.clone(),
             session_id: session.id.clone(),
             version: session.version.clone(),

@@ -257,7 +257,7 @@ async fn discover(
     }
     let timeout =
         std::time::Duration::from_millis(req.timeout_ms.unwrap_or(super::DEFAULT_TIMEOUT_MS));
-    descriptor::discover(&gw.upstreams.http, url, &req.transport, timeout)
+    descriptor::discover(gw.upstreams.http.reqwest(), url, &req.transport, timeout)
         .await
         .map_err(|e| AppError::BadRequest(format!("{e}; register the MCP endpoint URL itself")))
 }

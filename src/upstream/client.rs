@@ -39,9 +39,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
+use super::http::Http;
 use super::{input, sse};
 use crate::mcp::protocol;
 use crate::tools::Relay;
@@ -161,7 +162,7 @@ struct Posted {
 
 /// Opens a session: for SSE its event stream first, then `initialize` and
 /// `notifications/initialized`.
-pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Session, ClientError> {
+pub async fn initialize(http: &Http, ep: Endpoint<'_>) -> Result<Session, ClientError> {
     if ep.transport == Transport::StreamableHttp
         && let Some(session) = discover(http, ep).await?
     {
@@ -170,7 +171,7 @@ pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Sess
     let link = match ep.transport {
         Transport::StreamableHttp => Link::Http,
         Transport::Sse => Link::Sse(Arc::new(
-            sse::open(http, ep.url, ep.bearer, ep.max_bytes).await?,
+            sse::open(http.reqwest(), ep.url, ep.bearer, ep.max_bytes).await?,
         )),
     };
     let params = json!({
@@ -212,10 +213,7 @@ pub async fn initialize(http: &reqwest::Client, ep: Endpoint<'_>) -> Result<Sess
 /// Probes for a 2026-07-28 server with `server/discover`: a session of
 /// that revision when it lists it, `None` for anything else but a failure
 /// to reach it at all.
-async fn discover(
-    http: &reqwest::Client,
-    ep: Endpoint<'_>,
-) -> Result<Option<Session>, ClientError> {
+async fn discover(http: &Http, ep: Endpoint<'_>) -> Result<Option<Session>, ClientError> {
     let probe = Session {
         id: None,
         version: protocol::MODERN.to_string(),
@@ -331,7 +329,7 @@ fn header_value(value: &str) -> String {
 
 /// Sends one request in `session` and returns its `result`.
 pub async fn request(
-    http: &reqwest::Client,
+    http: &Http,
     ep: Endpoint<'_>,
     session: &Session,
     method: &str,
@@ -345,7 +343,7 @@ pub async fn request(
 
 /// Sends a request and reads its response's `result` (or error).
 async fn exchange(
-    http: &reqwest::Client,
+    http: &Http,
     ep: Endpoint<'_>,
     link: &Link,
     session: Option<&Session>,
@@ -381,7 +379,7 @@ async fn exchange(
 /// its id) brings back the response: from the POST's answer, or (SSE)
 /// from the event stream when the POST was only accepted.
 async fn send(
-    http: &reqwest::Client,
+    http: &Http,
     ep: Endpoint<'_>,
     link: &Link,
     session: Option<&Session>,
@@ -434,33 +432,38 @@ pub(super) fn response_result(mut message: Value) -> Result<Value, ClientError> 
 /// (none when the upstream only accepted it: 202, or a legacy endpoint
 /// that does not answer JSON).
 async fn post(
-    http: &reqwest::Client,
+    http: &Http,
     ep: Endpoint<'_>,
     session: Option<&Session>,
     body: &Value,
     expect: Option<&Value>,
     headers: &[(String, String)],
 ) -> Result<Posted, ClientError> {
-    let mut req = http
-        .post(ep.url.clone())
-        .header(ACCEPT, "application/json, text/event-stream")
-        .header(CONTENT_TYPE, "application/json")
-        // `to_vec` writes the bytes straight (`to_string` goes through
-        // `Display`'s formatter); a `Value` always serializes.
-        .body(serde_json::to_vec(body).unwrap_or_default());
+    let mut h = HeaderMap::with_capacity(6 + headers.len());
+    h.insert(
+        ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Some(s) = session {
-        req = req.header("MCP-Protocol-Version", &s.version);
+        h.insert("mcp-protocol-version", header_text(&s.version)?);
         if let Some(id) = &s.id {
-            req = req.header("Mcp-Session-Id", id);
+            h.insert("mcp-session-id", header_text(id)?);
         }
     }
     for (name, value) in headers {
-        req = req.header(name.as_str(), value);
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| transport(&e))?;
+        h.append(name, header_text(value)?);
     }
     if let Some(token) = ep.bearer {
-        req = req.bearer_auth(token);
+        let mut auth = header_text(&format!("Bearer {token}"))?;
+        auth.set_sensitive(true);
+        h.insert(AUTHORIZATION, auth);
     }
-    let resp = req.send().await.map_err(|e| transport(&e))?;
+    // `to_vec` writes the bytes straight (`to_string` goes through
+    // `Display`'s formatter); a `Value` always serializes.
+    let body = serde_json::to_vec(body).unwrap_or_default();
+    let resp = http.post(ep.url, h, body).await?;
     let status = resp.status();
     let session_id = header(resp.headers(), "mcp-session-id");
     let legacy = ep.transport == Transport::Sse;
@@ -522,6 +525,12 @@ async fn error_answer(
     let is_error = error.get("code").is_some_and(Value::is_i64)
         && error.get("message").is_some_and(Value::is_string);
     (is_error && message.get("id") == Some(id)).then_some(message)
+}
+
+/// `text` as a header value; one that cannot be fails the request as
+/// reqwest's builder did (a transport failure naming the cause).
+fn header_text(text: &str) -> Result<HeaderValue, ClientError> {
+    HeaderValue::from_str(text).map_err(|e| transport(&e))
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {

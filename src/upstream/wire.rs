@@ -79,8 +79,8 @@ impl ClientError {
 }
 
 /// A connection failure, named by its innermost cause.
-pub fn transport(e: &reqwest::Error) -> ClientError {
-    let mut source: &dyn std::error::Error = e;
+pub fn transport(e: &(dyn std::error::Error + 'static)) -> ClientError {
+    let mut source = e;
     while let Some(next) = source.source() {
         source = next;
     }
