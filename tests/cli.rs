@@ -11,12 +11,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::cli::{bin, database_url, run, stderr, stdout, write_config};
+use common::cli::{banner, bin, database_url, run, stderr, stdout, write_config};
 use common::{copy_policies, repo, tamper_decisions};
 use serde_json::{Value, json};
 
@@ -31,29 +30,8 @@ fn start_serve(config: &Path) -> (std::process::Child, String, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let out = child.stdout.take().unwrap();
-    let mut url = None;
-    let mut key = None;
-    let mut lines = BufReader::new(out).lines();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(u) = line.strip_prefix("MCP URL:") {
-            url = Some(u.trim().to_string());
-        }
-        if let Some(k) = line.strip_prefix("Bearer key:") {
-            key = Some(k.trim().to_string());
-        }
-        if line.contains("mcpServers") {
-            break;
-        }
-    }
-    // Keep draining so the server never writes into a closed pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (
-        child,
-        url.expect("banner prints the MCP URL"),
-        key.expect("banner prints the key"),
-    )
+    let (url, key) = banner(&mut child);
+    (child, url, key)
 }
 
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {

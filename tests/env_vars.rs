@@ -13,12 +13,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::cli::{bin, stderr, stdout, write_config};
+use common::cli::{banner, bin, stderr, stdout, write_config};
 use common::repo;
 use serde_json::{Value, json};
 
@@ -92,31 +92,6 @@ async fn serve(dir: &Path, config: Option<&Path>, envs: &[(&str, &str)]) -> Serv
         key,
         stderr,
     }
-}
-
-/// The MCP URL and key of the demo banner on `child`'s stdout.
-fn banner(child: &mut Child) -> (String, String) {
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let (mut url, mut key) = (None, None);
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(u) = line.strip_prefix("MCP URL:") {
-            url = Some(u.trim().to_string());
-        }
-        if let Some(k) = line.strip_prefix("Bearer key:") {
-            key = Some(k.trim().to_string());
-        }
-        if line.contains("mcpServers") {
-            break;
-        }
-    }
-    // Keep draining so the server never writes into a closed pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (
-        url.expect("serve prints the demo MCP URL (it did not start?)"),
-        key.expect("serve prints the demo key"),
-    )
 }
 
 impl Served {

@@ -1,7 +1,8 @@
 //! Helpers for tests that run the `cedargate` binary itself.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 use super::repo;
 
@@ -68,4 +69,29 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(&path, &target).unwrap();
         }
     }
+}
+
+/// The MCP URL and key of the demo banner on `child`'s stdout.
+pub fn banner(child: &mut Child) -> (String, String) {
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let (mut url, mut key) = (None, None);
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("MCP URL:") {
+            url = Some(u.trim().to_string());
+        }
+        if let Some(k) = line.strip_prefix("Bearer key:") {
+            key = Some(k.trim().to_string());
+        }
+        if line.contains("mcpServers") {
+            break;
+        }
+    }
+    // Keep draining so the server never writes into a closed pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (
+        url.expect("serve prints the demo MCP URL (it did not start?)"),
+        key.expect("serve prints the demo key"),
+    )
 }
