@@ -13,9 +13,10 @@
 //!
 //! Each round measures, per way, `tools/call` at concurrency 1
 //! (`BENCH_ITERS` calls, 2000) and at `BENCH_CONCURRENCY` (16) for
-//! `BENCH_SECS` (3): p50/p99 and the serving process's CPU per call (for
-//! cedargate and the forwarder; the upstream's own CPU is the same in both
-//! and not counted). Then cedargate's `tools/list` of the 500 tools at
+//! `BENCH_SECS` (6; 3-second windows moved a build's CPU per call by more
+//! than a change under test): p50/p99 and the serving process's CPU per
+//! call (for cedargate and the forwarder; the upstream's own CPU is the
+//! same in both and not counted). Then cedargate's `tools/list` of the 500 tools at
 //! concurrency 1, and the machine's fsync floor (a bare SQLite WAL `INSERT`
 //! + `COMMIT`, `synchronous=FULL`).
 //!
@@ -167,7 +168,7 @@ async fn register(gateway: &Target, url: &str) -> Res<()> {
 async fn measure(name: &str, t: &Target, body: &[u8], figures: &mut Figures) -> Res<()> {
     let iters: usize = env_num("BENCH_ITERS", 2000);
     let conc: usize = env_num("BENCH_CONCURRENCY", 16);
-    let window = Duration::from_secs(env_num("BENCH_SECS", 3));
+    let window = Duration::from_secs(env_num("BENCH_SECS", 6));
     let one = harness::latency(t, body, iters).await?;
     figures.push(name, "tools/call c=1 p50 µs", one.p50);
     figures.push(name, "tools/call c=1 p99 µs", one.p99);
