@@ -16,9 +16,9 @@
 //! `BENCH_SECS` (6; 3-second windows moved a build's CPU per call by more
 //! than a change under test): p50/p99 and the serving process's CPU per
 //! call (for cedargate and the forwarder; the upstream's own CPU is the
-//! same in both and not counted). Then cedargate's `tools/list` of the 500 tools at
-//! concurrency 1, and the machine's fsync floor (a bare SQLite WAL `INSERT`
-//! + `COMMIT`, `synchronous=FULL`).
+//! same in both and not counted). Then cedargate's `tools/list` of the
+//! 500 tools at concurrency 1, and the machine's fsync floor (a bare
+//! SQLite WAL `INSERT` + `COMMIT`, `synchronous=FULL`).
 //!
 //! Printed: the medians over `BENCH_ROUNDS` (5) rounds, then the goals: the
 //! p50 cedargate adds at c=1 over direct (≤ fsync floor + 150 µs), the

@@ -94,10 +94,7 @@ impl Http {
         headers: HeaderMap,
         body: Vec<u8>,
     ) -> Result<reqwest::Response, ClientError> {
-        let uri: Uri = url
-            .as_str()
-            .parse()
-            .map_err(|e| ClientError::Transport(format!("cannot reach the upstream: {e}")))?;
+        let uri: Uri = url.as_str().parse().map_err(|e| transport(&e))?;
         if self.proxies.intercept(&uri).is_some() {
             return self
                 .reqwest
