@@ -360,8 +360,11 @@ impl Hooks {
 /// A request's Cedar context, parsed once and shared by its decisions.
 #[derive(Debug, Clone)]
 pub struct PreparedContext {
-    /// The context as Cedar JSON.
-    pub json: serde_json::Value,
+    /// The context as Cedar JSON ([`PreparedContext::json`]): set when the
+    /// context is made, but for a plain session context, whose JSON is
+    /// built from `session` only if something asks (a live decision never
+    /// does: its Cedar value and its text are built from the values).
+    json: std::sync::OnceLock<serde_json::Value>,
     /// `json` serialized, as recorded in the decision trail: made on first
     /// use (a replayed decision records nothing and never needs it).
     text: std::sync::OnceLock<String>,
@@ -371,9 +374,14 @@ pub struct PreparedContext {
     schema_hash: String,
     /// The typed tool action the context was checked against, if any.
     action: Option<EntityUid>,
-    /// Built by [`PolicyBundle::prepare_session_context`]: its text is
-    /// written directly from the session id and time, not serialized.
-    session_built: bool,
+    /// `(session id, time)` when the context was built from them
+    /// ([`PolicyBundle::prepare_session_context`], and a typed tool context
+    /// with `args` besides): every decision of a request asks for them
+    /// (the verdict memo's key, the Cedar value, the recorded text), and
+    /// reading them back out of `json` cost more than the decision's other
+    /// steps together. `None` for a context parsed from JSON (a recorded
+    /// one, one with `usage`), which is read as it is.
+    session: Option<(String, String)>,
     /// For a typed `{session, time, args}` context, the type its Cedar
     /// value is built from on first use (a reused verdict whose argument
     /// shape Cedar already accepted needs none).
@@ -381,17 +389,22 @@ pub struct PreparedContext {
 }
 
 impl PreparedContext {
+    /// The context as Cedar JSON.
+    pub fn json(&self) -> &serde_json::Value {
+        self.json.get_or_init(|| match &self.session {
+            Some((session_id, time)) => entities::session_context(session_id, time),
+            // Unreachable: a context without `session` is made with its JSON.
+            None => serde_json::Value::Null,
+        })
+    }
+
     /// The context serialized, as recorded in the decision trail.
     pub fn text(&self) -> &str {
-        self.text.get_or_init(|| {
-            match self
-                .session_built
-                .then(|| self.session_and_time())
-                .flatten()
-            {
-                Some((session_id, time)) => entities::session_context_text(session_id, time),
-                None => self.json.to_string(),
+        self.text.get_or_init(|| match self.session_and_time() {
+            Some((session_id, time)) if self.session.is_some() => {
+                entities::session_context_text(session_id, time)
             }
+            _ => self.json().to_string(),
         })
     }
 
@@ -399,7 +412,7 @@ impl PreparedContext {
     fn cedar(&self) -> &Result<Context, ContextError> {
         self.cedar.get_or_init(|| {
             if let Some(args) = &self.typed_args {
-                return match typed_pairs(args, &self.json) {
+                return match typed_pairs(args, self.json()) {
                     Some(pairs) => Context::from_pairs(pairs).map_err(ContextError::values),
                     None => Err(ContextError::NotPrepared),
                 };
@@ -420,18 +433,22 @@ impl PreparedContext {
 
     /// The session id of a typed tool context `{session, time, args}`.
     fn typed_session(&self) -> Option<&str> {
-        self.action
-            .is_some()
-            .then(|| recorded::session_shape(&self.json, true))
-            .flatten()
-            .map(|(id, _)| id)
+        self.action.as_ref()?;
+        match &self.session {
+            Some((session_id, _)) => Some(session_id),
+            None => recorded::session_shape(self.json(), true).map(|(id, _)| id),
+        }
     }
 
+    /// `(session id, time)` of a plain session context `{session, time}`.
     fn session_and_time(&self) -> Option<(&str, &str)> {
-        self.action
-            .is_none()
-            .then(|| recorded::session_shape(&self.json, false))
-            .flatten()
+        if self.action.is_some() {
+            return None;
+        }
+        match &self.session {
+            Some((session_id, time)) => Some((session_id, time)),
+            None => recorded::session_shape(self.json(), false),
+        }
     }
 }
 
@@ -522,31 +539,32 @@ impl PolicyBundle {
     pub fn prepare_context(&self, action: Action, json: serde_json::Value) -> PreparedContext {
         let cedar = Context::from_json_value(json.clone(), Some((&self.schema, &action.uid().0)))
             .map_err(ContextError::json);
-        self.prepared(json, cedar.into())
+        self.prepared(Some(json), cedar.into())
     }
 
     /// The context of an in-session decision (`{session, time}`), built
     /// from values rather than parsed from JSON (about three times cheaper).
     /// `Request::new` checks it against each action's context type.
     pub fn prepare_session_context(&self, session_id: &str, time: &str) -> PreparedContext {
-        let json = entities::session_context(session_id, time);
-        let mut prepared = self.prepared(json, std::sync::OnceLock::new());
-        prepared.session_built = true;
+        let mut prepared = self.prepared(None, std::sync::OnceLock::new());
+        prepared.session = Some((session_id.to_string(), time.to_string()));
         prepared
     }
 
+    /// A context of `json` (`None` only for one the caller gives a
+    /// `session` to build it from).
     fn prepared(
         &self,
-        json: serde_json::Value,
+        json: Option<serde_json::Value>,
         cedar: std::sync::OnceLock<Result<Context, ContextError>>,
     ) -> PreparedContext {
         PreparedContext {
             text: std::sync::OnceLock::new(),
-            json,
+            json: json.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
             cedar,
             schema_hash: self.schema_hash.clone(),
             action: None,
-            session_built: false,
+            session: None,
             typed_args: None,
         }
     }
@@ -587,7 +605,10 @@ impl PolicyBundle {
                 if let (Some(a), serde_json::Value::Object(map)) = (projected, &mut json) {
                     map.insert("args".into(), a);
                 }
-                Some(self.typed_context(typed, json, fits))
+                // `json` is the session context and `args`: read as it is built.
+                let mut prepared = self.typed_context(typed, json, fits, true);
+                prepared.session = Some((session_id.to_string(), time.to_string()));
+                Some(prepared)
             }
         }
     }
@@ -625,22 +646,27 @@ impl PolicyBundle {
             }
         }
         match typed {
-            Some(typed) => self.typed_context(typed, json, fits),
+            // `usage` besides the session: never the plain shape.
+            Some(typed) => self.typed_context(typed, json, fits, false),
             None => self.prepare_context(group, json),
         }
     }
 
+    /// A typed tool context of `json`; `session_shaped` when `json` is
+    /// exactly `{session, time}` besides `args` (its Cedar value is then
+    /// built from values, on first use).
     fn typed_context(
         &self,
         typed: &schema_gen::TypedTool,
         json: serde_json::Value,
         fits: bool,
+        session_shaped: bool,
     ) -> PreparedContext {
-        if fits && recorded::session_shape(&json, true).is_some() {
+        if fits && session_shaped {
             // Built from values on first use (`PreparedContext::cedar`);
             // values of a projection always rebuild (the schema_gen tests
             // cover every type), and one that did not would deny.
-            let mut prepared = self.prepared(json, std::sync::OnceLock::new());
+            let mut prepared = self.prepared(Some(json), std::sync::OnceLock::new());
             prepared.action = Some(typed.action.clone());
             prepared.typed_args = Some(Arc::clone(&typed.args));
             return prepared;
@@ -654,7 +680,7 @@ impl PolicyBundle {
         } else {
             Err(ContextError::ArgsDoNotFit(Uid(typed.action.clone())))
         };
-        let mut prepared = self.prepared(json, cedar.into());
+        let mut prepared = self.prepared(Some(json), cedar.into());
         prepared.action = Some(typed.action.clone());
         prepared
     }

@@ -206,7 +206,7 @@ fn evaluate(candidate: &PolicyBundle, d: &Observed<'_>) -> Verdict {
         principal: d.principal.clone(),
         action: d.action,
         resource: d.resource.clone(),
-        context: d.context.json.clone(),
+        context: d.context.json().clone(),
     };
     candidate.decide_recorded(&req, &entities)
 }

@@ -240,7 +240,8 @@ impl PolicyBundle {
                         None => fits = false,
                     }
                 }
-                self.typed_context(t, json, fits)
+                let shaped = session_shape(&json, true).is_some();
+                self.typed_context(t, json, fits, shaped)
             }
             None => {
                 let drop_args = matches!(req.action, Action::CallTool | Action::A2aInvoke);

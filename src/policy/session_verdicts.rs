@@ -165,7 +165,7 @@ impl super::PolicyBundle {
         verdict: Verdict,
         check: impl FnOnce() -> Option<Verdict>,
     ) -> Verdict {
-        let shape = context.json.get("args").and_then(args_shape);
+        let shape = context.json().get("args").and_then(args_shape);
         if let Some(shape) = &shape
             && memo.knows_shape(key, shape)
         {
