@@ -331,6 +331,7 @@ fn init_tracing(format: LogFormat) {
 
 fn serve(config: Config) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
         .enable_all()
         .build()
     {

@@ -54,6 +54,9 @@ pub struct Config {
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
+    /// Async worker threads serving requests ([`Config::worker_threads`]);
+    /// unset: one fewer than the machine's cores, at least one.
+    pub worker_threads: Option<std::num::NonZeroUsize>,
     /// Policy lifecycle: reload on file changes, shadow mode, metrics.
     pub lifecycle: LifecycleConfig,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
@@ -556,6 +559,7 @@ impl Default for Config {
             sse: SseConfig::default(),
             rate_limits: RateLimitConfig::default(),
             cache_ttl_secs: 30,
+            worker_threads: None,
             lifecycle: LifecycleConfig::default(),
             a2a: A2aConfig::default(),
             upstream_refresh: UpstreamRefreshConfig::default(),
@@ -644,6 +648,30 @@ impl Config {
         fig.extract().map_err(Box::new)
     }
 
+    /// How many async workers serve requests: `worker_threads`, else one
+    /// fewer than the cores this process may run on (at least one).
+    ///
+    /// The core left over is the store's: its writer thread runs every
+    /// durable commit (the SQL, the WAL write, the sync) and its read
+    /// threads every query, long ones (a console replay) included, so the
+    /// workers only parse, decide, forward and answer. A worker per core
+    /// made those threads share cores with the workers, and on two cores
+    /// made a lone call hop between two workers that woke each other (two
+    /// futex calls per call): one worker instead took 55 µs off a proxied
+    /// call's p50 at concurrency 1 and about a tenth off its CPU at
+    /// concurrency 16, at the same throughput (`benches/README.md`,
+    /// `upstream`).
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads.map_or_else(
+            || {
+                std::thread::available_parallelism()
+                    .map_or(1, |n| n.get().saturating_sub(1))
+                    .max(1)
+            },
+            std::num::NonZeroUsize::get,
+        )
+    }
+
     /// The store's URL: `database.url`, else the SQLite file in the data
     /// directory.
     pub fn database_url(&self) -> String {
@@ -692,6 +720,25 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.base_url(), "http://127.0.0.1:8080");
         assert!(c.admin_token.is_none());
+    }
+
+    #[test]
+    fn worker_threads_leave_a_core_to_the_store_unless_set() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(Config::default().worker_threads(), (cores - 1).max(1));
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("gw.toml", "worker_threads = 3\n")?;
+            let c = Config::load(Some(Path::new("gw.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.worker_threads(), 3);
+            jail.set_env("CEDARGATE_WORKER_THREADS", "0");
+            let err = Config::load(Some(Path::new("gw.toml"))).map(|_| ());
+            let err = err.expect_err("no workers is refused").to_string();
+            assert!(
+                err.contains("worker_threads") && err.contains("nonzero"),
+                "{err}"
+            );
+            Ok(())
+        });
     }
 
     #[test]
