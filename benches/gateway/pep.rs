@@ -78,7 +78,7 @@ impl Pep {
         let pep = Pep {
             principal: call.agent_uid(),
             resource: Kind::Tool.uid(tool),
-            context: prepared.json.clone(),
+            context: prepared.json().clone(),
             prepared,
             call,
         };
