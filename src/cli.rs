@@ -380,7 +380,8 @@ fn serve(config: Config) -> ExitCode {
                 Err(e) => tracing::warn!(error = %e, "cannot create the demo tenant"),
             }
         }
-        tracing::info!(listen = %bound, "cedargate listening");
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        tracing::info!(listen = %bound, workers, "cedargate listening");
         match crate::server::run(listener, gw, signals.wait()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

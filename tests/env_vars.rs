@@ -34,6 +34,7 @@ const TESTED: &[&str] = &[
     "CEDARGATE_AUDITOR_TOKEN",
     "CEDARGATE_DATABASE__URL",
     "CEDARGATE_LOG",
+    "CEDARGATE_WORKER_THREADS",
 ];
 
 /// The binary in `dir` with none of the documented variables inherited.
@@ -224,6 +225,38 @@ async fn cedargate_listen_sets_the_address() {
     let served = serve(dir.path(), Some(&config), &[("CEDARGATE_LISTEN", &listen)]).await;
     assert_eq!(served.base, format!("http://{listen}"));
     served.stop();
+}
+
+/// The async workers a stopped `serve` logged (JSON lines) it ran with.
+fn workers(log: &str) -> u64 {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|entry| entry["fields"]["message"] == "cedargate listening")
+        .and_then(|entry| entry["fields"]["workers"].as_u64())
+        .unwrap_or_else(|| panic!("no worker count in {log}"))
+}
+
+#[tokio::test]
+async fn cedargate_worker_threads_sets_the_async_workers() {
+    let (dir, config) = setup();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let json = ("CEDARGATE_LOG_FORMAT", "json");
+    let served = serve(dir.path(), Some(&config), &[json]).await;
+    assert_eq!(workers(&served.stop()), (cores as u64 - 1).max(1));
+    let three = ("CEDARGATE_WORKER_THREADS", "3");
+    let served = serve(dir.path(), Some(&config), &[json, three]).await;
+    assert_eq!(workers(&served.stop()), 3);
+    let out = command(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("CEDARGATE_WORKER_THREADS", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("invalid configuration"), "{stderr}");
+    assert!(stderr.contains("WORKER_THREADS"), "{stderr}");
 }
 
 #[tokio::test]
