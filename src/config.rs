@@ -660,7 +660,9 @@ impl Config {
     /// futex calls per call): one worker instead took 55 µs off a proxied
     /// call's p50 at concurrency 1 and about a tenth off its CPU at
     /// concurrency 16, at the same throughput (`benches/README.md`,
-    /// `upstream`).
+    /// `upstream`). Under one org's flood (`abuse`) another org's p99 was
+    /// lower with one worker and its p50 higher: the flood's refusals wait
+    /// for the one worker too. Set it higher where calls are CPU-heavy.
     pub fn worker_threads(&self) -> usize {
         self.worker_threads.map_or_else(
             || {
