@@ -400,12 +400,13 @@ impl PreparedContext {
 
     /// The context serialized, as recorded in the decision trail.
     pub fn text(&self) -> &str {
-        self.text.get_or_init(|| match self.session_and_time() {
-            Some((session_id, time)) if self.session.is_some() => {
-                entities::session_context_text(session_id, time)
-            }
-            _ => self.json().to_string(),
-        })
+        self.text
+            .get_or_init(|| match (&self.session, &self.action) {
+                (Some((session_id, time)), None) => {
+                    entities::session_context_text(session_id, time)
+                }
+                _ => self.json().to_string(),
+            })
     }
 
     /// The Cedar context (built now if it was deferred).

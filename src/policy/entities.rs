@@ -569,6 +569,25 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_context_built_from_values_reads_as_the_same_context_parsed() {
+        let bundle = bundle();
+        let (id, time) = ("s \"1\"", "2026-11-22T08:00:00.000Z");
+        let json = session_context(id, time);
+        let built = bundle.prepare_session_context(id, time);
+        let parsed = bundle.prepare_context(super::super::Action::AccessSession, json.clone());
+        for ctx in [&built, &parsed] {
+            assert_eq!(ctx.session_and_time(), Some((id, time)));
+            assert_eq!(ctx.typed_session(), None);
+            assert_eq!(ctx.text(), json.to_string());
+            assert!(ctx.cedar().is_ok());
+        }
+        assert!(built.session.is_some() && parsed.session.is_none());
+        // The JSON of a context built from values is made only when asked.
+        assert!(built.json.get().is_none());
+        assert_eq!(built.json(), &json);
+    }
+
     /// The slice JSON is the recorded format: its exact text (and so its
     /// hash) must not change when the code building it does.
     #[test]

@@ -354,31 +354,6 @@ mod tests {
     }
 
     #[test]
-    fn a_context_built_from_values_reads_as_the_same_context_parsed() {
-        let files = vec![super::super::PolicyFile {
-            path: "p.cedar".into(),
-            text: "@id(\"all\")\npermit (principal, action, resource);".into(),
-        }];
-        let schema = include_str!("../../schemas/gateway.cedarschema");
-        let bundle = super::super::load::bundle_from_sources("s", schema, files)
-            .unwrap_or_else(|e| panic!("{}", e.render()));
-        let (id, time) = ("s \"1\"", "2026-11-22T08:00:00.000Z");
-        let json = super::super::entities::session_context(id, time);
-        let built = bundle.prepare_session_context(id, time);
-        let parsed = bundle.prepare_context(Action::AccessSession, json.clone());
-        for ctx in [&built, &parsed] {
-            assert_eq!(ctx.session_and_time(), Some((id, time)));
-            assert_eq!(ctx.typed_session(), None);
-            assert_eq!(ctx.text(), json.to_string());
-            assert!(ctx.cedar().is_ok());
-        }
-        assert!(built.session.is_some() && parsed.session.is_none());
-        // The JSON of a context built from values is made only when asked.
-        assert!(built.json.get().is_none());
-        assert_eq!(built.json(), &json);
-    }
-
-    #[test]
     fn only_the_exact_session_context_takes_the_fast_path() {
         let ctx = super::super::entities::session_context("s-1", "2026-11-22T08:00:00.000Z");
         let plain = Some(("s-1", "2026-11-22T08:00:00.000Z"));
