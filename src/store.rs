@@ -138,6 +138,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("store/migrations/0015_text_index_waits.sql"),
     ),
+    (18, include_str!("store/migrations/0018_trail_guards.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -192,6 +193,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         15,
         include_str!("store/migrations/postgres/0015_text_index_waits.sql"),
+    ),
+    (
+        18,
+        include_str!("store/migrations/postgres/0018_trail_guards.sql"),
     ),
 ];
 

@@ -144,9 +144,10 @@ pub fn chain_head(conn: &mut Conn) -> Result<ChainHead, StoreError> {
 
 /// Moves the trail's recent records (SQLite's `decisions_recent`, which
 /// has no secondary index) into the indexed table, in the transaction the
-/// caller opened. The copy goes first, then the recent table is emptied
-/// in one truncation (it has no delete trigger). See `src/store/README.md`,
-/// "The trail's recent records".
+/// caller opened. The copy goes first, then the recent table is emptied:
+/// its delete guard (migration 18) lets a record go once the indexed table
+/// holds it with the same hash. See `src/store/README.md`, "The trail's
+/// recent records" and "Guards on the trail".
 pub fn move_recent(conn: &mut Conn) -> Result<(), StoreError> {
     conn.execute(
         &format!(

@@ -5,9 +5,12 @@
 //! [`prune`]s them in one transaction that holds the chain lock: it inserts
 //! an anchor (the seq and hash of the last pruned record), deletes the
 //! records behind it, then the entity snapshots no remaining record
-//! references. The `decisions_no_delete` trigger refuses to delete any
-//! record that is not behind an anchor, and anchors are append-only, so
-//! the stored chain always starts right after the newest anchor and
+//! references. The trail's delete guards (migration 18) let only this
+//! transaction through: after the anchor it inserts a permit naming it
+//! (`trail_prune_permits`, refused unless it names the newest anchor),
+//! which lets records up to the anchor and entity snapshots be deleted,
+//! and it deletes the permit before committing. Anchors are append-only,
+//! so the stored chain always starts right after the newest anchor and
 //! verifies from its hash.
 
 use serde::Serialize;
@@ -141,6 +144,12 @@ fn prune_in(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u6
             anchor.archived_at
         ],
     )?;
+    // The permit that lets this transaction's deletes past the guards
+    // (migration 18); deleted again below, so it never commits.
+    conn.execute(
+        "INSERT INTO trail_prune_permits (anchor_seq) VALUES (?1)",
+        params![anchor.seq],
+    )?;
     // Snapshots first, while the pruned records still say which to look at.
     let orphans = match conn.backend() {
         // SQLite answers `NOT IN (subquery)` from one ephemeral index.
@@ -159,6 +168,7 @@ fn prune_in(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u6
     };
     conn.execute(orphans, params![anchor.seq])?;
     let pruned = conn.execute("DELETE FROM decisions WHERE seq <= ?1", params![anchor.seq])?;
+    conn.execute("DELETE FROM trail_prune_permits", params![])?;
     Ok(pruned)
 }
 

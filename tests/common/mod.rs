@@ -90,7 +90,7 @@ pub fn drop_trail_guards(backend: cedargate::store::Backend) -> &'static str {
         cedargate::store::Backend::Sqlite => {
             "DROP TRIGGER decisions_no_update; DROP TRIGGER decisions_prune;
              DROP TRIGGER decisions_indexed_no_update; DROP TRIGGER decisions_indexed_no_delete;
-             DROP TRIGGER decisions_recent_no_update;
+             DROP TRIGGER decisions_recent_no_update; DROP TRIGGER decisions_recent_no_delete;
              CREATE TRIGGER decisions_tamper_update INSTEAD OF UPDATE ON decisions BEGIN
                  UPDATE decisions_indexed SET decision = new.decision, reasons = new.reasons,
                      notes = new.notes, outcome = new.outcome, context = new.context
