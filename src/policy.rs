@@ -19,6 +19,7 @@ pub mod recorded;
 pub mod replay_verdicts;
 pub mod schema_gen;
 pub mod session_verdicts;
+pub mod set_hash;
 pub mod tests_runner;
 mod uid;
 pub mod usage_reads;

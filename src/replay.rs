@@ -257,6 +257,17 @@ pub enum RecordedSetError {
         /// The JSON error.
         source: serde_json::Error,
     },
+    /// The recorded texts do not hash to the set's name: they were edited
+    /// after it was recorded (`audit verify` reports it too).
+    #[error(
+        "policy set `{hash}` was altered: its stored text hashes to `{recomputed}`, so it is not the set that decided"
+    )]
+    Altered {
+        /// The set's hash (what the records name).
+        hash: String,
+        /// What the stored texts hash to.
+        recomputed: String,
+    },
     /// The recorded sources no longer validate.
     #[error("policy set `{hash}` no longer loads: {source}")]
     NoLongerLoads {
@@ -377,7 +388,8 @@ impl Caches {
 /// Most parsed uids kept at once.
 const UID_CACHE_MAX: usize = 100_000;
 
-/// A bundle from a recorded policy set, exactly as it was loaded.
+/// A bundle from a recorded policy set, exactly as it was loaded; refused
+/// when its stored texts no longer hash to `hash` (edited after recording).
 pub fn recorded_bundle(
     conn: &mut Conn,
     hash: &str,
@@ -394,14 +406,22 @@ pub fn recorded_bundle(
             }));
         }
     };
-    Ok(
-        crate::policy::load::bundle_from_sources(&schema_path, &schema_text, files).map_err(
-            |source| RecordedSetError::NoLongerLoads {
+    let bundle = match crate::policy::load::bundle_from_sources(&schema_path, &schema_text, files) {
+        Ok(b) => b,
+        Err(source) => {
+            return Ok(Err(RecordedSetError::NoLongerLoads {
                 hash: hash.to_string(),
                 source,
-            },
-        ),
-    )
+            }));
+        }
+    };
+    if bundle.hash != hash {
+        return Ok(Err(RecordedSetError::Altered {
+            hash: hash.to_string(),
+            recomputed: bundle.hash,
+        }));
+    }
+    Ok(Ok(bundle))
 }
 
 /// Replays every record matching `filter`.

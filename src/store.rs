@@ -28,6 +28,7 @@ pub mod space;
 pub mod tenants;
 pub mod terminations;
 pub mod trail_stats;
+mod trail_texts;
 pub mod upstreams;
 pub mod writer;
 
@@ -844,7 +845,7 @@ mod tests {
             context: "{}".into(),
             entities_hash: hex::encode(sha2::Sha256::digest(ENTITIES)),
             entities: Some(ENTITIES.into()),
-            policy_hash: "p".into(),
+            policy_hash: crate::policy::set_hash::bundle_hash("", []),
             decision: "allow".into(),
             reasons: "[]".into(),
             errors: "[]".into(),
@@ -864,7 +865,15 @@ mod tests {
         let (_dir, path, store) = temp_store().await;
         let writer = store.writer();
         let decision = |id: &str| WriteOp::Decision(Box::new(record(id)));
-        writer.submit(vec![decision("w1")]).await.unwrap();
+        // The (empty) policy set the records name, as a start-up records it.
+        let set = WriteOp::PolicySet {
+            hash: crate::policy::set_hash::bundle_hash("", []),
+            schema_path: "schema".into(),
+            schema_text: String::new(),
+            files: "[]".into(),
+            loaded_at: "2026-11-27T00:00:00Z".into(),
+        };
+        writer.submit(vec![set, decision("w1")]).await.unwrap();
         writer.submit(vec![decision("w2")]).await.unwrap();
         // Another process (the CLI, another instance) appends to the chain.
         let mut other = SqliteConn::open(&path).unwrap();

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use cedargate::store::decisions::NewDecision;
 use cedargate::store::{Backend, WriteOp, retention};
-use common::cli::{run, stderr, write_config};
+use common::cli::{run, stderr, stdout, write_config};
 use common::{Tenant, TestGateway, repo};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -71,6 +71,87 @@ async fn admin_sql(g: &TestGateway, sql: &str) -> Result<(), String> {
         .read(move |c| Ok(c.execute_batch(&sql).map_err(|e| e.to_string())))
         .await
         .unwrap()
+}
+
+/// The text of the recorded policy set `hash`, as stored.
+async fn stored_files(g: &TestGateway, hash: &str) -> String {
+    let hash = hash.to_string();
+    g.gw.store
+        .read(move |c| {
+            c.query_row(
+                "SELECT files FROM policy_sets WHERE hash = ?1",
+                cedargate::params![hash],
+                |r| r.get(0),
+            )
+        })
+        .await
+        .unwrap()
+}
+
+/// Before: an edited policy text passed `audit verify`, and replay decided
+/// under the forged text. Now verify fails naming the set, and replay
+/// refuses to load it.
+#[tokio::test]
+async fn verify_names_a_policy_set_whose_stored_text_was_edited() {
+    let (g, t, cfg) = gateway().await;
+    calls(&g, &t, 3).await;
+    let hash = g.gw.pep.current().hash.clone();
+    let o = cli(&cfg, &["audit", "verify"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stored_files(&g, &hash).await.contains("forbid"));
+
+    // The guard refuses the edit outright…
+    let forge = format!(
+        "UPDATE policy_sets SET files = replace(files, 'forbid', 'permit') WHERE hash = '{hash}';"
+    );
+    let refused = admin_sql(&g, &forge).await.unwrap_err();
+    assert!(refused.contains("append-only"), "{refused}");
+    assert!(stored_files(&g, &hash).await.contains("forbid"));
+    // …so the administrator takes it out of the way first.
+    let unguard = match backend(&g).await {
+        Backend::Sqlite => "DROP TRIGGER policy_sets_no_update;",
+        Backend::Postgres => "ALTER TABLE policy_sets DISABLE TRIGGER policy_sets_no_update;",
+    };
+    admin_sql(&g, &format!("{unguard} {forge}")).await.unwrap();
+    assert!(!stored_files(&g, &hash).await.contains("forbid"));
+
+    let o = cli(&cfg, &["audit", "verify"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("policy set `{hash}`")) && err.contains("edited policy set"),
+        "{err}"
+    );
+    // Replay (and the console's decision page, which loads sets the same
+    // way) refuses the forged text instead of deciding under it.
+    let o = cli(&cfg, &["audit", "replay", "--recorded", "--format", "json"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).contains("was altered"), "{}", stdout(&o));
+    g.stop().await;
+}
+
+/// A deleted policy set (guard dropped first) is reported too.
+#[tokio::test]
+async fn verify_names_a_policy_set_that_was_deleted() {
+    let (g, t, cfg) = gateway().await;
+    calls(&g, &t, 2).await;
+    let hash = g.gw.pep.current().hash.clone();
+    let delete = format!("DELETE FROM policy_sets WHERE hash = '{hash}';");
+    let refused = admin_sql(&g, &delete).await.unwrap_err();
+    assert!(refused.contains("append-only"), "{refused}");
+    let unguard = match backend(&g).await {
+        Backend::Sqlite => "DROP TRIGGER policy_sets_no_delete;",
+        Backend::Postgres => "ALTER TABLE policy_sets DISABLE TRIGGER policy_sets_no_delete;",
+    };
+    admin_sql(&g, &format!("{unguard} {delete}")).await.unwrap();
+    let o = cli(&cfg, &["audit", "verify"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(&format!("policy set `{hash}` is missing")),
+        "{}",
+        stderr(&o)
+    );
+    g.stop().await;
 }
 
 /// An old record under the gateway's recorded policy set, appended through

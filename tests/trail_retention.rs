@@ -361,6 +361,20 @@ async fn an_ocsf_archive_holds_ocsf_events_whose_links_verify() {
     g.stop().await;
 }
 
+/// The policy set [`old_decision`]s name (empty): its hash, and the op
+/// that records it, as the gateway records every set it decides with.
+fn old_policy_set() -> (String, WriteOp) {
+    let hash = cedargate::policy::set_hash::bundle_hash("", []);
+    let op = WriteOp::PolicySet {
+        hash: hash.clone(),
+        schema_path: "old.cedarschema".into(),
+        schema_text: String::new(),
+        files: "[]".into(),
+        loaded_at: "2020-01-01T00:00:00.000Z".into(),
+    };
+    (hash, op)
+}
+
 /// An old record (as a trail that has run for a while holds), appended
 /// through the writer.
 fn old_decision(i: usize) -> WriteOp {
@@ -376,7 +390,7 @@ fn old_decision(i: usize) -> WriteOp {
         context: "{}".into(),
         entities_hash: hex::encode(Sha256::digest(entities.as_bytes())),
         entities: Some(entities.into()),
-        policy_hash: "p".into(),
+        policy_hash: old_policy_set().0,
         decision: "allow".into(),
         reasons: "[]".into(),
         errors: "[]".into(),
@@ -414,6 +428,7 @@ async fn is_sqlite(g: &TestGateway) -> bool {
 async fn the_trail_reads_whole_across_moved_and_recent_records() {
     let (g, t, cfg) = gateway().await;
     let writer = g.gw.store.writer();
+    writer.submit(vec![old_policy_set().1]).await.unwrap();
     writer
         .submit((0..300).map(old_decision).collect())
         .await
@@ -484,7 +499,11 @@ async fn the_server_archives_past_the_retention_period() {
     let t = g.tenant("acme").await;
     g.gw.store
         .writer()
-        .submit((0..5).map(old_decision).collect())
+        .submit(
+            std::iter::once(old_policy_set().1)
+                .chain((0..5).map(old_decision))
+                .collect(),
+        )
         .await
         .unwrap();
     calls(&g, &t, 2).await;

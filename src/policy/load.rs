@@ -458,16 +458,10 @@ pub fn bundle_from_sources(
     }
 
     let schema_hash = hex::encode(Sha256::digest(schema_text.as_bytes()));
-    let mut hasher = Sha256::new();
-    hasher.update(b"cedargate-policy-bundle-v1\0");
-    hasher.update(schema_text.as_bytes());
-    for f in &files {
-        hasher.update(b"\0");
-        hasher.update(f.path.as_bytes());
-        hasher.update(b"\0");
-        hasher.update(f.text.as_bytes());
-    }
-    let hash = hex::encode(hasher.finalize());
+    let hash = super::set_hash::bundle_hash(
+        schema_text,
+        files.iter().map(|f| (f.path.as_str(), f.text.as_str())),
+    );
     let mut policy_ids: Vec<String> = origin.into_keys().collect();
     policy_ids.sort();
 

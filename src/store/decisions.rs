@@ -358,7 +358,8 @@ pub struct VerifyReport {
 }
 
 /// Re-computes every row's hash and checks the links, the sequence and the
-/// entity snapshots the rows refer to.
+/// texts the rows name by hash: entity snapshots and policy sets
+/// (`trail_texts.rs`).
 pub fn verify(conn: &mut Conn) -> Result<VerifyReport, StoreError> {
     verify_range(conn, 1, i64::MAX)
 }
@@ -401,7 +402,7 @@ pub fn verify_range(
     }
     let mut expected_seq = from_seq;
     let mut after = from_seq - 1;
-    let mut snapshots_ok = std::collections::HashSet::new();
+    let mut texts = super::trail_texts::NamedTexts::default();
     loop {
         let rows = page(conn, after, 2048)?;
         if rows.is_empty() {
@@ -434,25 +435,13 @@ pub fn verify_range(
                     row.seq, row.record.id
                 ));
             }
-            if !snapshots_ok.contains(&row.record.entities_hash) {
-                match entity_snapshot(conn, &row.record.entities_hash)? {
-                    Some(json) => {
-                        if hex::encode(Sha256::digest(json.as_bytes())) == row.record.entities_hash
-                        {
-                            snapshots_ok.insert(row.record.entities_hash.clone());
-                        } else {
-                            report.problems.push(format!(
-                                "seq {}: entity snapshot `{}` does not match its hash",
-                                row.seq, row.record.entities_hash
-                            ));
-                        }
-                    }
-                    None => report.problems.push(format!(
-                        "seq {}: entity snapshot `{}` is missing",
-                        row.seq, row.record.entities_hash
-                    )),
-                }
-            }
+            texts.check(
+                conn,
+                row.seq,
+                &row.record.entities_hash,
+                &row.record.policy_hash,
+                &mut report.problems,
+            )?;
             prev_hash = row.hash.clone();
             report.head_hash = row.hash.clone();
             expected_seq = row.seq + 1;
