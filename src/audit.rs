@@ -6,6 +6,7 @@
 //! so no code path can authorize without producing a record.
 
 pub mod archive;
+mod archive_file;
 pub mod events;
 pub mod export;
 pub mod prelude;

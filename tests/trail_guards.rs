@@ -16,6 +16,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cedargate::store::decisions::NewDecision;
 use cedargate::store::{Backend, WriteOp, retention};
@@ -334,5 +335,148 @@ async fn every_trail_table_refuses_update_and_delete_but_the_trail_moves_and_arc
     calls(&g, &t, 1).await;
     let o = cli(&cfg, &["audit", "verify"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
+    g.stop().await;
+}
+
+/// A time strictly after every record so far.
+async fn cut_time() -> String {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let t = cedargate::ids::now_rfc3339();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    t
+}
+
+/// `text` with its `n`th line (1-based) changed by `edit`.
+fn edit_line(text: &str, n: usize, edit: impl Fn(&str) -> String) -> String {
+    let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
+    let line = lines[n - 1].trim_end_matches('\n').to_string();
+    lines[n - 1] = format!("{}\n", edit(&line));
+    lines.concat()
+}
+
+/// Before: `verify --archive` hashed and parsed normalised lines, so an
+/// archive with whitespace, an added field, another escape or other line
+/// ends passed. Now the file's exact bytes are hashed and every line must
+/// be what the archive wrote, in JSONL and in OCSF.
+#[tokio::test]
+async fn verify_archive_refuses_any_byte_the_archive_did_not_write() {
+    let (g, t, cfg) = gateway().await;
+    calls(&g, &t, 3).await;
+    let before = cut_time().await;
+    calls(&g, &t, 3).await;
+    let jsonl = g.dir.path().join("a.jsonl");
+    let o = cli(
+        &cfg,
+        &[
+            "audit",
+            "archive",
+            "--before",
+            &before,
+            "--out",
+            jsonl.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ocsf = g.dir.path().join("b.ocsf.jsonl");
+    let o = cli(
+        &cfg,
+        &[
+            "audit",
+            "archive",
+            "--before",
+            "2999-01-01T00:00:00Z",
+            "--out",
+            ocsf.to_str().unwrap(),
+            "--format",
+            "ocsf",
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let anchors = g.gw.store.read(retention::anchors).await.unwrap();
+    assert_eq!(anchors.len(), 2);
+
+    for (file, anchor) in [(&jsonl, &anchors[0]), (&ocsf, &anchors[1])] {
+        let bytes = std::fs::read(file).unwrap();
+        assert_eq!(hex::encode(Sha256::digest(&bytes)), anchor.archive_sha256);
+        let o = cli(
+            &cfg,
+            &["audit", "verify", "--archive", file.to_str().unwrap()],
+        )
+        .await;
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&anchor.archive_sha256),
+            "{}",
+            stdout(&o)
+        );
+
+        let text = String::from_utf8(bytes).unwrap();
+        let lines = text.lines().count();
+        assert!(lines >= 2);
+        let edits: Vec<(&str, String, usize)> = vec![
+            (
+                "a space after a colon",
+                edit_line(&text, 2, |l| l.replacen("\":", "\": ", 1)),
+                2,
+            ),
+            (
+                "an added field",
+                edit_line(&text, 2, |l| l.replacen('{', "{\"forged\":true,", 1)),
+                2,
+            ),
+            (
+                "trailing whitespace",
+                edit_line(&text, 1, |l| format!("{l} ")),
+                1,
+            ),
+            (
+                "another escape of the same text",
+                edit_line(&text, 2, |l| l.replacen("allow", "\\u0061llow", 1)),
+                2,
+            ),
+            ("carriage returns", text.replace('\n', "\r\n"), 1),
+            (
+                "no final newline",
+                text.trim_end_matches('\n').to_string(),
+                lines,
+            ),
+            ("a blank line", format!("{text}\n"), lines + 1),
+        ];
+        for (what, edited, line) in edits {
+            assert_ne!(edited, text, "{what}");
+            let path = g.dir.path().join("edited");
+            std::fs::write(&path, &edited).unwrap();
+            let o = cli(
+                &cfg,
+                &["audit", "verify", "--archive", path.to_str().unwrap()],
+            )
+            .await;
+            assert_eq!(o.status.code(), Some(1), "{what} passed: {}", stdout(&o));
+            assert!(
+                stderr(&o).contains(&format!("tampered: line {line}:")),
+                "{what}: {}",
+                stderr(&o)
+            );
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    // A file mixing the two formats, each line as written, is refused.
+    let mixed = g.dir.path().join("mixed");
+    let first = std::fs::read_to_string(&jsonl).unwrap();
+    let second = std::fs::read_to_string(&ocsf).unwrap();
+    std::fs::write(&mixed, format!("{first}{second}")).unwrap();
+    let o = cli(
+        &cfg,
+        &["audit", "verify", "--archive", mixed.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("format of the file's first line"),
+        "{}",
+        stderr(&o)
+    );
     g.stop().await;
 }

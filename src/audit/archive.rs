@@ -22,24 +22,25 @@
 //! what was exported.
 //!
 //! **An exported file verifies on its own** ([`verify_file`], `cedargate
-//! audit verify --archive FILE`): a JSONL line is the stored record, so
-//! each line's hash is recomputed from its fields and must link to the
-//! line before it; the first line's `prevHash` is the previous anchor's
-//! hash (or the genesis hash) and the last line's `hash` is the anchor's.
-//! An OCSF file carries the chain fields under `unmapped`, so its links
-//! are checked but its hashes cannot be recomputed (OCSF re-shapes the
-//! stored text): archive to JSONL when the file must prove itself. The
-//! file's SHA-256 is stored in the anchor (`decision_anchors`), which
-//! `audit verify` prints.
+//! audit verify --archive FILE`, in `archive_file.rs`): its exact bytes
+//! are hashed, every line must be the writer's form of its record, each
+//! JSONL line's hash is recomputed from its fields and links to the line
+//! before it; the first line's `prevHash` is the previous anchor's hash
+//! (or the genesis hash) and the last line's `hash` is the anchor's. An
+//! OCSF file's links are checked but its hashes cannot be recomputed
+//! (OCSF re-shapes the stored text): archive to JSONL when the file must
+//! prove itself. The file's SHA-256 is stored in the anchor
+//! (`decision_anchors`), which `audit verify` prints.
 
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub use super::archive_file::{FileReport, verify_file};
 use super::export::{self, Format};
-use crate::store::decisions::{self, GENESIS_HASH, StoredDecision};
+use crate::store::decisions::{self, StoredDecision};
 use crate::store::retention::{self, Anchor, PruneError};
 use crate::store::{Store, StoreError};
 
@@ -298,119 +299,4 @@ fn write_records(
         last,
         sha256: hex::encode(digest.finalize()),
     })
-}
-
-/// What [`verify_file`] found in an archive file.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FileReport {
-    /// Records in the file.
-    pub records: i64,
-    /// Seq of the first one.
-    pub first_seq: i64,
-    /// Its `prev_hash`: the anchor before the archive (or genesis).
-    pub prev_hash: String,
-    /// Seq of the last one.
-    pub last_seq: i64,
-    /// Its hash: the anchor this archive left.
-    pub head_hash: String,
-    /// SHA-256 of the file (compare with the anchor's `archiveSha256`).
-    pub sha256: String,
-    /// Whether every hash was recomputed (JSONL) or only the links checked
-    /// (OCSF).
-    pub hashes_recomputed: bool,
-    /// Problems found (empty: the file is intact).
-    pub problems: Vec<String>,
-}
-
-/// Checks an archive file on its own: every line parses, seqs follow each
-/// other, each record links to the one before it, and (JSONL) each hash
-/// recomputes from the record's fields.
-pub fn verify_file(path: &Path) -> std::io::Result<FileReport> {
-    let file = std::fs::File::open(path)?;
-    let mut digest = Sha256::new();
-    let mut report = FileReport {
-        records: 0,
-        first_seq: 0,
-        prev_hash: GENESIS_HASH.to_string(),
-        last_seq: 0,
-        head_hash: String::new(),
-        sha256: String::new(),
-        hashes_recomputed: true,
-        problems: Vec::new(),
-    };
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        digest.update(line.as_bytes());
-        digest.update(b"\n");
-        match chain_fields(&line) {
-            Some(fields) => check_line(&mut report, n + 1, fields),
-            None => report
-                .problems
-                .push(format!("line {}: not an exported decision record", n + 1)),
-        }
-    }
-    report.sha256 = hex::encode(digest.finalize());
-    if report.records == 0 {
-        report.problems.push("the file holds no record".into());
-    }
-    Ok(report)
-}
-
-/// The chain fields of one line: seq, prev_hash, hash, and the hash
-/// recomputed from the record when the line is a stored record (JSONL).
-struct ChainFields {
-    seq: i64,
-    prev_hash: String,
-    hash: String,
-    recomputed: Option<String>,
-}
-
-fn chain_fields(line: &str) -> Option<ChainFields> {
-    if let Ok(d) = serde_json::from_str::<StoredDecision>(line) {
-        return Some(ChainFields {
-            recomputed: Some(decisions::chain_hash(&d.prev_hash, d.seq, &d.record)),
-            seq: d.seq,
-            prev_hash: d.prev_hash,
-            hash: d.hash,
-        });
-    }
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    Some(ChainFields {
-        seq: v["metadata"]["sequence"].as_i64()?,
-        prev_hash: v["unmapped"]["prev_hash"].as_str()?.to_string(),
-        hash: v["unmapped"]["hash"].as_str()?.to_string(),
-        recomputed: None,
-    })
-}
-
-fn check_line(report: &mut FileReport, line: usize, f: ChainFields) {
-    if report.records == 0 {
-        report.first_seq = f.seq;
-        report.prev_hash = f.prev_hash.clone();
-    } else {
-        if f.seq != report.last_seq + 1 {
-            report.problems.push(format!(
-                "line {line}: seq {} does not follow seq {}",
-                f.seq, report.last_seq
-            ));
-        }
-        if f.prev_hash != report.head_hash {
-            report.problems.push(format!(
-                "line {line} (seq {}): prev_hash does not match the hash of the record before it",
-                f.seq
-            ));
-        }
-    }
-    match f.recomputed {
-        Some(h) if h != f.hash => report.problems.push(format!(
-            "line {line} (seq {}): contents do not match its hash (edited record)",
-            f.seq
-        )),
-        Some(_) => {}
-        None => report.hashes_recomputed = false,
-    }
-    report.records += 1;
-    report.last_seq = f.seq;
-    report.head_hash = f.hash;
 }

@@ -120,3 +120,43 @@ pub fn ocsf(d: &StoredDecision) -> Value {
         },
     })
 }
+
+/// The record an OCSF event of [`ocsf`] was made from, as far as the event
+/// holds it: the stored texts of its context, outcome and notes come back
+/// re-serialized, its time at millisecond precision. `ocsf` of the result
+/// is the event again, so an event that differs from it in any byte was
+/// not written as it stands (`audit verify --archive`). `None` when a
+/// field the event always carries is missing or of the wrong type.
+pub fn ocsf_record(event: &Value) -> Option<StoredDecision> {
+    let (meta, unmapped) = (&event["metadata"], &event["unmapped"]);
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    let optional = |v: &Value| match v {
+        Value::Null => Some(None),
+        v => v.as_str().map(|s| Some(s.to_string())),
+    };
+    let nanos = i128::from(event["time"].as_i64()?) * 1_000_000;
+    let time = time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()?;
+    Some(StoredDecision {
+        seq: meta["sequence"].as_i64()?,
+        record: crate::store::decisions::NewDecision {
+            id: text(&meta["uid"])?,
+            time: crate::ids::rfc3339(time),
+            org_id: optional(&unmapped["org_id"])?,
+            session_id: optional(&unmapped["session_id"])?,
+            principal: text(&event["entity"]["uid"])?,
+            action: text(&event["activity_name"])?,
+            resource: text(&event["entity_result"]["uid"])?,
+            context: unmapped["context"].to_string(),
+            entities_hash: text(&unmapped["entities_hash"])?,
+            entities: None,
+            policy_hash: text(&unmapped["policy_hash"])?,
+            decision: text(&unmapped["decision"])?,
+            reasons: unmapped["determined_policies"].to_string(),
+            errors: unmapped["evaluation_errors"].to_string(),
+            outcome: unmapped["outcome"].to_string(),
+            notes: unmapped["notes"].to_string(),
+        },
+        prev_hash: text(&unmapped["prev_hash"])?,
+        hash: text(&unmapped["hash"])?,
+    })
+}
