@@ -970,3 +970,43 @@ async fn a_held_definition_is_approved_from_the_console() {
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     assert_eq!(console_records(&g).await.len(), 1);
 }
+
+/// A decision whose recorded policy set was edited in the database (its
+/// guard dropped first, as an administrator could) is not shown under the
+/// forged text: the page says the set was altered.
+#[tokio::test]
+async fn a_decision_under_an_edited_policy_set_is_not_shown_under_the_forged_text() {
+    let g = start().await;
+    let denied = denied_call(&g).await;
+    let recorded = g.gw.pep.current().hash.clone();
+    // Another set becomes active, so the decision's set is a recorded one.
+    let audit = g.gw.config.policies_dir.join("audit.cedar");
+    std::fs::write(&audit, format!("{FORBID}\n// reviewed\n")).unwrap();
+    let (status, body) = g
+        .admin(reqwest::Method::POST, "/admin/policies/reload", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(g.gw.pep.current().hash, recorded);
+    let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let page = format!("/console/decisions/{denied}");
+    let (_, html) = c.get(&page).await;
+    assert!(html.contains("memory writes are frozen"), "{html}");
+
+    let unguard = match g.gw.store.read(|c| Ok(c.backend())).await.unwrap() {
+        cedargate::store::Backend::Sqlite => "DROP TRIGGER policy_sets_no_update;",
+        cedargate::store::Backend::Postgres => {
+            "ALTER TABLE policy_sets DISABLE TRIGGER policy_sets_no_update;"
+        }
+    };
+    let forge = format!(
+        "{unguard} UPDATE policy_sets SET files = replace(files, 'are frozen', 'are welcome') WHERE hash = '{recorded}';"
+    );
+    g.gw.store
+        .read(move |c| c.execute_batch(&forge))
+        .await
+        .unwrap();
+    let (status, html) = c.get(&page).await;
+    assert_eq!(status, 200);
+    assert!(!html.contains("are welcome"), "{html}");
+    assert!(html.contains("was altered"), "{html}");
+}
