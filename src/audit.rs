@@ -6,10 +6,13 @@
 //! so no code path can authorize without producing a record.
 
 pub mod archive;
+pub mod checkpoint;
+pub mod checkpoint_verify;
 pub mod events;
 pub mod export;
 pub mod prelude;
 pub mod repeated_listing;
+pub mod signed_note;
 pub mod tool_list;
 
 /// A knowledge-graph node as `read_node` sees it (defined with the entity

@@ -12,6 +12,7 @@
 pub mod a2a_cards;
 pub mod a2a_hooks;
 pub mod audit_query;
+pub mod checkpoints;
 pub mod db;
 pub mod decisions;
 pub mod graph;
@@ -138,6 +139,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("store/migrations/0015_text_index_waits.sql"),
     ),
+    (
+        16,
+        include_str!("store/migrations/0016_trail_checkpoints.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -192,6 +197,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         15,
         include_str!("store/migrations/postgres/0015_text_index_waits.sql"),
+    ),
+    (
+        16,
+        include_str!("store/migrations/postgres/0016_trail_checkpoints.sql"),
     ),
 ];
 
