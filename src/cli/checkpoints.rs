@@ -64,7 +64,9 @@ pub fn export(config: &Config, args: &CheckpointsArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let tmp = args.out.with_extension("partial");
+    let mut tmp = args.out.clone().into_os_string();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
     let written = std::fs::write(&tmp, checkpoint_verify::export_text(&rows))
         .and_then(|()| std::fs::rename(&tmp, &args.out));
     if let Err(e) = written {
