@@ -293,6 +293,16 @@ async fn a_recomputed_chain_passes_the_chain_check_and_fails_the_signed_one() {
         "{}",
         text(&keyed)
     );
+
+    // A gateway started over the rewritten chain never signs it: neither
+    // on its interval after new records nor at its stop.
+    let signed_before = reader(&url, checkpoints::all).unwrap();
+    let g = TestGateway::start_in(dir, |c| c.checkpoints.interval_secs = 1).await;
+    let t = g.tenant("other").await;
+    calls(&g, &t, 2).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let dir = g.stop().await.into_dir();
+    assert_eq!(reader(&url, checkpoints::all).unwrap(), signed_before);
     common::drop_database_of(dir.path());
 }
 
