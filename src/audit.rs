@@ -7,10 +7,13 @@
 
 pub mod archive;
 mod archive_file;
+pub mod checkpoint;
+pub mod checkpoint_verify;
 pub mod events;
 pub mod export;
 pub mod prelude;
 pub mod repeated_listing;
+pub mod signed_note;
 pub mod tool_list;
 
 /// A knowledge-graph node as `read_node` sees it (defined with the entity

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
+pub mod checkpoints;
 pub mod lifecycle;
 pub mod trail;
 pub mod upstreams;
@@ -280,6 +281,10 @@ pub enum AuditCmd {
     /// Verify, export and prune the records older than a time, keeping an
     /// anchor the remaining chain verifies from.
     Archive(trail::ArchiveArgs),
+    /// Write the trail's signed checkpoints to a file an auditor keeps.
+    Checkpoints(checkpoints::CheckpointsArgs),
+    /// Print the public key that verifies the trail's checkpoints.
+    Key,
 }
 
 /// Entry point of the binary.
@@ -304,7 +309,9 @@ pub fn main() -> ExitCode {
         Command::Schema(cmd) => lifecycle::schema(&config, &cmd),
         Command::Audit(AuditCmd::Replay(args)) => lifecycle::replay(&config, &args),
         Command::Audit(AuditCmd::Export(args)) => lifecycle::export(&config, &args),
-        Command::Audit(AuditCmd::Verify(args)) => lifecycle::verify(&config, &args),
+        Command::Audit(AuditCmd::Verify(args)) => checkpoints::verify(&config, &args),
+        Command::Audit(AuditCmd::Checkpoints(args)) => checkpoints::export(&config, &args),
+        Command::Audit(AuditCmd::Key) => checkpoints::key(&config),
         Command::Audit(AuditCmd::Archive(args)) => trail::archive(&config, &args),
         Command::McpServer(cmd) => upstreams::run(&config, cmd),
         other => match operate(&config, other) {
@@ -534,7 +541,12 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         | Command::Schema(_)
         | Command::McpServer(_)
         | Command::Audit(
-            AuditCmd::Verify(_) | AuditCmd::Replay(_) | AuditCmd::Export(_) | AuditCmd::Archive(_),
+            AuditCmd::Verify(_)
+            | AuditCmd::Replay(_)
+            | AuditCmd::Export(_)
+            | AuditCmd::Archive(_)
+            | AuditCmd::Checkpoints(_)
+            | AuditCmd::Key,
         ) => {}
     }
     Ok(ExitCode::SUCCESS)

@@ -69,6 +69,8 @@ pub struct Config {
     pub mcp: McpConfig,
     /// Retention of the decision trail (periodic archives; off by default).
     pub audit: AuditConfig,
+    /// Signed checkpoints of the decision trail's head.
+    pub checkpoints: CheckpointConfig,
     /// Upstream MCP servers run as child processes over stdio, each for
     /// one org (`[[upstreams]]`); the admin API never declares these.
     pub upstreams: Vec<DeclaredUpstream>,
@@ -140,6 +142,33 @@ impl Default for AuditConfig {
             archive_format: crate::audit::export::Format::Jsonl,
             archive_interval_secs: 3600,
             listing_record_secs: 60,
+        }
+    }
+}
+
+/// Signed checkpoints of the decision trail (`[checkpoints]`): the chain
+/// head signed with an Ed25519 key kept outside the database. See
+/// `src/audit/checkpoint.rs`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// The signing key's file (mode 0600; `serve` creates it when absent).
+    /// Unset: `{data_dir}/checkpoint.key`.
+    pub key_file: Option<PathBuf>,
+    /// The name (and checkpoint origin) given to a key `serve` creates; a
+    /// key already made keeps its own. No spaces, no `+`.
+    pub key_name: String,
+    /// Seconds between two checkpoints; one is signed only when the head
+    /// moved. Records after the newest checkpoint are not yet covered.
+    pub interval_secs: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            key_file: None,
+            key_name: "cedargate".into(),
+            interval_secs: 60,
         }
     }
 }
@@ -566,6 +595,7 @@ impl Default for Config {
             graph: GraphConfig::default(),
             mcp: McpConfig::default(),
             audit: AuditConfig::default(),
+            checkpoints: CheckpointConfig::default(),
             upstreams: Vec::new(),
         }
     }

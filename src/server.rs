@@ -10,6 +10,7 @@
 //! admission on the MCP routes and by `tower-http` layers on the others.
 
 mod capacity;
+mod checkpointing;
 mod connection;
 mod maintenance;
 
@@ -58,6 +59,9 @@ pub enum StartError {
     /// The A2A client or the embeddings provider could not be built.
     #[error("tool catalog: {0}")]
     Gateway(#[from] crate::gateway::GatewayError),
+    /// The trail's checkpoint key cannot be read or created.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::audit::checkpoint::KeyError),
     /// `[audit]` retention is misconfigured.
     #[error("audit retention: {0}")]
     Retention(String),
@@ -266,7 +270,9 @@ async fn ready_body(gw: &Gateway) -> serde_json::Value {
 /// Serves on `listener` until `shutdown` resolves, then stops accepting,
 /// lets in-flight requests finish for at most `http.shutdown_grace_secs`,
 /// closes the connections still open (slow clients included), drains the
-/// hook subscribers, flushes every queued write and checkpoints the WAL.
+/// hook subscribers, flushes every queued write, signs the trail's head
+/// (a checkpoint, as it does every `checkpoints.interval_secs`) and
+/// checkpoints the WAL.
 /// Meanwhile it keeps the disk-space guard fresh and, when `[audit]` asks,
 /// archives the trail periodically ([`maintenance`]).
 pub async fn run(
@@ -277,6 +283,13 @@ pub async fn run(
     if gw.config.admin_token.is_none() {
         tracing::warn!("CEDARGATE_ADMIN_TOKEN is not set: the admin API is not served");
     }
+    let key = Arc::new(crate::audit::checkpoint::CheckpointKey::load_or_create(
+        &gw.config,
+    )?);
+    let checkpoints = tokio::spawn(checkpointing::checkpoint_loop(
+        Arc::downgrade(&gw),
+        Arc::clone(&key),
+    ));
     let triggers = crate::lifecycle::watch::start(&gw);
     let refresher = tokio::spawn(crate::a2a::refresh::refresh_loop(Arc::clone(&gw)));
     let upstream_types = crate::lifecycle::upstream_types::start(&gw);
@@ -288,8 +301,12 @@ pub async fn run(
     )));
     let changes = crate::cluster::coherence::start_listener(&gw);
     let space = tokio::spawn(maintenance::space_loop(Arc::downgrade(&gw)));
-    let retention = (gw.config.audit.retention_days > 0)
-        .then(|| tokio::spawn(maintenance::retention_loop(Arc::downgrade(&gw))));
+    let retention = (gw.config.audit.retention_days > 0).then(|| {
+        tokio::spawn(maintenance::retention_loop(
+            Arc::downgrade(&gw),
+            Arc::clone(&key),
+        ))
+    });
     let http = &gw.config.http;
     let capacity = Capacity::new(http.max_connections, http.max_connections_per_ip);
     let (phase, phase_rx) = watch::channel(Phase::Serving);
@@ -340,6 +357,8 @@ pub async fn run(
     if let Err(e) = gw.store.writer().flush().await {
         tracing::error!(error = %e, "final flush of the decision trail failed");
     }
+    checkpoints.abort();
+    checkpointing::sign(&gw, &key, crate::audit::checkpoint::Kind::Stop).await;
     // Leave the WAL empty behind a clean stop (SQLite).
     if let Err(e) = gw.store.checkpoint().await {
         tracing::warn!(error = %e, "final WAL checkpoint failed");

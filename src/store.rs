@@ -12,6 +12,7 @@
 pub mod a2a_cards;
 pub mod a2a_hooks;
 pub mod audit_query;
+pub mod checkpoints;
 pub mod db;
 pub mod decisions;
 pub mod graph;
@@ -139,6 +140,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("store/migrations/0015_text_index_waits.sql"),
     ),
+    (
+        16,
+        include_str!("store/migrations/0016_trail_checkpoints.sql"),
+    ),
     (18, include_str!("store/migrations/0018_trail_guards.sql")),
 ];
 
@@ -194,6 +199,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         15,
         include_str!("store/migrations/postgres/0015_text_index_waits.sql"),
+    ),
+    (
+        16,
+        include_str!("store/migrations/postgres/0016_trail_checkpoints.sql"),
     ),
     (
         18,

@@ -35,6 +35,7 @@ const TESTED: &[&str] = &[
     "CEDARGATE_DATABASE__URL",
     "CEDARGATE_LOG",
     "CEDARGATE_WORKER_THREADS",
+    "CEDARGATE_CHECKPOINTS__KEY_FILE",
 ];
 
 /// The binary in `dir` with none of the documented variables inherited.
@@ -272,6 +273,29 @@ async fn cedargate_data_dir_sets_the_data_directory() {
     served.stop();
     assert!(elsewhere.join("demo-tenant.json").exists());
     assert!(!dir.path().join("data/demo-tenant.json").exists());
+}
+
+#[tokio::test]
+async fn cedargate_checkpoints_key_file_places_the_checkpoint_key() {
+    let (dir, config) = setup();
+    let key_file = dir.path().join("keys/trail.key");
+    let var = (
+        "CEDARGATE_CHECKPOINTS__KEY_FILE",
+        key_file.to_str().unwrap(),
+    );
+    let served = serve(dir.path(), Some(&config), &[var]).await;
+    served.stop();
+    assert!(key_file.exists());
+    assert!(!dir.path().join("data/checkpoint.key").exists());
+    let out = command(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .args(["audit", "key"])
+        .env(var.0, var.1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("cedargate+"), "{}", stdout(&out));
 }
 
 #[tokio::test]

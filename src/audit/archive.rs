@@ -14,8 +14,10 @@
 //!    bytes as they are written;
 //! 4. prune them in one transaction under the chain lock
 //!    ([`crate::store::retention::prune`]), recording the anchor with the
-//!    file's SHA-256; a failure removes the file, so a refused archive
-//!    changes nothing.
+//!    file's SHA-256 and the anchor's checkpoint signed by the gateway's
+//!    key ([`super::checkpoint`]: an anchor no key signed is a forged one
+//!    to `audit verify --key`); a failure removes the file, so a refused
+//!    archive changes nothing.
 //!
 //! Writers keep appending meanwhile: only records behind the cut are read,
 //! and the prune re-checks that the cut record and the anchor are still
@@ -63,6 +65,9 @@ pub struct ArchiveRequest {
     pub format: Format,
     /// Who runs it (the lease holder): `cli:<pid>` or an instance id.
     pub holder: String,
+    /// The checkpoint key that signs the anchor (an anchor is never stored
+    /// unsigned).
+    pub key: std::sync::Arc<super::checkpoint::CheckpointKey>,
 }
 
 /// What an archive did.
@@ -110,6 +115,9 @@ pub enum ArchiveError {
     /// The prune transaction refused or failed (the file was removed).
     #[error(transparent)]
     Prune(#[from] PruneError),
+    /// The anchor's checkpoint could not be signed.
+    #[error("cannot sign the anchor's checkpoint: {0}; nothing pruned")]
+    Sign(#[from] super::signed_note::NoteError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -175,10 +183,15 @@ fn archive_leased(
         archive_sha256: written.sha256,
         archived_at: crate::ids::now_rfc3339(),
     };
-    let pruned = match store.read_blocking(|c| Ok(retention::prune(c, &anchor, plan.anchor.0))) {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(ArchiveError::Prune(e)),
-        Err(e) => Err(ArchiveError::Store(e)),
+    let pruned = match super::checkpoint::sign_anchor(&req.key, &anchor) {
+        Err(e) => Err(ArchiveError::Sign(e)),
+        Ok(signed) => match store
+            .read_blocking(|c| Ok(retention::prune(c, &anchor, plan.anchor.0, &signed)))
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(ArchiveError::Prune(e)),
+            Err(e) => Err(ArchiveError::Store(e)),
+        },
     };
     if let Err(e) = pruned {
         let _ = std::fs::remove_file(&req.out);

@@ -167,6 +167,21 @@ pub struct VerifyArgs {
     /// (no database needed).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["since", "until", "from_seq", "to_seq"])]
     pub archive: Option<PathBuf>,
+    /// Also check the trail against its signed checkpoints with this
+    /// public key, in verifier-key form `name+id+base64` as `audit key`
+    /// prints it (repeat for each key that signed: one per instance that
+    /// does not share the key file).
+    #[arg(long = "key", value_name = "PUBKEY", conflicts_with = "archive")]
+    pub key: Vec<String>,
+    /// Also check the checkpoints of this file (a copy kept by `audit
+    /// checkpoints --out`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "key",
+        conflicts_with = "archive"
+    )]
+    pub checkpoints: Option<PathBuf>,
 }
 
 fn catalog() -> Result<Catalog, CommandError> {

@@ -44,11 +44,21 @@ pub fn archive(config: &Config, args: &ArchiveArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The anchor is signed with the gateway's checkpoint key: without it
+    // the archive is refused (an unsigned anchor would read as forged).
+    let key = match crate::audit::checkpoint::CheckpointKey::load(config) {
+        Ok(k) => std::sync::Arc::new(k),
+        Err(e) => {
+            eprintln!("error: {e}; nothing archived");
+            return ExitCode::FAILURE;
+        }
+    };
     let req = ArchiveRequest {
         before,
         out: args.out.clone(),
         format: args.format,
         holder: format!("cli:{}", std::process::id()),
+        key,
     };
     let result = archive::archive(&store, &req);
     if let Err(e) = store.read_blocking(|c| c.checkpoint()) {

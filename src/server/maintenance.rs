@@ -9,6 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::audit::archive::{self, ArchiveError, ArchiveRequest};
+use crate::audit::checkpoint::CheckpointKey;
 use crate::config::AuditConfig;
 use crate::gateway::Gateway;
 
@@ -43,11 +44,11 @@ pub fn retention_enabled(audit: &AuditConfig) -> Result<bool, String> {
 /// Archives the records older than `audit.retention_days` every
 /// `audit.archive_interval_secs`, starting now, until the gateway is
 /// dropped. Another instance holding the lease is not a failure.
-pub async fn retention_loop(gw: Weak<Gateway>) {
+pub async fn retention_loop(gw: Weak<Gateway>, key: Arc<CheckpointKey>) {
     loop {
         let Some(gw) = gw.upgrade() else { return };
         if gw.store.is_migrated() {
-            retain(&gw).await;
+            retain(&gw, &key).await;
         }
         let pause = Duration::from_secs(gw.config.audit.archive_interval_secs.max(1));
         drop(gw);
@@ -56,7 +57,7 @@ pub async fn retention_loop(gw: Weak<Gateway>) {
 }
 
 /// One retention run.
-async fn retain(gw: &Arc<Gateway>) {
+async fn retain(gw: &Arc<Gateway>, key: &Arc<CheckpointKey>) {
     let audit = &gw.config.audit;
     let Some(dir) = &audit.archive_dir else {
         return;
@@ -77,6 +78,7 @@ async fn retain(gw: &Arc<Gateway>) {
         out: dir.join(format!("decisions-{stamp}.{ext}")),
         format: audit.archive_format,
         holder: gw.cluster.instance_id.clone(),
+        key: Arc::clone(key),
     };
     let store = gw.store.clone();
     let outcome = tokio::task::spawn_blocking(move || archive::archive(&store, &req)).await;

@@ -16,6 +16,7 @@
 use serde::Serialize;
 
 use super::StoreError;
+use super::checkpoints::{self, CheckpointRow};
 use super::db::{Backend, Conn};
 use crate::params;
 
@@ -104,9 +105,16 @@ pub enum PruneError {
 /// snapshots no remaining record references, in one transaction holding
 /// the chain lock. `expected_anchor` is the anchor seq the archive started
 /// from (the records `anchor.first_seq..=anchor.seq` follow it).
-pub fn prune(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u64, PruneError> {
+/// `signed` is the anchor's signed checkpoint, stored with it; the
+/// checkpoints behind the anchor go with the records.
+pub fn prune(
+    conn: &mut Conn,
+    anchor: &Anchor,
+    expected_anchor: i64,
+    signed: &CheckpointRow,
+) -> Result<u64, PruneError> {
     conn.begin(true)?;
-    let result = prune_in(conn, anchor, expected_anchor);
+    let result = prune_in(conn, anchor, expected_anchor, signed);
     match &result {
         Ok(_) => conn.commit()?,
         Err(_) => conn.rollback(),
@@ -114,7 +122,12 @@ pub fn prune(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u
     result
 }
 
-fn prune_in(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u64, PruneError> {
+fn prune_in(
+    conn: &mut Conn,
+    anchor: &Anchor,
+    expected_anchor: i64,
+    signed: &CheckpointRow,
+) -> Result<u64, PruneError> {
     conn.lock_chain()?;
     let now = super::decisions::chain_head(conn)?.anchor.0;
     if now != expected_anchor {
@@ -150,6 +163,8 @@ fn prune_in(conn: &mut Conn, anchor: &Anchor, expected_anchor: i64) -> Result<u6
         "INSERT INTO trail_prune_permits (anchor_seq) VALUES (?1)",
         params![anchor.seq],
     )?;
+    checkpoints::insert(conn, signed)?;
+    checkpoints::prune_behind(conn, anchor.seq)?;
     // Snapshots first, while the pruned records still say which to look at.
     let orphans = match conn.backend() {
         // SQLite answers `NOT IN (subquery)` from one ephemeral index.
