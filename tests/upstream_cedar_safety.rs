@@ -10,7 +10,8 @@
 //!   name's typed action: reloads and restarts keep working, the tool stays
 //!   callable under `call_tool`, a policy naming the dropped action is
 //!   reported, and a forbid naming it denies the calls rather than stop
-//!   protecting them.
+//!   protecting them;
+//! - `/readyz` says when the latest reload was refused.
 
 #![allow(
     clippy::unwrap_used,
@@ -300,6 +301,7 @@ async fn control_characters_in_upstream_tool_and_property_names_are_refused_and_
     let acme = moved(&acme, &old_base, &g);
     let (status, ready) = readyz(&g).await;
     assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["policySet"], "current", "{ready}");
     assert_eq!(
         code_of(&g, &globex, "fs.read", json!({"path": "/etc/shadow"})).await,
         -32003
@@ -436,6 +438,41 @@ async fn fs_read_decisions(g: &TestGateway) -> Vec<cedargate::store::decisions::
         .map(|d| d.record)
         .filter(|r| r.action == "call_tool" && r.resource.contains("fs.read"))
         .collect()
+}
+
+#[tokio::test]
+async fn readyz_says_when_the_latest_reload_was_refused() {
+    let (g, _policies) = gateway().await;
+    let (status, ready) = readyz(&g).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["policySet"], "current", "{ready}");
+
+    let (status, _) = reload_with(
+        &g,
+        "bad.cedar",
+        r#"@id("bad") permit (principal, action == Gateway::Action::"no_such_action", resource);"#,
+    )
+    .await;
+    assert_eq!(status, 422);
+    let (status, ready) = readyz(&g).await;
+    assert_eq!(status, 200, "the last good set still serves: {ready}");
+    assert!(
+        ready["policySet"].as_str().unwrap().starts_with("stale"),
+        "{ready}"
+    );
+    assert!(
+        ready["policyReloadRejected"]
+            .to_string()
+            .contains("no_such_action"),
+        "{ready}"
+    );
+
+    std::fs::remove_file(g.gw.config.policies_dir.join("bad.cedar")).unwrap();
+    let (status, _) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 200);
+    let (_, ready) = readyz(&g).await;
+    assert_eq!(ready["policySet"], "current", "{ready}");
+    assert!(ready.get("policyReloadRejected").is_none(), "{ready}");
 }
 
 /// The console's remote tools page, signed in with the admin token.
