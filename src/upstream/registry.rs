@@ -532,7 +532,11 @@ pub fn typed_schemas(rows: &[ServerRow]) -> Vec<ToolSchema> {
     let mut out = Vec::new();
     for row in rows {
         for pinned in row.tools.iter().filter(|t| !t.hash.is_empty()) {
-            if pinned.collides_with.is_some() || pinned.refusal().is_some() {
+            if let Some(reason) = pinned.refusal() {
+                tracing::warn!(upstream = %row.slug, org = %row.org_id, reason = %reason, "upstream tool refused: not offered, not typed");
+                continue;
+            }
+            if pinned.collides_with.is_some() {
                 continue;
             }
             let Some(schema @ Value::Object(_)) = pinned.definition.get("inputSchema") else {
