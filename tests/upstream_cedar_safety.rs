@@ -379,6 +379,10 @@ async fn one_tool_name_with_different_argument_types_in_two_orgs_drops_its_typed
         assert!(d.errors.contains("no-etc-reads"), "{}", d.errors);
         assert!(d.errors.contains("dropped"), "{}", d.errors);
     }
+    // Replay under the recorded sets decides every record alike.
+    let report = g.replay_recorded().await;
+    assert_eq!(report.identical, report.records, "{report:?}");
+    assert!(report.unreplayable.is_empty(), "{report:?}");
 
     // A reload adding another org's forbid takes effect.
     let (status, body) = reload_with(
