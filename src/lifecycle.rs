@@ -81,6 +81,7 @@ pub fn tool_schemas(catalog: &Catalog) -> Vec<ToolSchema> {
                 Action::CallTool
             },
             input_schema: t.input_schema.clone(),
+            dropped: None,
         })
         .collect()
 }
@@ -134,6 +135,9 @@ pub struct Attempt {
     pub test_failures: Vec<String>,
     /// Policy tests that ran.
     pub tests_run: usize,
+    /// What the loaded set warns of (validation warnings, policies naming
+    /// a dropped typed action: `crate::policy::dropped`); also logged.
+    pub warnings: Vec<String>,
 }
 
 /// What reloads have done so far.
@@ -196,10 +200,9 @@ impl Lifecycle {
             return false;
         };
         let same = current.len() == tools.len()
-            && current
-                .iter()
-                .zip(&tools)
-                .all(|(a, b)| a.name == b.name && a.input_schema == b.input_schema);
+            && current.iter().zip(&tools).all(|(a, b)| {
+                a.name == b.name && a.input_schema == b.input_schema && a.dropped == b.dropped
+            });
         if same {
             return false;
         }
@@ -250,6 +253,7 @@ impl Lifecycle {
             diagnostics: Vec::new(),
             test_failures: Vec::new(),
             tests_run,
+            warnings: bundle.warnings.clone(),
         });
     }
 }

@@ -7,7 +7,9 @@
 //! request that cannot be built, all deny.
 
 pub mod action_slices;
+pub mod cedar_names;
 pub mod describe;
+pub mod dropped;
 pub mod entities;
 mod extension_values;
 mod fingerprinted;
@@ -300,6 +302,9 @@ pub struct PolicyBundle {
     pub usage_reads: usage_reads::UsageReaders,
     /// Tools decided under their own typed action (read from the schema).
     pub typed: std::collections::HashMap<String, schema_gen::TypedTool>,
+    /// Tools whose calls are denied because a forbid names their dropped
+    /// typed action (`dropped.rs`).
+    pub dropped: dropped::DroppedGuard,
     /// Observers of every decision made with this bundle (metrics, shadow
     /// evaluation); shared by every bundle a [`Pep`] activates.
     pub hooks: Arc<Hooks>,
@@ -697,6 +702,14 @@ impl PolicyBundle {
         self.typed.get(resource.id()).filter(|t| t.group == group)
     }
 
+    /// Why a call of a tool resource is denied for its dropped typed action.
+    fn dropped_denial(&self, group: Action, resource: &Uid) -> Option<String> {
+        if self.dropped.is_empty() || resource.0.type_name() != &type_names().tool {
+            return None;
+        }
+        self.dropped.denial(group, resource.id())
+    }
+
     /// Decides one request against a prepared context. A context or request
     /// that does not conform to the schema is a deny carrying the reason.
     pub fn decide(
@@ -728,7 +741,10 @@ impl PolicyBundle {
             ));
         }
         match (&context.action, self.typed_for(action, resource)) {
-            (None, None) => Ok(action.uid().0),
+            (None, None) => match self.dropped_denial(action, resource) {
+                Some(reason) => Err(Verdict::denied_with(reason)),
+                None => Ok(action.uid().0),
+            },
             (Some(used), Some(t)) if *used == t.action => Ok(t.action.clone()),
             (None, Some(t)) => Err(Verdict::denied_with(format!(
                 "`{resource}` is decided under its typed action `{}`, but the context carries no arguments",

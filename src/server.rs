@@ -198,6 +198,15 @@ async fn healthz() -> impl IntoResponse {
     axum::Json(json!({ "status": "ok" }))
 }
 
+/// `/readyz`'s `policySet` when the latest reload applied (or left
+/// unchanged) the set on disk.
+const POLICY_SET_CURRENT: &str = "current";
+
+/// `/readyz`'s `policySet` when the latest reload was refused: the gateway
+/// stays ready (the last good set decides) but serves a set older than
+/// the one on disk; `policyReloadRejected` says why.
+const POLICY_SET_STALE: &str = "stale: the latest reload was refused; the last good set is active";
+
 /// Most unhealthy upstreams named in `/readyz`.
 const READY_UPSTREAMS_LISTED: usize = 20;
 
@@ -228,11 +237,12 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     }
 }
 
-/// The ready answer: the active set, and the latest reload's refusal when
-/// the latest attempt was refused (the last good set is still serving).
-/// The ready answer: the policy hash, a rejected reload, and the upstream
-/// MCP servers' health (detail only: an upstream that is down does not make
-/// the gateway unready, its tools are just not offered).
+/// The ready answer: the policy hash, whether the active set is the one
+/// on disk (`policySet`; a refused latest reload in
+/// `policyReloadRejected`, the last good set still serving), how many
+/// warnings it loaded with, and the upstream MCP servers' health (detail
+/// only: an upstream that is down does not make the gateway unready, its
+/// tools are just not offered).
 async fn ready_body(gw: &Gateway) -> serde_json::Value {
     let mut body = json!({ "status": "ready", "policyHash": gw.pep.current().hash });
     if let Ok(health) = gw.upstreams.health().await
@@ -256,7 +266,13 @@ async fn ready_body(gw: &Gateway) -> serde_json::Value {
             json!({ "count": health.len(), "byHealth": counts, "unhealthy": unhealthy });
     }
     let status = gw.lifecycle.status();
+    let warnings = gw.pep.current().warnings.len();
+    if warnings > 0 {
+        body["policyWarnings"] = warnings.into();
+    }
+    body["policySet"] = POLICY_SET_CURRENT.into();
     if let Some(last) = status.last_attempt.filter(|a| a.result == "rejected") {
+        body["policySet"] = POLICY_SET_STALE.into();
         body["policyReloadRejected"] = json!({
             "at": last.at,
             "trigger": last.trigger,

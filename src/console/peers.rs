@@ -70,6 +70,7 @@ fn server(row: &ServerRow) -> minijinja::Value {
             })
         })
         .collect();
+    let refused = refused(row);
     minijinja::context! {
         id => row.id, org => row.org_id, name => row.name, url => row.url,
         transport => row.transport, health => row.health, last_error => row.last_error,
@@ -77,7 +78,21 @@ fn server(row: &ServerRow) -> minijinja::Value {
         offered => row.tools.iter().filter(|t| t.offered()).count(),
         tools => row.tools.len(),
         held,
+        refused,
     }
+}
+
+/// The server's tools refused for names Cedar cannot hold, each name
+/// escaped (its control characters shown, not rendered).
+fn refused(row: &ServerRow) -> Vec<minijinja::Value> {
+    row.tools
+        .iter()
+        .filter_map(|t| {
+            t.refusal().map(|reason| {
+                minijinja::context! { name => t.name.escape_debug().to_string(), reason }
+            })
+        })
+        .collect()
 }
 
 /// `GET /console/peers`.

@@ -85,6 +85,7 @@ async fn reload(State(gw): State<Arc<Gateway>>) -> Response {
             "hash": attempt.hash,
             "testsRun": attempt.tests_run,
             "policyIds": gw.pep.current().policy_ids,
+            "warnings": attempt.warnings,
         }))
         .into_response(),
         Err(attempt) => rejected(attempt, &gw.pep.current().hash),

@@ -30,6 +30,7 @@ pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt
     };
     attempt.tests_run = report.outcomes.len();
     attempt.hash = Some(bundle.hash.clone());
+    attempt.warnings = bundle.warnings.clone();
     if bundle.hash == gw.pep.current().hash {
         attempt.result = "unchanged".into();
         lifecycle.record(&attempt);
@@ -114,6 +115,7 @@ fn rejected(trigger: &str) -> Attempt {
         diagnostics: Vec::new(),
         test_failures: Vec::new(),
         tests_run: 0,
+        warnings: Vec::new(),
     }
 }
 

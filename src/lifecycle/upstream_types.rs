@@ -12,12 +12,17 @@
 //!   the pins again (debounced) and, when the typed tools differ, reloads
 //!   the policy set through [`super::reload::reload`] (trigger
 //!   `upstream-registry`). A set that no longer validates (a policy names
-//!   an action whose tool was deleted, or whose arguments it reads no
-//!   longer exist) is refused like any bad reload: the last good set stays
+//!   an action whose tool was deleted by an operator, or whose arguments
+//!   it reads no longer exist) is refused like any bad reload: the last good set stays
 //!   active, and the refusal is `lastError` of `GET /admin/policies` and
 //!   shows on `/readyz`.
 //! - Held definitions change nothing until approved: the approved one
 //!   keeps typing the tool meanwhile.
+//! - What a server lists never makes the set fail to load: a tool whose
+//!   name or property name Cedar cannot hold is refused (never typed,
+//!   `crate::policy::cedar_names`), and a name servers declare with
+//!   different argument types keeps its action declared but dropped
+//!   (`crate::policy::dropped`: the rule for the policies naming it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,9 +41,11 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// The typed upstream tools of every org's stored pins (one per gateway
 /// name; see [`schema_gen::agreeing`]), with the notes on names left
-/// untyped.
+/// untyped or dropped. The oldest registration comes first, so a name
+/// whose servers disagree keeps the types it was first declared with.
 pub fn typed_upstream_tools(conn: &mut Conn) -> Result<(Vec<ToolSchema>, Vec<String>), StoreError> {
-    let rows = registry::list_all(conn)?;
+    let mut rows = registry::list_all(conn)?;
+    rows.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
     Ok(schema_gen::agreeing(registry::typed_schemas(&rows)))
 }
 

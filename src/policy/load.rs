@@ -472,6 +472,8 @@ pub fn bundle_from_sources(
                 .map(|a| (p.id().clone(), a.to_string()))
         })
         .collect();
+    let (dropped, dropped_warnings) = super::dropped::DroppedGuard::of(schema_text, &pset);
+    warnings.extend(dropped_warnings);
     let slices = super::action_slices::ActionSlices::build(&schema, &pset);
     // Only policies that can apply to `read_node` can tell nodes apart.
     let node_reads = super::node_reads::NodeDependence::of(
@@ -488,6 +490,7 @@ pub fn bundle_from_sources(
         node_reads,
         session_determined,
         typed,
+        dropped,
         hooks: std::sync::Arc::default(),
         advice,
         schema,

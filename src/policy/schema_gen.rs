@@ -36,7 +36,7 @@ use std::fmt::Write as _;
 use cedar_policy::{EntityUid, RestrictedExpression, SchemaFragment};
 use serde_json::{Map, Value, json};
 
-use super::{Action, NAMESPACE};
+use super::{Action, NAMESPACE, cedar_names};
 
 /// Deepest nesting of arrays and objects mapped into Cedar types.
 pub const MAX_DEPTH: usize = 8;
@@ -50,6 +50,10 @@ pub struct ToolSchema {
     pub group: Action,
     /// The tool's JSON Schema.
     pub input_schema: Value,
+    /// Why the tool's typed action is *dropped* (see [`agreeing`]): it
+    /// stays declared, so the policies naming it still validate, but no
+    /// call is decided under it. `None` for a typed tool.
+    pub dropped: Option<String>,
 }
 
 /// The generated part of the effective schema.
@@ -88,6 +92,13 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
             ));
             continue;
         }
+        if !cedar_names::writable(&tool.name) {
+            out.notes.push(format!(
+                "`{}`: the name cannot be written in Cedar; not typed",
+                tool.name.escape_debug()
+            ));
+            continue;
+        }
         if !seen.insert(tool.name.clone()) {
             out.notes.push(format!(
                 "`{}`: declared twice; the first declaration is typed",
@@ -106,12 +117,19 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
         for n in notes {
             out.notes.push(format!("`{}`: {n}", tool.name));
         }
-        let _ = write!(
-            body,
-            "  action {} in [{}] appliesTo {{\n    principal: [Agent],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args}, usage?: {{ callsLastMinute: Long, agentCallsLastMinute: Long, orgCallsLastMinute: Long }} }},\n  }};\n",
-            quote(&tool.name),
-            tool.group.name()
-        );
+        let action = action_text(tool, &args);
+        if let Err(e) = declares_only(&action, &tool.name) {
+            out.notes.push(format!(
+                "`{}`: its typed action is not valid Cedar ({e}); not typed",
+                tool.name.escape_debug()
+            ));
+            continue;
+        }
+        if let Some(reason) = &tool.dropped {
+            out.notes
+                .push(format!("`{}`: typed action dropped: {reason}", tool.name));
+        }
+        body.push_str(&action);
     }
     if !body.is_empty() {
         out.text = format!(
@@ -121,14 +139,29 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
     out
 }
 
+/// The annotation that marks a dropped typed action in the effective
+/// schema (read back by [`dropped_actions`]).
+pub const DROPPED: &str = "dropped";
+
+/// The annotation's text (fixed: nothing an upstream sent is written).
+const DROPPED_NOTE: &str = "argument types differ between the servers that list this name";
+
 /// Run-time tools (upstream MCP tools, from every org's approved pins)
 /// reduced to one entry per name: a name whose entries all map to the same
 /// Cedar type of `context.args` keeps one typed action (orgs that call
-/// their server alike and agree on the tool share the action); a name whose
-/// entries disagree gets none, with a note. Untyped, a policy naming that
-/// action no longer validates, so the set is refused (the last good set
-/// stays active and the error is reported) rather than reading one org's
-/// arguments with another org's types. Returned sorted by name.
+/// their server alike and agree on the tool share the action).
+///
+/// A name whose entries disagree has its typed action **dropped**: reading
+/// one org's arguments with another org's types could make a forbid miss.
+/// The action stays declared, with the type of the first entry (callers
+/// pass the oldest registration first, so a later server never retypes
+/// the policies written for an earlier one), so every policy naming it
+/// still validates and the rest of the set loads; but it is marked
+/// [`DROPPED`], every tool of that name is decided under its group action
+/// with the plain session context, and a forbid naming the action denies
+/// those calls instead of silently not matching them
+/// ([`super::dropped`]). Returned sorted by name, with a note per dropped
+/// name.
 pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
     let mut by_name: std::collections::BTreeMap<String, Vec<ToolSchema>> = Default::default();
     for t in tools {
@@ -143,20 +176,58 @@ pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
             .collect();
         types.sort();
         types.dedup();
+        let mut first = entries.swap_remove(0);
         if types.len() > 1 {
             notes.push(format!(
-                "`{name}`: orgs list it with {} different argument types; not typed (write policies on `action in Gateway::Action::\"call_tool\"` with `resource == Gateway::Tool::\"{name}\"`, or give the servers distinct prefixes)",
-                types.len()
+                "`{name}`: servers list it with {} different argument types; its typed action is dropped and the tool is decided under `{}` (write policies on `action in Gateway::Action::\"{}\"` with `resource == Gateway::Tool::\"{name}\"`, or give the servers distinct prefixes)",
+                types.len(),
+                first.group.name(),
+                first.group.name(),
             ));
-            continue;
+            first.dropped = Some(DROPPED_NOTE.to_string());
         }
-        out.push(entries.swap_remove(0));
+        out.push(first);
     }
     (out, notes)
 }
 
+/// The declaration of one tool's typed action (its `context.args` type
+/// is `args`); a dropped one carries the [`DROPPED`] annotation.
+fn action_text(tool: &ToolSchema, args: &str) -> String {
+    let mut text = String::new();
+    if tool.dropped.is_some() {
+        let _ = writeln!(text, "  @{DROPPED}(\"{DROPPED_NOTE}\")");
+    }
+    let _ = write!(
+        text,
+        "  action {} in [{}] appliesTo {{\n    principal: [Agent],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args}, usage?: {{ callsLastMinute: Long, agentCallsLastMinute: Long, orgCallsLastMinute: Long }} }},\n  }};\n",
+        quote(&tool.name),
+        tool.group.name()
+    );
+    text
+}
+
+/// Checks one generated action on its own: it must parse, and declare
+/// exactly the action `name` (so one tool's text can never break, or add
+/// to, the schema every org shares).
+fn declares_only(action: &str, name: &str) -> Result<(), String> {
+    let text = format!("namespace {NAMESPACE} {{\n{action}}}\n");
+    let (fragment, _) = SchemaFragment::from_cedarschema_str(&text).map_err(|e| e.to_string())?;
+    let json = fragment.to_json_value().map_err(|e| e.to_string())?;
+    let ids: Vec<&String> = json
+        .get(NAMESPACE)
+        .and_then(|ns| ns.get("actions"))
+        .and_then(Value::as_object)
+        .map(|a| a.keys().collect())
+        .unwrap_or_default();
+    match ids.as_slice() {
+        [id] if id.as_str() == name => Ok(()),
+        _ => Err(format!("it declares {ids:?}")),
+    }
+}
+
 fn quote(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
+    cedar_names::quote(s)
 }
 
 /// The Cedar type of a JSON Schema, or `None` (with a note) when it has none.
@@ -238,6 +309,13 @@ fn object_type(
                 notes.push(format!("`{path}.{name}` is a reserved name; left out"));
                 continue;
             }
+            if !cedar_names::writable(name) {
+                notes.push(format!(
+                    "`{path}.{}` cannot be written in Cedar; left out",
+                    name.escape_debug()
+                ));
+                continue;
+            }
             let Some(prop) = props.get(name) else {
                 continue;
             };
@@ -294,51 +372,71 @@ pub struct TypedTool {
 }
 
 /// Tools with a typed action in the effective schema, by tool name: every
-/// action that is a member of `call_tool` or `a2a_invoke` and whose context
-/// declares `args`.
+/// action that is a member of `call_tool` or `a2a_invoke`, whose context
+/// declares `args`, and that is not marked [`DROPPED`].
 pub fn typed_tools(effective_schema: &str) -> HashMap<String, TypedTool> {
     let mut out = HashMap::new();
+    for (id, group, action, common) in group_actions(effective_schema) {
+        if action.pointer(&format!("/annotations/{DROPPED}")).is_some() {
+            continue;
+        }
+        let args = action
+            .pointer("/appliesTo/context/attributes/args")
+            .map(|t| arg_type(t, &common, 0));
+        let Some(args) = args else { continue };
+        out.insert(
+            id.clone(),
+            TypedTool {
+                group,
+                action: Action::uid_of(&id).0,
+                args: std::sync::Arc::new(args),
+            },
+        );
+    }
+    out
+}
+
+/// The typed actions the effective schema declares but marks [`DROPPED`]
+/// (see [`agreeing`]): action id → the group its tools are decided under.
+pub fn dropped_actions(effective_schema: &str) -> HashMap<String, Action> {
+    group_actions(effective_schema)
+        .into_iter()
+        .filter(|(_, _, action, _)| action.pointer(&format!("/annotations/{DROPPED}")).is_some())
+        .map(|(id, group, _, _)| (id, group))
+        .collect()
+}
+
+/// Every action of the gateway's namespace that is a member of `call_tool`
+/// or `a2a_invoke`: its id, that group, its JSON form and the namespace's
+/// common types.
+fn group_actions(effective_schema: &str) -> Vec<(String, Action, Value, Value)> {
+    let mut out = Vec::new();
     let Ok((fragment, _)) = SchemaFragment::from_cedarschema_str(effective_schema) else {
         return out;
     };
     let Ok(json) = fragment.to_json_value() else {
         return out;
     };
-    let Some(namespaces) = json.as_object() else {
+    let Some(body) = json.get(NAMESPACE) else {
         return out;
     };
-    for (ns, body) in namespaces {
-        if ns != NAMESPACE {
-            continue;
-        }
-        let common = body.get("commonTypes").cloned().unwrap_or(Value::Null);
-        let Some(actions) = body.get("actions").and_then(Value::as_object) else {
-            continue;
-        };
-        for (id, action) in actions {
-            let group = action
-                .get("memberOf")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|m| m.get("id").and_then(Value::as_str))
-                .find_map(|g| match Action::from_name(g) {
-                    Some(a @ (Action::CallTool | Action::A2aInvoke)) => Some(a),
-                    _ => None,
-                });
-            let Some(group) = group else { continue };
-            let args = action
-                .pointer("/appliesTo/context/attributes/args")
-                .map(|t| arg_type(t, &common, 0));
-            let Some(args) = args else { continue };
-            out.insert(
-                id.clone(),
-                TypedTool {
-                    group,
-                    action: Action::uid_of(id).0,
-                    args: std::sync::Arc::new(args),
-                },
-            );
+    let common = body.get("commonTypes").cloned().unwrap_or(Value::Null);
+    let Some(actions) = body.get("actions").and_then(Value::as_object) else {
+        return out;
+    };
+    for (id, action) in actions {
+        let group = action
+            .get("memberOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("id").and_then(Value::as_str))
+            .find_map(|g| match Action::from_name(g) {
+                Some(a @ (Action::CallTool | Action::A2aInvoke)) => Some(a),
+                _ => None,
+            });
+        if let Some(group) = group {
+            out.push((id.clone(), group, action.clone(), common.clone()));
         }
     }
     out
@@ -505,6 +603,7 @@ mod tests {
             name: name.into(),
             group: Action::CallTool,
             input_schema: schema,
+            dropped: None,
         }
     }
 
@@ -658,15 +757,67 @@ mod tests {
             ["fs.list", "fs.read"]
         );
         assert!(notes.is_empty(), "{notes:?}");
-        // Another type for the same name: none, with a note naming it.
+        assert!(kept.iter().all(|t| t.dropped.is_none()));
+        // Another type for the same name: dropped, declared with the first
+        // entry's type, with a note naming it.
         let other = tool(
             "fs.read",
             json!({"type":"object","properties":{"path":{"type":"integer"}}}),
         );
         let (kept, notes) = agreeing(vec![read("a"), other, read("b")]);
-        assert!(kept.is_empty(), "{kept:?}");
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(kept[0].dropped.is_some());
+        assert_eq!(kept[0].input_schema, read("a").input_schema);
         assert_eq!(notes.len(), 1);
         assert!(notes[0].contains("fs.read"), "{notes:?}");
+        // Declared, marked dropped, typing no tool.
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &kept).unwrap();
+        assert!(cedar_policy::Schema::from_cedarschema_str(&effective).is_ok());
+        assert!(!typed_tools(&effective).contains_key("fs.read"));
+        assert_eq!(
+            dropped_actions(&effective).get("fs.read"),
+            Some(&Action::CallTool)
+        );
+    }
+
+    /// Names from outside never break the schema: one Cedar cannot hold
+    /// is left out (a property) or untyped (a tool), quotes and
+    /// backslashes are escaped the Cedar way.
+    #[test]
+    fn names_cedar_cannot_hold_never_reach_the_schema() {
+        let path = json!({"type":"object","properties":{"path":{"type":"string"}}});
+        let tools = [
+            tool("back\u{8}space", path.clone()),
+            tool("nul\u{0}", path.clone()),
+            tool(
+                "props",
+                json!({"type":"object","properties":{
+                    "pa\u{1}th":{"type":"string"},
+                    "ok":{"type":"object","properties":{"de\u{8}ep":{"type":"integer"}}}}}),
+            ),
+            tool("we\"ird\\name", path),
+        ];
+        let (effective, generated) =
+            crate::policy::load::effective_schema("s", BASE, &tools).unwrap();
+        assert!(
+            cedar_policy::Schema::from_cedarschema_str(&effective).is_ok(),
+            "{effective}"
+        );
+        let typed = typed_tools(&effective);
+        assert!(typed.contains_key("we\"ird\\name"), "{effective}");
+        assert!(!typed.keys().any(|k| k.chars().any(char::is_control)));
+        let ArgType::Record(attrs) = &*typed["props"].args else {
+            panic!("record expected")
+        };
+        assert_eq!(
+            attrs,
+            &[("ok".to_string(), ArgType::Record(Vec::new()), false)]
+        );
+        let notes = generated.notes.join("\n");
+        for part in ["back\\u{8}space", "nul\\0", "pa\\u{1}th", "de\\u{8}ep"] {
+            assert!(notes.contains(part), "{part} not in {notes}");
+        }
+        assert!(!notes.chars().any(|c| c.is_control() && c != '\n'));
     }
 
     #[test]

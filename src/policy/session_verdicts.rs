@@ -578,6 +578,7 @@ mod tests {
             input_schema: json!({"type": "object", "properties": {
                 "query": {"type": "string"}, "kind": {"type": "string"},
                 "ratio": {"type": "number"}}, "required": ["query"]}),
+            dropped: None,
         }];
         let bundle = super::super::load::load_bundle_with_tools(
             &dir.join("schemas/gateway.cedarschema"),

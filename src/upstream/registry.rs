@@ -98,9 +98,20 @@ impl PinnedTool {
         })
     }
 
-    /// Whether the tool is offered: approved, nothing held, no collision.
+    /// Whether the tool is offered: approved, nothing held, no collision,
+    /// and a name Cedar can hold.
     pub fn offered(&self) -> bool {
-        self.held.is_none() && !self.hash.is_empty() && self.collides_with.is_none()
+        self.held.is_none()
+            && !self.hash.is_empty()
+            && self.collides_with.is_none()
+            && self.refusal().is_none()
+    }
+
+    /// Why the approved definition is refused, read from it each time (so
+    /// a definition stored before the rule is refused too): a name or
+    /// property name Cedar cannot hold (`crate::policy::cedar_names`).
+    pub fn refusal(&self) -> Option<String> {
+        crate::policy::cedar_names::unwritable_tool(&self.definition)
     }
 
     fn to_json(&self) -> Value {
@@ -386,7 +397,9 @@ impl ServerRow {
                     json!({
                         "name": t.name,
                         "tool": self.tool_name(&t.name),
-                        "status": if t.collides_with.is_some() {
+                        "status": if t.refusal().is_some() {
+                            "refused"
+                        } else if t.collides_with.is_some() {
                             "collision"
                         } else if t.offered() {
                             "approved"
@@ -394,6 +407,11 @@ impl ServerRow {
                             "held"
                         },
                         "collidesWith": t.collides_with,
+                        "reason": t.refusal().or_else(|| {
+                            t.held.as_ref().and_then(|h| {
+                                crate::policy::cedar_names::unwritable_tool(&h.definition)
+                            })
+                        }),
                         "hash": t.hash,
                         "definition": t.definition,
                         "held": t.held.as_ref().map(|h| json!({
@@ -514,6 +532,10 @@ pub fn typed_schemas(rows: &[ServerRow]) -> Vec<ToolSchema> {
     let mut out = Vec::new();
     for row in rows {
         for pinned in row.tools.iter().filter(|t| !t.hash.is_empty()) {
+            if let Some(reason) = pinned.refusal() {
+                tracing::warn!(upstream = %row.slug, org = %row.org_id, reason = %reason, "upstream tool refused: not offered, not typed");
+                continue;
+            }
             if pinned.collides_with.is_some() {
                 continue;
             }
@@ -524,6 +546,7 @@ pub fn typed_schemas(rows: &[ServerRow]) -> Vec<ToolSchema> {
                 name: row.tool_name(&pinned.name),
                 group: Action::CallTool,
                 input_schema: schema.clone(),
+                dropped: None,
             });
         }
     }
