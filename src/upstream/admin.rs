@@ -12,13 +12,15 @@
 //!   `GET /orgs/{org}/mcp-servers/{id}` (with the pinned definitions),
 //!   `DELETE /orgs/{org}/mcp-servers/{id}`;
 //! - `POST /orgs/{org}/mcp-servers/{id}/refresh` lists the tools again: a
-//!   definition that changed since it was approved is held (not offered)
-//!   until `POST /orgs/{org}/mcp-servers/{id}/approve {"tools": [...]}`
-//!   (the upstream's or the gateway's names; no `tools`: every held one)
-//!   approves it (with `"heldHashes": {tool: hash}`, only if each named
-//!   tool still holds the definition reviewed: 409 otherwise); a tool
-//!   whose name now collides with another tool of the org is hidden and
-//!   listed in `collisions`.
+//!   definition that changed since it was approved, or a tool new since the
+//!   first listing, is held (not offered) until `POST
+//!   /orgs/{org}/mcp-servers/{id}/approve {"heldHashes": {tool: hash}}`
+//!   approves the held definition of each named tool (the upstream's or
+//!   the gateway's name) whose hash it names: an approval names the hash,
+//!   never just the tool (400 without one), and a tool holding another
+//!   definition by then fails it with 409, nothing approved; a tool whose
+//!   name now collides with another tool of the org is hidden and listed
+//!   in `collisions`.
 //!
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.
@@ -59,12 +61,43 @@ pub fn routes() -> Router<Arc<Gateway>> {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Approve {
-    /// Tools whose held definitions to approve (default: every held one).
+    /// Accepted for older clients: each tool named here must also be in
+    /// `heldHashes` (a name alone approves nothing).
     pub tools: Option<Vec<String>>,
-    /// Tool name → the held hash reviewed: a tool holding another
-    /// definition now fails the approval with 409 (nothing approved).
+    /// Tool name → the held hash reviewed (required, at least one): what
+    /// is approved. A tool holding another definition now fails the
+    /// approval with 409 (nothing approved).
     #[serde(default)]
     pub held_hashes: BTreeMap<String, String>,
+}
+
+impl Approve {
+    /// The reviewed hashes, or why the request approves nothing.
+    fn reviewed(&self) -> Result<&BTreeMap<String, String>, AppError> {
+        let unhashed: Vec<&String> = self
+            .tools
+            .iter()
+            .flatten()
+            .filter(|t| !self.held_hashes.contains_key(*t))
+            .collect();
+        if self.held_hashes.is_empty() || !unhashed.is_empty() {
+            let named = unhashed
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let which = if named.is_empty() {
+                String::new()
+            } else {
+                format!(" (no hash for {named})")
+            };
+            return Err(AppError::BadRequest(format!(
+                "an approval names the held definition's hash of each tool it approves: \
+                 `heldHashes` {{\"<tool>\": \"<held hash from GET …/{{id}}>\"}}{which}"
+            )));
+        }
+        Ok(&self.held_hashes)
+    }
 }
 
 /// `POST /admin/orgs/{org}/mcp-servers`.
@@ -91,8 +124,9 @@ pub struct RegisterServer {
     pub timeout_ms: Option<u64>,
     /// Tool name prefix (default: the slug).
     pub prefix: Option<String>,
-    /// Whether tools first seen after registration are offered at once
-    /// (default true).
+    /// Unset (the default): the first listing is approved, tools first
+    /// seen later are held until approved. `true`: those are offered at
+    /// once too. `false`: the first listing's tools are held as well.
     pub approve_new_tools: Option<bool>,
 }
 
@@ -206,7 +240,8 @@ async fn register(
         prefix,
         auth: req.auth.clone(),
         timeout_ms: req.timeout_ms.unwrap_or(super::DEFAULT_TIMEOUT_MS),
-        approve_new_tools: req.approve_new_tools.unwrap_or(true),
+        approve_new_tools: req.approve_new_tools == Some(true),
+        hold_first_listing: req.approve_new_tools == Some(false),
         tools: Vec::new(),
         stored_tools: String::new(),
         protocol_version: None,
@@ -346,8 +381,7 @@ async fn approve(
     payload: Result<Json<Approve>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let Json(req) = payload?;
-    let names = req.tools.as_deref();
-    match approval::approve(&gw, &org, &id, names, &req.held_hashes, "approve").await? {
+    match approval::approve(&gw, &org, &id, req.reviewed()?, "approve").await? {
         Approval::Approved { row, approved } => {
             let mut api = with_process(&gw, row.to_api(true), &row);
             api["approved"] = approved.into();
@@ -356,13 +390,5 @@ async fn approve(
         Approval::Changed { tool, held } => {
             Err(AppError::Conflict(approval::changed(&tool, &held)))
         }
-        Approval::NotHeld(unknown) => Err(AppError::BadRequest(format!(
-            "no held definition for {}",
-            unknown
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
     }
 }

@@ -267,7 +267,8 @@ pub fn apply(row: &mut ServerRow, listing: Listing) -> (Listing, Vec<registry::H
             tools,
             protocol_version,
         } => {
-            let (merged, held) = registry::merge(&row.tools, tools, row.approve_new_tools);
+            let approve_new = registry::approves_new(row);
+            let (merged, held) = registry::merge(&row.tools, tools, approve_new);
             changes = held;
             Listing::Listed {
                 tools: merged,
