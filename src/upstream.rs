@@ -34,6 +34,7 @@ pub mod descriptor;
 pub mod entries;
 pub mod http;
 pub mod input;
+pub mod own_address;
 pub mod refresh;
 pub mod registry;
 pub mod sse;

@@ -283,3 +283,36 @@ async fn approving_new_tools_at_once_is_an_explicit_choice() {
     let ran = call(&g, &t, "open.added").await;
     assert_eq!(ran["result"]["content"][0]["text"], "added ran", "{ran}");
 }
+
+/// The gateway's own addresses (bound address, a loopback name of its
+/// port, its public URL) are refused as an upstream; nothing is stored.
+#[tokio::test]
+async fn the_gateway_cannot_be_its_own_upstream() {
+    let g = TestGateway::start_with(|c| {
+        c.public_url = Some("https://gateway.example.test".into());
+    })
+    .await;
+    g.tenant("acme").await;
+    let port = g.base.rsplit(':').next().unwrap().to_string();
+    for url in [
+        format!("{}/api/mcp/s", g.base),
+        format!("http://localhost:{port}/mcp"),
+        format!("http://[::1]:{port}/mcp"),
+        format!("http://0.0.0.0:{port}/"),
+        "https://gateway.example.test/api/mcp/s".to_string(),
+    ] {
+        let (status, body) = register(
+            &g,
+            "acme",
+            json!({"name": "loop", "transport": "streamable-http", "url": url}),
+        )
+        .await;
+        assert_eq!(status, 400, "{url}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("this gateway itself"), "{url}: {body}");
+    }
+    let (_, listed) = g
+        .admin(Method::GET, "/admin/orgs/acme/mcp-servers", None)
+        .await;
+    assert_eq!(listed["servers"], json!([]), "{listed}");
+}

@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 
 use super::approval::{self, Approval};
 use super::descriptor;
+use super::own_address;
 use super::refresh::{self, apply, taken_names, target};
 use super::registry::{self, Listing, ServerRow};
 use crate::a2a::card;
@@ -227,8 +228,10 @@ async fn register(
     let Json(req) = payload?;
     let (url, slug, prefix) = check_input(&req)?;
     gw.store.require_org(&org).await?;
+    refuse_itself(&gw, &url).await?;
     let discovered = discover(&gw, &url, &req).await?;
     let url = discovered.as_ref().map_or(url, |d| d.endpoint.clone());
+    refuse_itself(&gw, &url).await?;
     let now = crate::ids::now_rfc3339();
     let mut row = ServerRow {
         id: uuid::Uuid::now_v7().to_string(),
@@ -277,6 +280,17 @@ async fn register(
         api["discoveredFrom"] = d.from.to_string().into();
     }
     Ok((StatusCode::CREATED, Json(api)))
+}
+
+/// Refuses a URL that reaches the gateway itself (`own_address.rs`).
+async fn refuse_itself(gw: &Gateway, url: &reqwest::Url) -> Result<(), AppError> {
+    let listen = gw.config.listen;
+    match own_address::reason(url, listen, gw.config.public_url.as_deref()).await {
+        Some(why) => Err(AppError::BadRequest(format!(
+            "`url` reaches this gateway itself ({why}); an upstream MCP server is another server"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The endpoint a base URL's `/.well-known/mcp.json` names (see
