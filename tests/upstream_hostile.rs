@@ -316,3 +316,166 @@ async fn the_gateway_cannot_be_its_own_upstream() {
         .await;
     assert_eq!(listed["servers"], json!([]), "{listed}");
 }
+
+fn small_limits(c: &mut cedargate::config::Config) {
+    c.upstream_limits = UpstreamLimitsConfig {
+        max_tools_per_server: 3,
+        max_definition_bytes: 1024,
+        max_org_declared_bytes: 2048,
+    };
+    c.upstream_refresh.interval_secs = 0;
+}
+
+fn tools_named(names: &[&str]) -> Value {
+    names
+        .iter()
+        .map(|n| tool(n, json!({"readOnlyHint": true})))
+        .collect()
+}
+
+/// One tool more than `max_tools_per_server`: the registration is refused
+/// (nothing stored); a refresh is refused (tools hidden, `invalid`), each
+/// refusal recorded once, and a listing within the cap brings them back.
+#[tokio::test]
+async fn a_server_listing_more_tools_than_the_cap_is_refused_and_recorded() {
+    let g = TestGateway::start_with(small_limits).await;
+    let t = g.tenant("acme").await;
+    let up = Upstream::start(tools_named(&["a", "b", "c", "d"])).await;
+    let body = json!({"name": "many", "transport": "streamable-http", "url": up.url});
+    let (status, refused) = register(&g, "acme", body.clone()).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.to_string().contains("max_tools_per_server"),
+        "{refused}"
+    );
+    let (_, listed) = g
+        .admin(Method::GET, "/admin/orgs/acme/mcp-servers", None)
+        .await;
+    assert_eq!(listed["servers"], json!([]), "{listed}");
+    let recorded = events(&g, "upstream_listing_refused").await;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["cap"], "max_tools_per_server");
+    assert_eq!(recorded[0]["limit"], 3);
+    assert_eq!(recorded[0]["found"], 4);
+    assert_eq!(recorded[0]["trigger"], "register");
+
+    // At the cap it registers; crossing it at a refresh hides its tools.
+    up.list(tools_named(&["a", "b", "c"]));
+    let (status, server) = register(&g, "acme", body).await;
+    assert_eq!(status, 201, "{server}");
+    let refresh = format!(
+        "/admin/orgs/acme/mcp-servers/{}/refresh",
+        server["id"].as_str().unwrap()
+    );
+    up.list(tools_named(&["a", "b", "c", "d"]));
+    for _ in 0..2 {
+        let (status, refreshed) = g.admin(Method::POST, &refresh, None).await;
+        assert_eq!(status, 200, "{refreshed}");
+        assert_eq!(refreshed["health"], "invalid", "{refreshed}");
+        assert_eq!(refreshed["refused"]["cap"], "max_tools_per_server");
+        assert!(
+            refreshed["lastError"]
+                .as_str()
+                .unwrap()
+                .contains("max_tools_per_server"),
+            "{refreshed}"
+        );
+    }
+    assert!(
+        g.tool_names(&t)
+            .await
+            .iter()
+            .all(|n| !n.starts_with("many.")),
+        "the refused server's tools are hidden"
+    );
+    assert_eq!(events(&g, "upstream_listing_refused").await.len(), 2);
+    up.list(tools_named(&["a", "b", "c"]));
+    let (_, refreshed) = g.admin(Method::POST, &refresh, None).await;
+    assert_eq!(refreshed["health"], "healthy", "{refreshed}");
+    let ran = call(&g, &t, "many.a").await;
+    assert_eq!(ran["result"]["content"][0]["text"], "a ran", "{ran}");
+}
+
+/// A definition one byte over `max_definition_bytes` is refused, naming
+/// the tool; one at the bound is accepted.
+#[tokio::test]
+async fn a_definition_larger_than_the_cap_is_refused() {
+    let g = TestGateway::start_with(small_limits).await;
+    g.tenant("acme").await;
+    let mut big = tool("big", json!({}));
+    let size = |v: &Value| serde_json::to_vec(v).unwrap().len();
+    big["description"] = "x"
+        .repeat(1024 - size(&json!({"description": ""}).clone()))
+        .into();
+    let mut fitting = big.clone();
+    let over = size(&big) - 1024;
+    let description = big["description"].as_str().unwrap().to_string();
+    fitting["description"] = description[over..].to_string().into();
+    assert_eq!(size(&fitting), 1024);
+    let mut oversized = fitting.clone();
+    oversized["description"] = format!("{description}x")[over..].to_string().into();
+    assert_eq!(size(&oversized), 1025);
+
+    let up = Upstream::start(json!([oversized])).await;
+    let (status, refused) = register(
+        &g,
+        "acme",
+        json!({"name": "wordy", "transport": "streamable-http", "url": up.url}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("max_definition_bytes") && message.contains("`big`"),
+        "{message}"
+    );
+    let recorded = events(&g, "upstream_listing_refused").await;
+    assert_eq!(recorded[0]["cap"], "max_definition_bytes");
+    assert_eq!(recorded[0]["found"], 1025);
+    assert_eq!(recorded[0]["tool"], "wordy.big");
+
+    up.list(json!([fitting]));
+    let (status, body) = register(
+        &g,
+        "acme",
+        json!({"name": "wordy", "transport": "streamable-http", "url": up.url}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// The org's servers together stay within `max_org_declared_bytes`; the
+/// server that would cross it is refused, and another org is not charged
+/// for it.
+#[tokio::test]
+async fn an_orgs_declared_bytes_are_capped_per_org() {
+    let g = TestGateway::start_with(small_limits).await;
+    g.tenant("acme").await;
+    g.tenant("globex").await;
+    let padded = |name: &str| {
+        let mut t = tool(name, json!({}));
+        t["description"] = "y".repeat(500).into();
+        t
+    };
+    let first = Upstream::start(json!([padded("a"), padded("b"), padded("c")])).await;
+    let (status, body) = register(
+        &g,
+        "acme",
+        json!({"name": "first", "transport": "streamable-http", "url": first.url}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let second = Upstream::start(json!([padded("d")])).await;
+    let body = json!({"name": "second", "transport": "streamable-http", "url": second.url});
+    let (status, refused) = register(&g, "acme", body.clone()).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.to_string().contains("max_org_declared_bytes"),
+        "{refused}"
+    );
+    let recorded = events(&g, "upstream_listing_refused").await;
+    assert_eq!(recorded[0]["cap"], "max_org_declared_bytes");
+    assert!(recorded[0]["found"].as_u64().unwrap() > 2048);
+    let (status, body) = register(&g, "globex", body).await;
+    assert_eq!(status, 201, "{body}");
+}

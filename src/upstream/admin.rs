@@ -253,7 +253,16 @@ async fn register(
         checked_at: now.clone(),
         created_at: now,
     };
-    let listing = gw.upstreams.list_tools(&target(&row)?).await;
+    let max_tools = gw.config.upstream_limits.max_tools_per_server;
+    let listed = gw.upstreams.list_tools(&target(&row)?, max_tools).await;
+    let (listing, refused) = refresh::screen(&gw, &row, listed).await?;
+    if let Some(r) = refused {
+        refresh::record_refusal(&gw, &row, &r, "register").await?;
+        return Err(AppError::BadRequest(format!(
+            "the MCP server was not registered: {}",
+            r.message()
+        )));
+    }
     if let Listing::Invalid(e) = &listing {
         return Err(AppError::BadRequest(format!(
             "the upstream is not a usable MCP server: {e}"
@@ -362,6 +371,12 @@ async fn refresh(
     let mut api = with_process(&gw, done.row.to_api(true), &done.row);
     api["heldChanges"] = changes_json(&done.changes);
     api["collisions"] = collisions_json(&done.collisions);
+    if let Some(r) = &done.refused {
+        api["refused"] = json!({
+            "cap": r.cap, "limit": r.limit, "found": r.found, "tool": r.tool,
+            "message": r.message(),
+        });
+    }
     Ok(Json(api))
 }
 
