@@ -479,3 +479,191 @@ async fn an_orgs_declared_bytes_are_capped_per_org() {
     let (status, body) = register(&g, "globex", body).await;
     assert_eq!(status, 201, "{body}");
 }
+
+/// Answers whose id is wrong, missing or null, in a JSON body or an
+/// answer stream, are invalid responses (-32203), never results; the
+/// upstream's own errors keep their code but are marked as its own.
+#[tokio::test]
+async fn answers_with_another_id_are_invalid_and_upstream_errors_are_marked() {
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let names = [
+        "echo",
+        "wrong_id",
+        "no_id",
+        "null_id",
+        "sse_wrong_id",
+        "sse_no_id",
+        "sse_echo",
+        "denies",
+        "limits",
+        "invalid",
+    ];
+    let up = Upstream::start(tools_named(&names)).await;
+    let (status, body) = register(
+        &g,
+        "acme",
+        json!({"name": "h", "transport": "streamable-http", "url": up.url}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    for name in ["wrong_id", "no_id", "null_id", "sse_wrong_id", "sse_no_id"] {
+        let body = call(&g, &t, &format!("h.{name}")).await;
+        assert_eq!(body["error"]["code"], -32203, "{name}: {body}");
+        assert_eq!(body["error"]["data"]["class"], "invalid-response");
+        assert_ne!(body["error"]["data"]["source"], "upstream", "{body}");
+    }
+    let body = call(&g, &t, "h.sse_echo").await;
+    assert_eq!(body["result"]["content"][0]["text"], "streamed", "{body}");
+    for (name, code) in [("denies", -32003), ("limits", -32029), ("invalid", -32203)] {
+        let body = call(&g, &t, &format!("h.{name}")).await;
+        assert_eq!(body["error"]["code"], code, "{name}: {body}");
+        assert_eq!(body["error"]["data"]["source"], "upstream", "{body}");
+        assert_eq!(body["error"]["data"]["class"], "upstream-error", "{body}");
+    }
+    // The gateway allowed the call the upstream refused: no denial recorded.
+    let decisions = g.decisions().await;
+    let denies = decisions
+        .iter()
+        .find(|d| d.record.resource.contains("h.denies"))
+        .unwrap();
+    assert_eq!(denies.record.decision, "allow");
+}
+
+/// The legacy HTTP+SSE transport: a response on the event stream whose id
+/// names no request, or that has none, fails what waits with -32203 and
+/// closes the stream; the next call opens a new one.
+#[derive(Default)]
+struct Legacy {
+    streams: Mutex<HashMap<String, UnboundedSender<Result<Bytes, std::io::Error>>>>,
+    opened: AtomicUsize,
+}
+
+fn sse_event(name: &str, data: &str) -> Result<Bytes, std::io::Error> {
+    Ok(Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+}
+
+async fn legacy_stream(State(s): State<Arc<Legacy>>) -> Response {
+    let sid = format!("s{}", s.opened.fetch_add(1, Ordering::SeqCst));
+    let (tx, rx) = unbounded_channel();
+    tx.send(sse_event(
+        "endpoint",
+        &format!("/messages/?session_id={sid}"),
+    ))
+    .unwrap();
+    s.streams.lock().unwrap().insert(sid, tx);
+    let body = Body::from_stream(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+    ([("content-type", "text/event-stream")], body).into_response()
+}
+
+async fn legacy_message(
+    State(s): State<Arc<Legacy>>,
+    Query(q): Query<HashMap<String, String>>,
+    body: String,
+) -> Response {
+    let sid = q.get("session_id").cloned().unwrap_or_default();
+    let Some(tx) = s.streams.lock().unwrap().get(&sid).cloned() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let msg: Value = serde_json::from_str(&body).unwrap();
+    let Some(id) = msg.get("id").cloned() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let answer = match msg["method"].as_str().unwrap() {
+        "initialize" => rpc(
+            &id,
+            json!({"protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
+                   "serverInfo": {"name": "legacy", "version": "1"}}),
+        ),
+        "tools/list" => rpc(
+            &id,
+            json!({"tools": tools_named(&["echo", "wrong_id", "no_id"])}),
+        ),
+        _ => match msg["params"]["name"].as_str().unwrap() {
+            "wrong_id" => rpc(&json!(id.as_u64().unwrap() + 100_000), text("not yours")),
+            "no_id" => json!({"jsonrpc": "2.0", "result": text("whose?")}),
+            _ => rpc(&id, text("echoed")),
+        },
+    };
+    let _ = tx.send(sse_event("message", &answer.to_string()));
+    (StatusCode::ACCEPTED, "Accepted").into_response()
+}
+
+#[tokio::test]
+async fn a_legacy_stream_answering_another_id_is_invalid() {
+    let state = Arc::new(Legacy::default());
+    let app = axum::Router::new()
+        .route("/sse", axum::routing::get(legacy_stream))
+        .route("/messages/", axum::routing::post(legacy_message))
+        .with_state(Arc::clone(&state));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let g = TestGateway::start().await;
+    let t = g.tenant("acme").await;
+    let (status, body) = register(
+        &g,
+        "acme",
+        json!({"name": "legacy", "transport": "sse", "url": format!("http://{addr}/sse"),
+               "timeoutMs": 5000}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    for name in ["wrong_id", "no_id"] {
+        let body = call(&g, &t, "legacy.echo").await;
+        assert_eq!(body["result"]["content"][0]["text"], "echoed", "{body}");
+        let opened = state.opened.load(Ordering::SeqCst);
+        let started = Instant::now();
+        let body = call(&g, &t, &format!("legacy.{name}")).await;
+        assert_eq!(body["error"]["code"], -32203, "{name}: {body}");
+        assert!(started.elapsed() < Duration::from_secs(4), "not a timeout");
+        // The stream was closed: the next call opens a new one.
+        let body = call(&g, &t, "legacy.echo").await;
+        assert_eq!(body["result"]["content"][0]["text"], "echoed", "{body}");
+        assert_eq!(state.opened.load(Ordering::SeqCst), opened + 1);
+    }
+}
+
+/// A stdio child answering another id (or none) fails the call with
+/// -32203 and is restarted; its next answers are results again.
+#[tokio::test]
+async fn a_stdio_server_answering_another_id_is_invalid_and_restarted() {
+    if !upstreams_installed() {
+        return;
+    }
+    let script = upstreams_dir().join("hostile_stdio.mjs");
+    let declared = DeclaredUpstream {
+        org: "acme".into(),
+        name: "child".into(),
+        command: "node".into(),
+        args: vec![script.to_str().unwrap().to_string()],
+        env: BTreeMap::new(),
+        prefix: None,
+        timeout_ms: Some(5000),
+        approve_new_tools: None,
+    };
+    let g = TestGateway::start_with(|c| c.upstreams = vec![declared]).await;
+    let t = g.tenant("acme").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !g.tool_names(&t).await.contains(&"child.echo".to_string()) {
+        assert!(Instant::now() < deadline, "the child's tools never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for name in ["wrong_id", "no_id"] {
+        let started = Instant::now();
+        let body = call(&g, &t, &format!("child.{name}")).await;
+        assert_eq!(body["error"]["code"], -32203, "{name}: {body}");
+        assert!(started.elapsed() < Duration::from_secs(4), "not a timeout");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let body = call(&g, &t, "child.echo").await;
+            if body["result"]["content"][0]["text"] == "echo " {
+                break;
+            }
+            assert_eq!(body["error"]["code"], -32202, "{body}");
+            assert!(Instant::now() < deadline, "never restarted: {body}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
