@@ -667,3 +667,66 @@ async fn a_stdio_server_answering_another_id_is_invalid_and_restarted() {
         }
     }
 }
+
+/// The gateway binary's human log: a stdio server (of the demo org,
+/// holding its first listing) lists a tool whose name holds a line break
+/// followed by what looks like a log line. The name is logged when it is
+/// held, escaped on the same line: no line of the log starts with the
+/// forged text.
+#[test]
+fn upstream_text_never_forges_a_log_line() {
+    use std::io::{BufRead, BufReader};
+    if !upstreams_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cli::write_config(dir.path(), &common::repo().join("policies"));
+    let script = upstreams_dir().join("hostile_stdio.mjs");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[[upstreams]]\norg = \"demo\"\nname = \"forger\"\ncommand = \"node\"\nargs = [{:?}, \"forge\"]\napproveNewTools = false\n",
+        script.to_str().unwrap()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let mut child = common::cli::bin()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("CEDARGATE_LOG", "info")
+        .env_remove("CEDARGATE_LOG_FORMAT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || for _ in BufReader::new(out).lines() {});
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                return;
+            }
+        }
+    });
+    let forged = "2026-01-01T00:00:00.000000Z  INFO cedargate: forged approval";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines = Vec::new();
+    let held = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("forged approval") => break line,
+            Ok(line) => lines.push(line),
+            Err(_) => break String::new(),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !held.is_empty(),
+        "the held name was never logged: {lines:#?}"
+    );
+    assert!(!held.starts_with(forged), "{held}");
+    assert!(held.contains("x\\n2026-01-01"), "{held}");
+    assert!(lines.iter().all(|l| !l.starts_with(forged)), "{lines:#?}");
+}
