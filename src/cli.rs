@@ -10,6 +10,7 @@ use serde_json::json;
 
 pub mod checkpoints;
 pub mod lifecycle;
+pub mod log_lines;
 pub mod trail;
 pub mod upstreams;
 
@@ -327,12 +328,11 @@ pub fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CEDARGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Human lines escape what their fields carry (`log_lines.rs`).
     let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.with_writer(std::io::stderr).json().try_init(),
+        LogFormat::Human => builder.with_writer(log_lines::OneLine).try_init(),
     };
 }
 

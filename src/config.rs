@@ -63,6 +63,8 @@ pub struct Config {
     pub a2a: A2aConfig,
     /// Background listing of registered upstream MCP servers.
     pub upstream_refresh: UpstreamRefreshConfig,
+    /// What one upstream MCP server (and one org's servers) may declare.
+    pub upstream_limits: UpstreamLimitsConfig,
     /// Knowledge-graph embeddings.
     pub graph: GraphConfig,
     /// The MCP endpoint's protocol 2026-07-28 settings.
@@ -343,6 +345,37 @@ impl Default for UpstreamRefreshConfig {
     }
 }
 
+/// What upstream MCP servers may declare (`[upstream_limits]`): a listing
+/// over a bound is refused (nothing of it is stored; the server shows
+/// `invalid` with the reason) and recorded in the trail. Every declared
+/// definition is kept in memory per org, hashed, typed into the policy
+/// schema and sent in `tools/list`, so its size is the gateway's cost.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamLimitsConfig {
+    /// Tools one server may list (1,000: well above the largest real
+    /// servers, a few hundred tools; 3,000 made each reload take 11 s).
+    pub max_tools_per_server: usize,
+    /// Bytes of one tool definition as listed (its JSON: name,
+    /// description, `inputSchema`, annotations). 64 KiB holds any real
+    /// schema with room; a bigger one is a description used as payload.
+    pub max_definition_bytes: usize,
+    /// Bytes of every definition of one org's servers together, held ones
+    /// included (8 MiB: a thousand tools of about 8 KiB; an agent's
+    /// `tools/list` carries the org's tools, so this bounds it).
+    pub max_org_declared_bytes: usize,
+}
+
+impl Default for UpstreamLimitsConfig {
+    fn default() -> Self {
+        UpstreamLimitsConfig {
+            max_tools_per_server: 1_000,
+            max_definition_bytes: 64 * 1024,
+            max_org_declared_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
 /// Where knowledge-graph embeddings come from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -592,6 +625,7 @@ impl Default for Config {
             lifecycle: LifecycleConfig::default(),
             a2a: A2aConfig::default(),
             upstream_refresh: UpstreamRefreshConfig::default(),
+            upstream_limits: UpstreamLimitsConfig::default(),
             graph: GraphConfig::default(),
             mcp: McpConfig::default(),
             audit: AuditConfig::default(),

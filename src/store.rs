@@ -145,6 +145,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("store/migrations/0016_trail_checkpoints.sql"),
     ),
     (18, include_str!("store/migrations/0018_trail_guards.sql")),
+    (
+        21,
+        include_str!("store/migrations/0021_upstream_new_tools.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -207,6 +211,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         18,
         include_str!("store/migrations/postgres/0018_trail_guards.sql"),
+    ),
+    (
+        21,
+        include_str!("store/migrations/postgres/0021_upstream_new_tools.sql"),
     ),
 ];
 

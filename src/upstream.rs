@@ -28,12 +28,14 @@
 pub mod adapter;
 pub mod admin;
 pub mod approval;
+pub mod caps;
 pub mod client;
 pub mod declared;
 pub mod descriptor;
 pub mod entries;
 pub mod http;
 pub mod input;
+pub mod own_address;
 pub mod refresh;
 pub mod registry;
 pub mod sse;
@@ -405,10 +407,12 @@ impl Upstreams {
     }
 
     /// Lists the upstream's tools in a fresh session (registration and
-    /// refresh), every page, within the target's timeout.
-    pub async fn list_tools(&self, target: &ServerTarget) -> Listing {
+    /// refresh), every page, within the target's timeout; pages stop being
+    /// read once more than `max_tools` are held (the caps refuse such a
+    /// listing, `caps.rs`).
+    pub async fn list_tools(&self, target: &ServerTarget, max_tools: usize) -> Listing {
         let budget = target.timeout;
-        match tokio::time::timeout(budget, self.list_inner(target)).await {
+        match tokio::time::timeout(budget, self.list_inner(target, max_tools)).await {
             Ok(Ok((tools, version))) => Listing::Listed {
                 tools,
                 protocol_version: version,
@@ -422,11 +426,16 @@ impl Upstreams {
     async fn list_inner(
         &self,
         target: &ServerTarget,
+        max_tools: usize,
     ) -> Result<(Vec<PinnedTool>, String), ClientError> {
         if target.transport == registry::STDIO {
             let server = self.stdio_for(target)?;
             let version = server.version().await?;
-            let tools = list_pages(move |params| server.request("tools/list", params)).await?;
+            let tools = list_pages(
+                move |params| server.request("tools/list", params),
+                max_tools,
+            )
+            .await?;
             return Ok((tools, version));
         }
         let bearer = bearer(target)?;
@@ -438,17 +447,21 @@ impl Upstreams {
         };
         let session = client::initialize(&self.http, ep).await?;
         let (http, open) = (&self.http, &session);
-        let tools = list_pages(move |params| {
-            client::request(http, ep, open, "tools/list", params, Outgoing::default())
-        })
+        let tools = list_pages(
+            move |params| {
+                client::request(http, ep, open, "tools/list", params, Outgoing::default())
+            },
+            max_tools,
+        )
         .await?;
         // The listing session is not kept: calls open their own.
         Ok((tools, session.version))
     }
 }
 
-/// Every `tools/list` page (at most [`MAX_LIST_PAGES`]), pinned.
-async fn list_pages<F, Fut>(mut page: F) -> Result<Vec<PinnedTool>, ClientError>
+/// Every `tools/list` page (at most [`MAX_LIST_PAGES`]), pinned; no page
+/// is read once more than `max_tools` are held.
+async fn list_pages<F, Fut>(mut page: F, max_tools: usize) -> Result<Vec<PinnedTool>, ClientError>
 where
     F: FnMut(Value) -> Fut,
     Fut: std::future::Future<Output = Result<Value, ClientError>>,
@@ -471,7 +484,7 @@ where
             .get("nextCursor")
             .filter(|c| !c.is_null())
             .cloned();
-        if cursor.is_none() {
+        if cursor.is_none() || tools.len() > max_tools {
             break;
         }
     }

@@ -907,6 +907,12 @@ async fn a_held_definition_is_approved_from_the_console() {
         + 19;
     let form_hash = section[at..].split('"').next().unwrap().to_string();
     assert_eq!(form_hash.len(), 64, "{section}");
+    // A form without the hash names no definition: nothing is approved.
+    let resp = admin
+        .post_raw(&approve, &[("tool", "reword"), ("csrf", &form_csrf)])
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(!g.tool_names(&t).await.contains(&"changing.reword".into()));
     let stale = "0".repeat(64);
     let resp = admin
         .post_raw(

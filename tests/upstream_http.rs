@@ -757,13 +757,29 @@ async fn a_changed_definition_is_held_until_approved() {
     assert_eq!(again["heldChanges"], json!([]));
     assert_eq!(wipe(&again)["held"]["seenAt"], held["held"]["seenAt"]);
 
-    let (status, bad) =
-        admin_post(&g, &format!("{base}/approve"), json!({"tools": ["echo"]})).await;
-    assert_eq!(status, 400, "{bad}");
-    let (status, approved) = admin_post(
+    // A name alone approves nothing; a hash of a tool holding nothing
+    // neither.
+    let (status, bad) = admin_post(
         &g,
         &format!("{base}/approve"),
         json!({"tools": ["files_server.wipe"]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.to_string().contains("heldHashes"), "{bad}");
+    let (status, bad) = admin_post(&g, &format!("{base}/approve"), json!({})).await;
+    assert_eq!(status, 400, "{bad}");
+    let (status, bad) = admin_post(
+        &g,
+        &format!("{base}/approve"),
+        json!({"heldHashes": {"echo": new_hash}}),
+    )
+    .await;
+    assert_eq!(status, 409, "{bad}");
+    let (status, approved) = admin_post(
+        &g,
+        &format!("{base}/approve"),
+        json!({"tools": ["files_server.wipe"], "heldHashes": {"files_server.wipe": new_hash}}),
     )
     .await;
     assert_eq!(status, 200, "{approved}");
@@ -811,7 +827,23 @@ async fn a_server_that_approves_new_tools_by_hand_offers_nothing_unapproved() {
         "/admin/orgs/acme/mcp-servers/{}",
         server["id"].as_str().unwrap()
     );
-    let (status, _) = admin_post(&g, &format!("{base}/approve"), json!({"tools": ["echo"]})).await;
+    let held = |s: &Value| -> serde_json::Map<String, Value> {
+        s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["status"] == "held")
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["held"]["hash"].clone(),
+                )
+            })
+            .collect()
+    };
+    let all_held = held(&server);
+    let echo = json!({"echo": all_held["echo"]});
+    let (status, _) = admin_post(&g, &format!("{base}/approve"), json!({"heldHashes": echo})).await;
     assert_eq!(status, 200);
     let names: Vec<String> = g
         .tool_names(&t)
@@ -820,7 +852,13 @@ async fn a_server_that_approves_new_tools_by_hand_offers_nothing_unapproved() {
         .filter(|n| n.starts_with("strict."))
         .collect();
     assert_eq!(names, ["strict.echo"]);
-    let (_, all) = admin_post(&g, &format!("{base}/approve"), json!({})).await;
+    let (_, shown) = g.admin(Method::GET, &base, None).await;
+    let (_, all) = admin_post(
+        &g,
+        &format!("{base}/approve"),
+        json!({"heldHashes": held(&shown)}),
+    )
+    .await;
     assert_eq!(all["approved"], 6, "{all}");
     assert_eq!(all["heldCount"], 0);
     // A tool the upstream adds later is held too.

@@ -675,11 +675,22 @@ async fn two_instances_with_one_config_share_the_pins_and_run_their_own_child() 
     assert_eq!(servers["servers"].as_array().unwrap().len(), 1, "{servers}");
 
     // Approved on one instance: offered by both (pins in the database).
+    let held: serde_json::Map<String, Value> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().into(),
+                t["held"]["hash"].clone(),
+            )
+        })
+        .collect();
     let (status, approved) = a
         .admin(
             Method::POST,
             &format!("/admin/orgs/acme/mcp-servers/{id}/approve"),
-            Some(json!({})),
+            Some(json!({ "heldHashes": held })),
         )
         .await;
     assert_eq!(status, 200, "{approved}");

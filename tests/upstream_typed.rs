@@ -412,9 +412,7 @@ async fn a_changed_definition_is_held_by_the_background_refresh_and_recorded() {
     assert_eq!(status, 422, "{body}");
 
     // Approved, it is recorded too, and the new type arrives.
-    let (status, body) = g
-        .admin(Method::POST, &format!("{path}/approve"), Some(json!({})))
-        .await;
+    let (status, body) = approve_all(&g, &path).await;
     assert_eq!(status, 200, "{body}");
     for _ in 0..200 {
         if g.admin(Method::POST, "/admin/policies/reload", None)
@@ -494,9 +492,7 @@ async fn an_approval_is_not_undone_by_refreshes_that_overlap_it() {
         };
         let approve = async {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            let (status, body) = g
-                .admin(Method::POST, &format!("{path}/approve"), Some(json!({})))
-                .await;
+            let (status, body) = approve_all(&g, &path).await;
             approved.store(true, std::sync::atomic::Ordering::SeqCst);
             (status, body)
         };
@@ -611,9 +607,7 @@ async fn two_orgs_share_a_typed_action_only_when_their_tools_agree() {
     // Held: nothing changes yet.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(typed_tools(&g).await.contains(&"fs.read".to_string()));
-    let (status, body) = g
-        .admin(Method::POST, &format!("{path}/approve"), Some(json!({})))
-        .await;
+    let (status, body) = approve_all(&g, &path).await;
     assert_eq!(status, 200, "{body}");
     wait_typed(&g, "fs.read", false).await;
 }
@@ -724,4 +718,25 @@ async fn a_registry_change_on_one_instance_retypes_the_other() {
         .await;
     assert_eq!(status, 204);
     wait_typed(&b, "fs.read", false).await;
+}
+
+/// Approves every definition `path`'s server holds now, naming each held
+/// hash (as an approval must).
+async fn approve_all(g: &TestGateway, path: &str) -> (u16, Value) {
+    let (_, shown) = g.admin(Method::GET, path, None).await;
+    let held: serde_json::Map<String, Value> = shown["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["held"].is_object())
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().into(),
+                t["held"]["hash"].clone(),
+            )
+        })
+        .collect();
+    let body = json!({ "heldHashes": held });
+    g.admin(Method::POST, &format!("{path}/approve"), Some(body))
+        .await
 }

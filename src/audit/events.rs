@@ -1,6 +1,8 @@
 //! Trail events: what happens to the gateway's tools outside a request
 //! and an auditor must see in the same tamper-evident chain as the
-//! decisions (today: upstream tool definitions held and approved).
+//! decisions (today: upstream tool definitions held and approved, and
+//! upstream listings refused for crossing `[upstream_limits]`, whose
+//! outcome is `{upstream, cap, limit, found, tool, trigger}`).
 //!
 //! An event is a trail record like a decision (same table, same hash
 //! chain, so `audit verify` covers it) but records no Cedar decision:
@@ -94,5 +96,69 @@ pub fn definition_event(
         errors: "[]".into(),
         outcome: outcome.to_string(),
         notes: "null".into(),
+    }
+}
+
+/// An upstream's listing over one of the `[upstream_limits]` caps was
+/// refused (`crate::upstream::caps`).
+pub const UPSTREAM_LISTING_REFUSED: &str = "upstream_listing_refused";
+
+/// What a refused listing event is about.
+#[derive(Debug, Clone, Copy)]
+pub struct ListingRefusal<'a> {
+    /// The org of the server.
+    pub org_id: &'a str,
+    /// The server's registry id (at a refused registration, the id it
+    /// would have had; nothing is stored under it).
+    pub upstream_id: &'a str,
+    /// The server's slug (Cedar `McpServer` id).
+    pub slug: &'a str,
+    /// The `[upstream_limits]` key crossed.
+    pub cap: &'a str,
+    /// Its bound.
+    pub limit: usize,
+    /// What the listing would have made it.
+    pub found: usize,
+    /// The tool at fault (a definition over its bound), under the
+    /// gateway's name.
+    pub tool: Option<&'a str>,
+    /// What listed (`register`, `refresh`, …).
+    pub trigger: &'a str,
+}
+
+/// The trail record of a refused listing: principal and resource the
+/// server (the resource is the tool when one definition was at fault);
+/// outcome `{upstream, cap, limit, found, tool, trigger}`.
+pub fn listing_refused_event(refusal: &ListingRefusal<'_>, policy_hash: &str) -> NewDecision {
+    let resource = match refusal.tool {
+        Some(tool) => Kind::Tool.uid(tool),
+        None => Kind::McpServer.uid(refusal.slug),
+    };
+    let outcome = json!({
+        "upstream": refusal.upstream_id,
+        "cap": refusal.cap,
+        "limit": refusal.limit,
+        "found": refusal.found,
+        "tool": refusal.tool,
+        "trigger": refusal.trigger,
+    });
+    NewDecision {
+        resource: resource.to_string(),
+        outcome: outcome.to_string(),
+        action: UPSTREAM_LISTING_REFUSED.to_string(),
+        ..definition_event(
+            UPSTREAM_LISTING_REFUSED,
+            &DefinitionChange {
+                org_id: refusal.org_id,
+                upstream_id: refusal.upstream_id,
+                slug: refusal.slug,
+                tool: "",
+                gateway_name: "",
+                old_hash: "",
+                new_hash: "",
+                trigger: refusal.trigger,
+            },
+            policy_hash,
+        )
     }
 }

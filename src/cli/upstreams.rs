@@ -49,9 +49,14 @@ pub enum McpServerCmd {
         /// Tool name prefix (default: the slug; "" for the upstream's names).
         #[arg(long)]
         prefix: Option<String>,
-        /// Hold tools first seen after registration until approved.
-        #[arg(long)]
+        /// Hold the first listing's tools too until approved (tools first
+        /// seen after it are held by default).
+        #[arg(long, conflicts_with = "approve_new_tools")]
         hold_new_tools: bool,
+        /// Offer tools first seen after the first listing at once, without
+        /// an approval.
+        #[arg(long)]
+        approve_new_tools: bool,
         #[command(flatten)]
         to: Gateway,
     },
@@ -69,13 +74,18 @@ pub enum McpServerCmd {
     Remove(ServerRef),
     /// List the server's tools again (changed definitions are held).
     Refresh(ServerRef),
-    /// Approve held definitions (all of them unless `--tool` is given).
+    /// Approve held definitions: each `--tool` with the `--hash` of its
+    /// held definition (as `show` gives it), in pairs; a name alone
+    /// approves nothing.
     Approve {
         #[command(flatten)]
         server: ServerRef,
         /// A tool to approve (the upstream's or the gateway's name); repeatable.
         #[arg(long = "tool")]
         tools: Vec<String>,
+        /// The held hash of the `--tool` at the same position; repeatable.
+        #[arg(long = "hash")]
+        hashes: Vec<String>,
     },
 }
 
@@ -161,6 +171,7 @@ fn request(config: &Config, cmd: McpServerCmd) -> (reqwest::Method, String, Stri
             timeout_ms,
             prefix,
             hold_new_tools,
+            approve_new_tools,
             to,
         } => {
             let mut body = json!({ "name": name, "transport": transport, "url": url });
@@ -177,6 +188,8 @@ fn request(config: &Config, cmd: McpServerCmd) -> (reqwest::Method, String, Stri
             }
             if hold_new_tools {
                 body["approveNewTools"] = false.into();
+            } else if approve_new_tools {
+                body["approveNewTools"] = true.into();
             }
             let path = format!("/orgs/{org}/mcp-servers");
             (Method::POST, base(to), path, Some(body))
@@ -193,12 +206,19 @@ fn request(config: &Config, cmd: McpServerCmd) -> (reqwest::Method, String, Stri
             let path = format!("{}/refresh", one(&s));
             (Method::POST, base_of(config, &s), path, Some(json!({})))
         }
-        McpServerCmd::Approve { server, tools } => {
-            let body = if tools.is_empty() {
-                json!({})
-            } else {
-                json!({ "tools": tools })
-            };
+        McpServerCmd::Approve {
+            server,
+            tools,
+            hashes,
+        } => {
+            // Paired by position; a count that differs is sent as it is
+            // and the API names the tool without a hash.
+            let held: serde_json::Map<String, Value> = tools
+                .iter()
+                .zip(&hashes)
+                .map(|(t, h)| (t.clone(), h.clone().into()))
+                .collect();
+            let body = json!({ "tools": tools, "heldHashes": held });
             let path = format!("{}/approve", one(&server));
             (Method::POST, base_of(config, &server), path, Some(body))
         }

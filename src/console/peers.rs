@@ -128,8 +128,8 @@ pub async fn page(
 pub struct ApproveForm {
     #[serde(default)]
     tool: String,
-    /// The held hash the page showed: the approval fails if another
-    /// definition is held by then.
+    /// The held hash the page showed (required): the approval fails if
+    /// another definition is held by then.
     #[serde(default)]
     hash: String,
 }
@@ -141,22 +141,18 @@ pub async fn approve(
     AdminPosted(posted): AdminPosted<ApproveForm>,
 ) -> Result<Response, ConsoleError> {
     let tool = posted.form.tool.trim().to_string();
-    let names = [tool.clone()];
     let hash = posted.form.hash.trim();
-    let reviewed = if hash.is_empty() {
-        BTreeMap::new()
-    } else {
-        BTreeMap::from([(tool.clone(), hash.to_string())])
-    };
-    let row = match approval::approve(&gw, &org, &id, Some(&names), &reviewed, "console").await? {
+    if hash.is_empty() {
+        return Err(ConsoleError::BadRequest(format!(
+            "the form names no held definition of `{tool}`: an approval names the hash it \
+             approves; reload the page and approve from it"
+        )));
+    }
+    let reviewed = BTreeMap::from([(tool.clone(), hash.to_string())]);
+    let row = match approval::approve(&gw, &org, &id, &reviewed, "console").await? {
         Approval::Approved { row, .. } => row,
         Approval::Changed { tool, held } => {
             return Err(ConsoleError::BadRequest(approval::changed(&tool, &held)));
-        }
-        Approval::NotHeld(_) => {
-            return Err(ConsoleError::BadRequest(format!(
-                "no held definition for `{tool}`"
-            )));
         }
     };
     let hash = row

@@ -22,6 +22,7 @@ use super::jsonrpc::{self, Id, RpcError};
 use super::protocol;
 use super::streams::OpenError;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
+use crate::upstream::wire::UPSTREAM_ERROR;
 
 /// One rejected argument, as `error.data.errors` lists it.
 #[derive(Debug, Clone)]
@@ -512,8 +513,14 @@ impl McpError {
     /// A fronted server's failure: its code and message, `data` (the
     /// gateway's fields) with the server's own `error.data` as `detail`;
     /// for a -32021, its `requiredCapabilities` also at the top, where the
-    /// revision puts them.
+    /// revision puts them. An upstream MCP server's own error (class
+    /// `upstream-error`) is marked `source: "upstream"`: its code may be
+    /// one the gateway answers its own decisions with (-32003, -3220x,
+    /// -32029), and the mark tells the agent no gateway decided it.
     pub fn remote(code: i64, message: String, mut data: Value, detail: Value) -> McpError {
+        if data.get("class").and_then(Value::as_str) == Some(UPSTREAM_ERROR) {
+            data["source"] = "upstream".into();
+        }
         if code == jsonrpc::MISSING_CLIENT_CAPABILITY
             && let Some(required) = detail.get("requiredCapabilities").filter(|r| r.is_object())
         {

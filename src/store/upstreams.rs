@@ -35,8 +35,12 @@ pub struct StoredUpstream {
     pub secret_file: Option<String>,
     /// Budget of one call, in milliseconds.
     pub timeout_ms: i64,
-    /// Whether tools first seen after registration are exposed at once.
+    /// Whether tools first seen after the first listing are exposed at
+    /// once (the explicit `approveNewTools: true`).
     pub approve_new_tools: bool,
+    /// Whether the first listing's tools wait for an approval too (the
+    /// explicit `approveNewTools: false`).
+    pub hold_first_listing: bool,
     /// Tool definitions with their pins (JSON array text).
     pub tools: String,
     /// Protocol version negotiated at the last listing.
@@ -67,7 +71,7 @@ pub enum ListingRecord<'a> {
     Invalid(&'a str),
 }
 
-const COLUMNS: &str = "id, org_id, slug, name, transport, url, prefix, secret_env, secret_file, timeout_ms, approve_new_tools, tools, protocol_version, health, last_error, checked_at, created_at";
+const COLUMNS: &str = "id, org_id, slug, name, transport, url, prefix, secret_env, secret_file, timeout_ms, approve_new_tools, tools, protocol_version, health, last_error, checked_at, created_at, hold_first_listing";
 
 fn row(r: &Row) -> Result<StoredUpstream, StoreError> {
     Ok(StoredUpstream {
@@ -88,6 +92,7 @@ fn row(r: &Row) -> Result<StoredUpstream, StoreError> {
         last_error: r.get(14)?,
         checked_at: r.get(15)?,
         created_at: r.get(16)?,
+        hold_first_listing: r.get(17)?,
     })
 }
 
@@ -126,7 +131,8 @@ pub fn upsert_declared(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreE
         conn,
         u,
         " ON CONFLICT (id) DO UPDATE SET name = excluded.name, transport = excluded.transport, url = excluded.url, \
-         prefix = excluded.prefix, timeout_ms = excluded.timeout_ms, approve_new_tools = excluded.approve_new_tools",
+         prefix = excluded.prefix, timeout_ms = excluded.timeout_ms, approve_new_tools = excluded.approve_new_tools, \
+         hold_first_listing = excluded.hold_first_listing",
     )
 }
 
@@ -134,7 +140,7 @@ pub fn upsert_declared(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreE
 /// insert).
 fn write_row(conn: &mut Conn, u: &StoredUpstream, on_conflict: &str) -> Result<(), StoreError> {
     conn.execute(
-        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17){on_conflict}"),
+        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18){on_conflict}"),
         params![
             u.id,
             u.org_id,
@@ -153,6 +159,7 @@ fn write_row(conn: &mut Conn, u: &StoredUpstream, on_conflict: &str) -> Result<(
             u.last_error,
             u.checked_at,
             u.created_at,
+            u.hold_first_listing,
         ],
     )?;
     Ok(())

@@ -12,13 +12,15 @@
 //!   `GET /orgs/{org}/mcp-servers/{id}` (with the pinned definitions),
 //!   `DELETE /orgs/{org}/mcp-servers/{id}`;
 //! - `POST /orgs/{org}/mcp-servers/{id}/refresh` lists the tools again: a
-//!   definition that changed since it was approved is held (not offered)
-//!   until `POST /orgs/{org}/mcp-servers/{id}/approve {"tools": [...]}`
-//!   (the upstream's or the gateway's names; no `tools`: every held one)
-//!   approves it (with `"heldHashes": {tool: hash}`, only if each named
-//!   tool still holds the definition reviewed: 409 otherwise); a tool
-//!   whose name now collides with another tool of the org is hidden and
-//!   listed in `collisions`.
+//!   definition that changed since it was approved, or a tool new since the
+//!   first listing, is held (not offered) until `POST
+//!   /orgs/{org}/mcp-servers/{id}/approve {"heldHashes": {tool: hash}}`
+//!   approves the held definition of each named tool (the upstream's or
+//!   the gateway's name) whose hash it names: an approval names the hash,
+//!   never just the tool (400 without one), and a tool holding another
+//!   definition by then fails it with 409, nothing approved; a tool whose
+//!   name now collides with another tool of the org is hidden and listed
+//!   in `collisions`.
 //!
 //! Every change invalidates the org's tool set on every instance, so it
 //! shows on the next request.
@@ -38,6 +40,7 @@ use serde_json::{Value, json};
 
 use super::approval::{self, Approval};
 use super::descriptor;
+use super::own_address;
 use super::refresh::{self, apply, taken_names, target};
 use super::registry::{self, Listing, ServerRow};
 use crate::a2a::card;
@@ -59,12 +62,43 @@ pub fn routes() -> Router<Arc<Gateway>> {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Approve {
-    /// Tools whose held definitions to approve (default: every held one).
+    /// Accepted for older clients: each tool named here must also be in
+    /// `heldHashes` (a name alone approves nothing).
     pub tools: Option<Vec<String>>,
-    /// Tool name → the held hash reviewed: a tool holding another
-    /// definition now fails the approval with 409 (nothing approved).
+    /// Tool name → the held hash reviewed (required, at least one): what
+    /// is approved. A tool holding another definition now fails the
+    /// approval with 409 (nothing approved).
     #[serde(default)]
     pub held_hashes: BTreeMap<String, String>,
+}
+
+impl Approve {
+    /// The reviewed hashes, or why the request approves nothing.
+    fn reviewed(&self) -> Result<&BTreeMap<String, String>, AppError> {
+        let unhashed: Vec<&String> = self
+            .tools
+            .iter()
+            .flatten()
+            .filter(|t| !self.held_hashes.contains_key(*t))
+            .collect();
+        if self.held_hashes.is_empty() || !unhashed.is_empty() {
+            let named = unhashed
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let which = if named.is_empty() {
+                String::new()
+            } else {
+                format!(" (no hash for {named})")
+            };
+            return Err(AppError::BadRequest(format!(
+                "an approval names the held definition's hash of each tool it approves: \
+                 `heldHashes` {{\"<tool>\": \"<held hash from GET …/{{id}}>\"}}{which}"
+            )));
+        }
+        Ok(&self.held_hashes)
+    }
 }
 
 /// `POST /admin/orgs/{org}/mcp-servers`.
@@ -91,8 +125,9 @@ pub struct RegisterServer {
     pub timeout_ms: Option<u64>,
     /// Tool name prefix (default: the slug).
     pub prefix: Option<String>,
-    /// Whether tools first seen after registration are offered at once
-    /// (default true).
+    /// Unset (the default): the first listing is approved, tools first
+    /// seen later are held until approved. `true`: those are offered at
+    /// once too. `false`: the first listing's tools are held as well.
     pub approve_new_tools: Option<bool>,
 }
 
@@ -193,8 +228,10 @@ async fn register(
     let Json(req) = payload?;
     let (url, slug, prefix) = check_input(&req)?;
     gw.store.require_org(&org).await?;
+    refuse_itself(&gw, &url).await?;
     let discovered = discover(&gw, &url, &req).await?;
     let url = discovered.as_ref().map_or(url, |d| d.endpoint.clone());
+    refuse_itself(&gw, &url).await?;
     let now = crate::ids::now_rfc3339();
     let mut row = ServerRow {
         id: uuid::Uuid::now_v7().to_string(),
@@ -206,7 +243,8 @@ async fn register(
         prefix,
         auth: req.auth.clone(),
         timeout_ms: req.timeout_ms.unwrap_or(super::DEFAULT_TIMEOUT_MS),
-        approve_new_tools: req.approve_new_tools.unwrap_or(true),
+        approve_new_tools: req.approve_new_tools == Some(true),
+        hold_first_listing: req.approve_new_tools == Some(false),
         tools: Vec::new(),
         stored_tools: String::new(),
         protocol_version: None,
@@ -215,7 +253,16 @@ async fn register(
         checked_at: now.clone(),
         created_at: now,
     };
-    let listing = gw.upstreams.list_tools(&target(&row)?).await;
+    let max_tools = gw.config.upstream_limits.max_tools_per_server;
+    let listed = gw.upstreams.list_tools(&target(&row)?, max_tools).await;
+    let (listing, refused) = refresh::screen(&gw, &row, listed).await?;
+    if let Some(r) = refused {
+        refresh::record_refusal(&gw, &row, &r, "register").await?;
+        return Err(AppError::BadRequest(format!(
+            "the MCP server was not registered: {}",
+            r.message()
+        )));
+    }
     if let Listing::Invalid(e) = &listing {
         return Err(AppError::BadRequest(format!(
             "the upstream is not a usable MCP server: {e}"
@@ -242,6 +289,17 @@ async fn register(
         api["discoveredFrom"] = d.from.to_string().into();
     }
     Ok((StatusCode::CREATED, Json(api)))
+}
+
+/// Refuses a URL that reaches the gateway itself (`own_address.rs`).
+async fn refuse_itself(gw: &Gateway, url: &reqwest::Url) -> Result<(), AppError> {
+    let listen = gw.config.listen;
+    match own_address::reason(url, listen, gw.config.public_url.as_deref()).await {
+        Some(why) => Err(AppError::BadRequest(format!(
+            "`url` reaches this gateway itself ({why}); an upstream MCP server is another server"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The endpoint a base URL's `/.well-known/mcp.json` names (see
@@ -313,6 +371,12 @@ async fn refresh(
     let mut api = with_process(&gw, done.row.to_api(true), &done.row);
     api["heldChanges"] = changes_json(&done.changes);
     api["collisions"] = collisions_json(&done.collisions);
+    if let Some(r) = &done.refused {
+        api["refused"] = json!({
+            "cap": r.cap, "limit": r.limit, "found": r.found, "tool": r.tool,
+            "message": r.message(),
+        });
+    }
     Ok(Json(api))
 }
 
@@ -346,8 +410,7 @@ async fn approve(
     payload: Result<Json<Approve>, JsonRejection>,
 ) -> Result<impl IntoResponse, AppError> {
     let Json(req) = payload?;
-    let names = req.tools.as_deref();
-    match approval::approve(&gw, &org, &id, names, &req.held_hashes, "approve").await? {
+    match approval::approve(&gw, &org, &id, req.reviewed()?, "approve").await? {
         Approval::Approved { row, approved } => {
             let mut api = with_process(&gw, row.to_api(true), &row);
             api["approved"] = approved.into();
@@ -356,13 +419,5 @@ async fn approve(
         Approval::Changed { tool, held } => {
             Err(AppError::Conflict(approval::changed(&tool, &held)))
         }
-        Approval::NotHeld(unknown) => Err(AppError::BadRequest(format!(
-            "no held definition for {}",
-            unknown
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
     }
 }

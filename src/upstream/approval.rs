@@ -7,11 +7,11 @@
 //! so neither write undoes the other: an approved definition is never put
 //! back on hold by a refresh that read the row before it, and a definition
 //! a refresh newly held is never dropped by an approval built on older
-//! pins. An approval may name the held hash it reviewed for each tool (the
-//! console's form always does; the API's `heldHashes`): a tool holding
-//! another definition by then (a refresh held a newer one) fails the
-//! whole approval, nothing stored. Without hashes an approval approves
-//! what is held when it lands, as one sent a moment later would.
+//! pins. An approval names, for each tool, the held definition's hash (the
+//! console's form sends the hash it showed; the API's `heldHashes`), never
+//! just a tool name: a tool holding another definition by then (a refresh
+//! held a newer one) fails the whole approval, nothing stored. So what is
+//! approved is always exactly what the approver saw.
 //! Each approved definition is a decision-trail event
 //! (`upstream_tool_approved`, with the old and new hash) and the org's
 //! tool set is invalidated on every instance.
@@ -29,7 +29,7 @@ use crate::gateway::Gateway;
 #[derive(Debug)]
 pub enum Approval {
     /// A tool's held definition is not the one reviewed (`reviewed`
-    /// named another hash); nothing was stored.
+    /// named another hash, or the tool holds nothing); nothing was stored.
     Changed {
         /// The tool, as named in `reviewed`.
         tool: String,
@@ -43,33 +43,26 @@ pub enum Approval {
         /// Definitions released from hold.
         approved: usize,
     },
-    /// These names have no held definition; nothing was stored.
-    NotHeld(Vec<String>),
 }
 
-/// Approves the held definitions named in `names` (the upstream's or the
-/// gateway's names; `None`: every held one) of one upstream. `reviewed`
-/// maps tool names to the held hash the approver reviewed: a tool it
-/// names must hold exactly that definition, or nothing is approved (a
-/// refresh may hold a newer one between a review and its approval).
-/// `trigger` names who asked (`approve`, `console`).
+/// Approves the held definitions `reviewed` names (tool, the upstream's or
+/// the gateway's name → the held hash the approver reviewed) of one
+/// upstream: each named tool must hold exactly that definition, or nothing
+/// is approved (a refresh may hold a newer one between a review and its
+/// approval). `trigger` names who asked (`approve`, `console`).
 pub async fn approve(
     gw: &Gateway,
     org: &str,
     id: &str,
-    names: Option<&[String]>,
     reviewed: &BTreeMap<String, String>,
     trigger: &str,
 ) -> Result<Approval, AppError> {
     for _ in 0..WRITE_ATTEMPTS {
         let mut row = read_row(gw, org, id).await?;
-        if let Some((tool, held)) = not_reviewed(&row, reviewed) {
-            return Ok(Approval::Changed { tool, held });
-        }
         let before = row.tools.clone();
-        let approved = match registry::approve(&mut row, names) {
+        let approved = match registry::approve(&mut row, reviewed) {
             Ok(n) => n,
-            Err(unknown) => return Ok(Approval::NotHeld(unknown)),
+            Err((tool, held)) => return Ok(Approval::Changed { tool, held }),
         };
         let (row, stored) = gw
             .store
@@ -103,21 +96,6 @@ pub fn changed(tool: &str, held: &str) -> String {
              review it again (nothing approved)"
         )
     }
-}
-
-/// The first tool of `reviewed` whose held definition is not the one
-/// reviewed, with the hash held now (empty: none held).
-fn not_reviewed(row: &ServerRow, reviewed: &BTreeMap<String, String>) -> Option<(String, String)> {
-    reviewed.iter().find_map(|(name, hash)| {
-        let held = row
-            .tools
-            .iter()
-            .find(|t| registry::is_named(&row.prefix, &t.name, name))
-            .and_then(|t| t.held.as_ref())
-            .map(|h| h.hash.clone())
-            .unwrap_or_default();
-        (held != *hash).then(|| (name.clone(), held))
-    })
 }
 
 /// The definitions an approval changed: old and new approved hash.

@@ -19,7 +19,9 @@
 //! then initialized as before: `initialize` offering the newest version of
 //! that era the gateway speaks and accepting any it supports, then
 //! `notifications/initialized`. HTTP+SSE upstreams are always initialized.
-//! Both eras fail with the same classes.
+//! Both eras fail with the same classes. An answer is the response to the
+//! request it answers: a JSON body or an answer stream whose response
+//! carries a missing, null or other `id` is an invalid response (-32203).
 //!
 //! **Relayed callers.** A tool call made for a 2026-07-28 caller
 //! ([`Outgoing::relay`]) carries that caller's declared client
@@ -48,7 +50,7 @@ use crate::mcp::protocol;
 use crate::tools::Relay;
 
 pub use super::wire::{ClientError, codes};
-use super::wire::{event_end, event_message, too_large, transport};
+use super::wire::{answering, event_end, event_message, is_response, too_large, transport};
 
 /// How the upstream is spoken to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -497,8 +499,9 @@ async fn post(
         read_sse(resp, expect, ep.max_bytes).await?
     } else {
         let bytes = read_limited(resp, ep.max_bytes).await?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| ClientError::Invalid(format!("the upstream answered non-JSON: {e}")))?
+        let message = serde_json::from_slice(&bytes)
+            .map_err(|e| ClientError::Invalid(format!("the upstream answered non-JSON: {e}")))?;
+        answering(message, expect)?
     };
     Ok(Posted {
         session_id,
@@ -555,8 +558,10 @@ pub(super) async fn read_limited(
     Ok(body)
 }
 
-/// Reads SSE events until the response whose id is `expect` (requests and
-/// notifications from the upstream on the way are skipped).
+/// Reads SSE events until the response, which must be to `expect`
+/// (requests and notifications from the upstream on the way are skipped;
+/// a response with another or no id is an invalid response: this stream
+/// answers this request alone).
 async fn read_sse(
     mut resp: reqwest::Response,
     expect: &Value,
@@ -573,10 +578,9 @@ async fn read_sse(
         while let Some(end) = event_end(&buffer) {
             let event: Vec<u8> = buffer.drain(..end).collect();
             if let Some(message) = event_message(&event)
-                && message.get("id") == Some(expect)
-                && (message.get("result").is_some() || message.get("error").is_some())
+                && is_response(&message)
             {
-                return Ok(message);
+                return answering(message, expect);
             }
         }
     }

@@ -33,8 +33,9 @@ pub struct Declared {
     pub prefix: String,
     /// Budget of one call.
     pub timeout: Duration,
-    /// Whether tools first seen are offered at once.
-    pub approve_new_tools: bool,
+    /// `approveNewTools` as declared (unset: the first listing approved,
+    /// later new tools held; see `registry::approves_new`).
+    pub approve_new_tools: Option<bool>,
     /// The child.
     pub server: Arc<StdioServer>,
 }
@@ -124,7 +125,7 @@ fn one(
         name: d.name.trim().to_string(),
         prefix,
         timeout: Duration::from_millis(ms),
-        approve_new_tools: d.approve_new_tools.unwrap_or(true),
+        approve_new_tools: d.approve_new_tools,
     })
 }
 

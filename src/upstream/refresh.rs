@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::caps::{self, Refusal};
 use super::registry::{self, HeldChange, Listing, ServerRow, ServerTarget};
 use crate::audit::events::{self, DefinitionChange};
 use crate::cluster::coherence;
@@ -31,6 +32,8 @@ pub struct Refreshed {
     pub changes: Vec<HeldChange>,
     /// Tools hidden because their name is taken.
     pub collisions: Vec<registry::Collision>,
+    /// The cap the listing crossed, if it was refused (`caps.rs`).
+    pub refused: Option<Refusal>,
 }
 
 /// How many times a write of pins is tried when another write (an
@@ -49,15 +52,27 @@ pub async fn refresh_row(
     mut row: ServerRow,
     trigger: &str,
 ) -> Result<Refreshed, AppError> {
-    let listing = gw.upstreams.list_tools(&target(&row)?).await;
+    let limits = &gw.config.upstream_limits;
+    let listed = gw
+        .upstreams
+        .list_tools(&target(&row)?, limits.max_tools_per_server)
+        .await;
+    let (listing, refused) = screen(gw, &row, listed).await?;
     for _ in 0..WRITE_ATTEMPTS {
         let before = (row.tools.clone(), row.health.clone());
-        let (done, stored) = merge_and_store(gw, row, listing.clone()).await?;
+        let last_error = row.last_error.clone();
+        let (mut done, stored) = merge_and_store(gw, row, listing.clone()).await?;
         if !stored {
             row = read_row(gw, &done.row.org_id, &done.row.id).await?;
             continue;
         }
+        done.refused.clone_from(&refused);
         let row = &done.row;
+        if let Some(r) = &refused
+            && last_error.as_deref() != Some(r.message().as_str())
+        {
+            record_refusal(gw, row, r, trigger).await?;
+        }
         record_events(gw, row, &done.changes, events::UPSTREAM_TOOL_HELD, trigger).await?;
         if (&row.tools, &row.health) != (&before.0, &before.1) {
             coherence::changed(gw, &row.org_id).await;
@@ -94,6 +109,7 @@ async fn merge_and_store(
         row,
         changes,
         collisions,
+        refused: None,
     };
     Ok((done, stored))
 }
@@ -113,6 +129,57 @@ fn log_outcome(row: &ServerRow, changes: &[HeldChange], collisions: &[registry::
             "upstream tool name collides; tool hidden"
         );
     }
+}
+
+/// The listing within the `[upstream_limits]` caps, or an unusable one
+/// naming the cap it crossed, with the refusal (`caps.rs`); the org's
+/// other servers are read as stored now.
+pub async fn screen(
+    gw: &Gateway,
+    row: &ServerRow,
+    listing: Listing,
+) -> Result<(Listing, Option<Refusal>), AppError> {
+    if !matches!(listing, Listing::Listed { .. }) {
+        return Ok((listing, None));
+    }
+    let org = row.org_id.clone();
+    let rows = gw.store.read(move |c| registry::list(c, &org)).await?;
+    let screened = caps::screen(listing, &gw.config.upstream_limits, &rows, &row.id);
+    if let Some(r) = &screened.1 {
+        tracing::warn!(upstream = %row.slug, org = %row.org_id, cap = r.cap, limit = r.limit, found = r.found, "upstream listing refused");
+    }
+    Ok(screened)
+}
+
+/// Commits the trail event of a refused listing (`trigger` names what
+/// listed: `register`, `refresh`, …).
+pub async fn record_refusal(
+    gw: &Gateway,
+    row: &ServerRow,
+    refusal: &Refusal,
+    trigger: &str,
+) -> Result<(), AppError> {
+    let policy_hash = gw.pep.current().hash.clone();
+    let tool = refusal.tool.as_deref().map(|t| row.tool_name(t));
+    let event = events::listing_refused_event(
+        &events::ListingRefusal {
+            org_id: &row.org_id,
+            upstream_id: &row.id,
+            slug: &row.slug,
+            cap: refusal.cap,
+            limit: refusal.limit,
+            found: refusal.found,
+            tool: tool.as_deref(),
+            trigger,
+        },
+        &policy_hash,
+    );
+    let ops = vec![WriteOp::Decision(Box::new(event))];
+    gw.store.writer().submit(ops).await.map_err(|e| {
+        tracing::error!(error = %e, upstream = %row.id, "cannot record a refused upstream listing");
+        AppError::Internal
+    })?;
+    Ok(())
 }
 
 /// One upstream of an org, as stored now.
@@ -267,7 +334,8 @@ pub fn apply(row: &mut ServerRow, listing: Listing) -> (Listing, Vec<registry::H
             tools,
             protocol_version,
         } => {
-            let (merged, held) = registry::merge(&row.tools, tools, row.approve_new_tools);
+            let approve_new = registry::approves_new(row);
+            let (merged, held) = registry::merge(&row.tools, tools, approve_new);
             changes = held;
             Listing::Listed {
                 tools: merged,

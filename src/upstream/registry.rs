@@ -6,7 +6,7 @@
 //! *name* of an environment variable or file ([`PeerAuth`], shared with
 //! A2A peers); its value is read when a request needs it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,8 +152,8 @@ impl PinnedTool {
 
 /// The pins after a listing: a definition equal to the approved one is
 /// kept; a changed one is held (the approved one stays on record); a new
-/// tool is approved at once, or held when `approve_new` is off; a tool no
-/// longer listed is dropped. Returns the pins and the definitions that
+/// tool is approved at once when `approve_new` (see [`approves_new`]),
+/// else held; a tool no longer listed is dropped. Returns the pins and the definitions that
 /// became held at this listing.
 pub fn merge(
     previous: &[PinnedTool],
@@ -206,6 +206,17 @@ pub fn merge(
     (out, changes)
 }
 
+/// Whether the next listing of `row` approves the tools it finds new: its
+/// first listing does (registering a server approves what it lists then)
+/// unless it was registered with `"approveNewTools": false`; a later one
+/// only when it was registered with `"approveNewTools": true`. So a tool
+/// that appears after the first pin (a renamed `wipe` → `wipe_v2` calling
+/// itself read-only) waits for an operator by default.
+pub fn approves_new(row: &ServerRow) -> bool {
+    let first = row.protocol_version.is_none();
+    row.approve_new_tools || (first && !row.hold_first_listing)
+}
+
 /// A tool whose gateway name something else of the org already has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Collision {
@@ -253,28 +264,32 @@ pub fn is_named(prefix: &str, tool: &str, name: &str) -> bool {
     name == tool || name == gateway_name(prefix, tool)
 }
 
-/// Approves the held definitions of `names` (the upstream's or the
-/// gateway's names; all held ones when None). Returns how many were
-/// approved, or the names that have nothing held.
-pub fn approve(row: &mut ServerRow, names: Option<&[String]>) -> Result<usize, Vec<String>> {
-    if let Some(names) = names {
-        let unknown: Vec<String> = names
+/// Approves, for each tool `reviewed` names (the upstream's or the
+/// gateway's name), the held definition whose hash it names. Returns how
+/// many were approved, or the first tool that does not hold that hash now,
+/// with the hash it holds (empty: none); nothing is approved then.
+pub fn approve(
+    row: &mut ServerRow,
+    reviewed: &BTreeMap<String, String>,
+) -> Result<usize, (String, String)> {
+    let prefix = row.prefix.clone();
+    let held_hash = |row: &ServerRow, name: &str| {
+        row.tools
             .iter()
-            .filter(|n| {
-                !row.tools
-                    .iter()
-                    .any(|t| t.held.is_some() && is_named(&row.prefix, &t.name, n))
-            })
-            .cloned()
-            .collect();
-        if !unknown.is_empty() {
-            return Err(unknown);
+            .find(|t| is_named(&prefix, &t.name, name))
+            .and_then(|t| t.held.as_ref())
+            .map(|h| h.hash.clone())
+            .unwrap_or_default()
+    };
+    for (name, hash) in reviewed {
+        let held = held_hash(row, name);
+        if held.is_empty() || held != *hash {
+            return Err((name.clone(), held));
         }
     }
-    let prefix = &row.prefix;
     let mut approved = 0;
     for tool in &mut row.tools {
-        let selected = names.is_none_or(|n| n.iter().any(|n| is_named(prefix, &tool.name, n)));
+        let selected = reviewed.keys().any(|n| is_named(&prefix, &tool.name, n));
         if selected && let Some(held) = tool.held.take() {
             tool.definition = held.definition;
             tool.hash = held.hash;
@@ -340,8 +355,12 @@ pub struct ServerRow {
     pub auth: Option<PeerAuth>,
     /// Budget of one call.
     pub timeout_ms: u64,
-    /// Whether tools first seen after registration are offered at once.
+    /// Whether tools first seen after the first listing are offered at
+    /// once (only when asked for: `"approveNewTools": true`).
     pub approve_new_tools: bool,
+    /// Whether the first listing's tools wait for an approval too
+    /// (`"approveNewTools": false`).
+    pub hold_first_listing: bool,
     /// The definitions of the last successful listing.
     pub tools: Vec<PinnedTool>,
     /// The definitions' text as read from the store (empty for a row not
@@ -381,6 +400,7 @@ impl ServerRow {
             "auth": self.auth,
             "timeoutMs": self.timeout_ms,
             "approveNewTools": self.approve_new_tools,
+            "holdFirstListing": self.hold_first_listing,
             "protocolVersion": self.protocol_version,
             "health": self.health,
             "lastError": self.last_error,
@@ -438,6 +458,7 @@ impl ServerRow {
             secret_file: self.auth.as_ref().and_then(|a| a.secret_file.clone()),
             timeout_ms: i64::try_from(self.timeout_ms).unwrap_or(i64::MAX),
             approve_new_tools: self.approve_new_tools,
+            hold_first_listing: self.hold_first_listing,
             tools: tools_text(&self.tools),
             protocol_version: self.protocol_version.clone(),
             health: self.health.clone(),
@@ -478,6 +499,7 @@ impl From<StoredUpstream> for ServerRow {
             auth,
             timeout_ms: u64::try_from(r.timeout_ms).unwrap_or(0),
             approve_new_tools: r.approve_new_tools,
+            hold_first_listing: r.hold_first_listing,
             tools,
             stored_tools: r.tools,
             protocol_version: r.protocol_version,

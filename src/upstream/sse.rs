@@ -9,7 +9,10 @@
 //! - the `endpoint` must be on the stream's own origin (scheme, host,
 //!   port): the upstream's credential is never sent to a host it names;
 //! - the stream is read by one task per session; an event larger than the
-//!   answer bound closes the stream (its pending requests fail -32203);
+//!   answer bound closes the stream (its pending requests fail -32203), and
+//!   so does a response whose id is missing or names no request sent on
+//!   it (a late answer to a request given up excepted): the stream no
+//!   longer answers each request with its own response;
 //! - when the stream ends, requests waiting on it fail -32202 (never
 //!   resent: the upstream may have run them), and the session is dead: the
 //!   next request opens a new stream and initializes again;
@@ -165,11 +168,13 @@ fn same_origin(base: &reqwest::Url, endpoint: &str) -> Result<reqwest::Url, Clie
 
 /// Reads the stream to its end, handing each response to its request.
 async fn read(mut resp: reqwest::Response, mut buffer: Vec<u8>, shared: Arc<Pending>, max: usize) {
-    let reason = loop {
+    let reason = 'read: loop {
         while let Some(end) = event_end(&buffer) {
             let event: Vec<u8> = buffer.drain(..end).collect();
-            if let Some(message) = event_message(&event) {
-                shared.deliver(message);
+            if let Some(message) = event_message(&event)
+                && let Err(e) = shared.deliver(message)
+            {
+                break 'read e;
             }
         }
         if buffer.len() > max {

@@ -20,7 +20,9 @@
 //!   notifications are ignored); a request
 //!   of the server is answered (`ping` with an empty result, anything else
 //!   -32601: the gateway offers no client capabilities). A line longer
-//!   than the answer bound, or one that is not a JSON-RPC message, means
+//!   than the answer bound, one that is not a JSON-RPC message, or a
+//!   response whose id is missing or names no request sent (a late answer
+//!   to a request given up excepted), means
 //!   the stream can no longer be trusted: what waits fails -32203 and the
 //!   child is killed and restarted like a crashed one.
 //! - **Crashes.** A child that exits (or whose pipes break) fails what is
@@ -466,7 +468,7 @@ async fn read_stdout(
     kill: Arc<Notify>,
     max: usize,
 ) {
-    let reason = loop {
+    let reason = 'read: loop {
         let line = match lines.next().await {
             None => break exited(),
             Some(Err(LinesCodecError::MaxLineLengthExceeded)) => break too_large(max),
@@ -493,8 +495,8 @@ async fn read_stdout(
             {
                 let answer = answer_request(id, method);
                 let _ = write_line(&stdin, &pending, &answer).await;
-            } else {
-                pending.deliver(m);
+            } else if let Err(e) = pending.deliver(m) {
+                break 'read e;
             }
         }
     };

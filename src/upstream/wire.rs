@@ -73,7 +73,45 @@ impl ClientError {
                 "transport"
             }
             ClientError::Invalid(_) => "invalid-response",
-            ClientError::Remote { .. } => "upstream-error",
+            ClientError::Remote { .. } => UPSTREAM_ERROR,
+        }
+    }
+}
+
+/// The class of an upstream's own JSON-RPC error: whatever its code (even
+/// one the gateway uses for its own decisions, -32003, -3220x, -32029), it
+/// reaches the agent marked `error.data.source: "upstream"`.
+pub const UPSTREAM_ERROR: &str = "upstream-error";
+
+/// Whether `message` is a response (a message without `method`), which
+/// must carry the id of the request it answers.
+pub fn is_response(message: &Value) -> bool {
+    message.is_object() && message.get("method").is_none()
+}
+
+/// `message` when it answers request `id`; a response with a missing,
+/// null or other id is an invalid response (-32203): it answers nothing
+/// the gateway asked, and taking it would give one request another's
+/// answer.
+pub fn answering(message: Value, id: &Value) -> Result<Value, ClientError> {
+    match message.get("id") {
+        Some(got) if got == id => Ok(message),
+        got => Err(wrong_id(got)),
+    }
+}
+
+/// The failure of a response that names no request the gateway waits for.
+fn wrong_id(got: Option<&Value>) -> ClientError {
+    match got {
+        None | Some(Value::Null) => {
+            ClientError::Invalid("the upstream's response carries no request id".into())
+        }
+        Some(other) => {
+            let text = other.to_string();
+            ClientError::Invalid(format!(
+                "the upstream answered with the id {}, which names no request the gateway sent it",
+                crate::tools::spec::echo(&text)
+            ))
         }
     }
 }
@@ -127,6 +165,10 @@ pub fn event_message(event: &[u8]) -> Option<Value> {
 /// Senders of the responses waited for, by request id (as JSON text).
 type Waiting = HashMap<String, oneshot::Sender<Result<Value, ClientError>>>;
 
+/// How many ids of requests given up (timed out, or answered in a POST's
+/// body) a stream remembers, so their late answers are let pass.
+const ABANDONED: usize = 1024;
+
 /// Whether `message` is an upstream's announcement that one of its lists
 /// changed: `notifications/tools/list_changed`, `resources/list_changed`
 /// or `prompts/list_changed`. Each lists the tools again (a tool change is
@@ -150,6 +192,8 @@ pub fn is_list_changed(message: &Value) -> bool {
 pub struct Pending {
     /// The waiting requests, or why the stream closed.
     waiting: Mutex<Option<Waiting>>,
+    /// Ids of requests no longer waited for, oldest first.
+    abandoned: Mutex<std::collections::VecDeque<String>>,
     reason: Mutex<Option<ClientError>>,
     /// Signalled by a list change ([`is_list_changed`]; and once more when
     /// the stream closes, so a waiter sees it closed and stops).
@@ -161,6 +205,7 @@ impl Pending {
     pub fn open() -> Pending {
         Pending {
             waiting: Mutex::new(Some(HashMap::new())),
+            abandoned: Mutex::new(std::collections::VecDeque::new()),
             reason: Mutex::new(None),
             list_changed: tokio::sync::Notify::new(),
         }
@@ -176,25 +221,42 @@ impl Pending {
     }
 
     /// Hands a response to the request waiting for it, and signals a
-    /// list change ([`is_list_changed`]; anything else is ignored).
-    pub fn deliver(&self, message: Value) {
+    /// list change ([`is_list_changed`]; other notifications and requests
+    /// are ignored). A response whose id is missing, null, or names no
+    /// request sent on this stream is an error: the stream can no longer be
+    /// trusted to answer each request with its own response (the caller
+    /// closes it). The late answer of a request given up is let pass.
+    pub fn deliver(&self, message: Value) -> Result<(), ClientError> {
         if is_list_changed(&message) {
             self.list_changed.notify_one();
-            return;
+            return Ok(());
         }
-        let Some(id) = message
-            .get("id")
-            .filter(|_| message.get("result").is_some() || message.get("error").is_some())
-        else {
-            return;
+        if !is_response(&message) {
+            return Ok(());
+        }
+        let key = match message.get("id") {
+            None | Some(Value::Null) => return Err(wrong_id(message.get("id"))),
+            Some(id) => id.to_string(),
         };
-        let tx = self
-            .waiting()
-            .as_mut()
-            .and_then(|w| w.remove(&id.to_string()));
+        let tx = self.waiting().as_mut().and_then(|w| w.remove(&key));
         if let Some(tx) = tx {
             let _ = tx.send(Ok(message));
+            return Ok(());
         }
+        let mut abandoned = self.abandoned();
+        match abandoned.iter().position(|k| *k == key) {
+            Some(at) => {
+                abandoned.remove(at);
+                Ok(())
+            }
+            None => Err(wrong_id(message.get("id"))),
+        }
+    }
+
+    fn abandoned(&self) -> MutexGuard<'_, std::collections::VecDeque<String>> {
+        self.abandoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Marks the stream closed and fails every waiting request with
@@ -263,8 +325,18 @@ impl Drop for Waiter {
     /// A request given up (timed out, or answered another way) stops being
     /// waited for.
     fn drop(&mut self) {
-        if let Some(w) = self.pending.waiting().as_mut() {
-            w.remove(&self.key);
+        let given_up = self
+            .pending
+            .waiting()
+            .as_mut()
+            .and_then(|w| w.remove(&self.key))
+            .is_some();
+        if given_up {
+            let mut abandoned = self.pending.abandoned();
+            if abandoned.len() == ABANDONED {
+                abandoned.pop_front();
+            }
+            abandoned.push_back(self.key.clone());
         }
     }
 }
