@@ -1267,5 +1267,5 @@ async fn list_cost(g: &TestGateway, t: &Tenant) -> u32 {
         method: "tools/list".into(),
         params: Value::Null,
     };
-    cedargate::mcp::cost::of(&g.gw, &bundle, &view, &[list])
+    cedargate::mcp::cost::of(&g.gw, &bundle, &view, &list)
 }

@@ -388,17 +388,31 @@ pub async fn prepare(
     })
 }
 
-/// Spends the request's cost from the key's, the agent's and the org's
-/// buckets. Over one: 429, and the first refusal of that subject in the
-/// recording window is recorded (durably, before the answer) as a denied
-/// `access_session` whose outcome says how it was limited; the others
-/// write nothing.
+/// Spends the cost of the body's first element (`cost::first`; the later
+/// ones are charged as they are answered) from the key's, the agent's and
+/// the org's buckets. Over one: 429, see [`charge`].
 pub async fn spend(call: &Call, messages: &[Message]) -> Result<(), McpError> {
-    let limits = &call.gw.rate_limits;
-    if !limits.enabled() {
+    if !call.gw.rate_limits.enabled() {
         return Ok(());
     }
-    let cost = cost::of(&call.gw, &call.bundle, &call.view, messages);
+    charge(
+        call,
+        cost::first(&call.gw, &call.bundle, &call.view, messages),
+    )
+    .await
+}
+
+/// Spends `cost` tokens of work of this request from the key's, the
+/// agent's and the org's buckets (nothing when `cost` is 0). Over one:
+/// -32029 (429 for a whole request), and the first refusal of that subject
+/// in the recording window is recorded (durably, before the answer) as a
+/// denied `access_session` whose outcome says how it was limited; the
+/// others write nothing.
+pub async fn charge(call: &Call, cost: u32) -> Result<(), McpError> {
+    let limits = &call.gw.rate_limits;
+    if !limits.enabled() || cost == 0 {
+        return Ok(());
+    }
     let tenant = &call.view.tenant;
     let who = Subjects {
         org: &tenant.org.id,
