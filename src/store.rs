@@ -138,6 +138,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("store/migrations/0015_text_index_waits.sql"),
     ),
+    (
+        24,
+        include_str!("store/migrations/0024_a2a_telemetry_bounds.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -192,6 +196,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         15,
         include_str!("store/migrations/postgres/0015_text_index_waits.sql"),
+    ),
+    (
+        24,
+        include_str!("store/migrations/postgres/0024_a2a_telemetry_bounds.sql"),
     ),
 ];
 
