@@ -451,6 +451,7 @@ fn rate_notes(gw: &Gateway, limited: &Limited) -> serde_json::Value {
         "perSecond": limited.bucket.per_second,
         "burst": limited.bucket.burst,
         "cost": limited.cost,
+        "instances": limited.instances,
         "retryAfterSeconds": limited.retry_after_secs,
         "recordedOncePerSeconds": gw.config.rate_limits.refusal_record_secs,
     })
