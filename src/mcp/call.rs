@@ -1,8 +1,9 @@
 //! The session prelude every MCP route shares after admission, and the
 //! request it produces. [`resolve`] authenticates the bearer key, loads the
-//! session view, checks tenant isolation, spends the request's cost from
-//! the rate limits (before any Cedar decision or durable write: a refused
-//! request is cheap) and decides `access_session`;
+//! session view, checks tenant isolation, spends the cost of the body's
+//! first element from the rate limits (before any Cedar decision or
+//! durable write: a refused request is cheap; [`charge`] spends the rest
+//! of the request's work as it comes) and decides `access_session`;
 //! the resulting [`Call`] is what every method handler works with: the
 //! policy set the request decides under, the session view, the protocol
 //! version that shapes results, and the request's pending records.
@@ -321,8 +322,9 @@ impl Call {
 }
 
 /// Authenticates, checks the disk-space guard, loads the session, checks
-/// isolation, spends the cost of `messages` (the request's body; none for
-/// a `DELETE`) from the rate limits and decides `access_session`;
+/// isolation, spends the cost of the first of `messages` (the request's
+/// body; none for a `DELETE`) from the rate limits and decides
+/// `access_session`;
 /// `header_version` is what
 /// admission read.
 pub async fn resolve(
