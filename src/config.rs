@@ -227,7 +227,8 @@ pub struct DatabaseConfig {
     /// PostgreSQL: how long a request waits for a pooled connection before
     /// it is answered "unavailable".
     pub acquire_timeout_ms: u64,
-    /// Seconds between an instance's heartbeats in `gateway_instances`.
+    /// Seconds between an instance's heartbeats in `gateway_instances`;
+    /// each beat also counts the live instances that share the rate limits.
     pub heartbeat_secs: u64,
     /// SQLite: the bound of the write-ahead log, in bytes. It is the
     /// `journal_size_limit`, and a commit that leaves the `-wal` file

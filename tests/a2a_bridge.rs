@@ -1270,7 +1270,8 @@ async fn list_cost(g: &TestGateway, t: &Tenant) -> u32 {
     cedargate::mcp::cost::of(&g.gw, &bundle, &view, &list)
 }
 
-/// Rows of `table` emitted before 2001 (the rows the test backdates).
+/// Telemetry rows emitted before 2001 (the rows the test backdates), in
+/// the three tables.
 async fn backdated(g: &TestGateway) -> i64 {
     query_one(
         g,
