@@ -76,6 +76,34 @@ pub struct Config {
     /// Upstream MCP servers run as child processes over stdio, each for
     /// one org (`[[upstreams]]`); the admin API never declares these.
     pub upstreams: Vec<DeclaredUpstream>,
+    /// How long the A2A bridge's telemetry rows are kept.
+    pub a2a_telemetry: A2aTelemetryConfig,
+}
+
+/// The A2A bridge's telemetry rows (`[a2a_telemetry]`): task instances,
+/// hook events and cost events, one or more per bridged call, read per
+/// peer by the console's Remote tools page and `/metrics`. Each instance
+/// deletes, every `prune_interval_secs`, the rows older than
+/// `retention_hours`, then the oldest beyond `max_rows` in each table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct A2aTelemetryConfig {
+    /// Hours a row is kept (at least 1).
+    pub retention_hours: u64,
+    /// Most rows kept per table (at least 1).
+    pub max_rows: u64,
+    /// Seconds between two prunes (at least 1).
+    pub prune_interval_secs: u64,
+}
+
+impl Default for A2aTelemetryConfig {
+    fn default() -> Self {
+        A2aTelemetryConfig {
+            retention_hours: 7 * 24,
+            max_rows: 100_000,
+            prune_interval_secs: 300,
+        }
+    }
 }
 
 /// One `[[upstreams]]` entry: a stdio MCP server the gateway starts for an
@@ -230,7 +258,8 @@ pub struct DatabaseConfig {
     /// PostgreSQL: how long a request waits for a pooled connection before
     /// it is answered "unavailable".
     pub acquire_timeout_ms: u64,
-    /// Seconds between an instance's heartbeats in `gateway_instances`.
+    /// Seconds between an instance's heartbeats in `gateway_instances`;
+    /// each beat also counts the live instances that share the rate limits.
     pub heartbeat_secs: u64,
     /// SQLite: the bound of the write-ahead log, in bytes. It is the
     /// `journal_size_limit`, and a commit that leaves the `-wal` file
@@ -631,6 +660,7 @@ impl Default for Config {
             audit: AuditConfig::default(),
             checkpoints: CheckpointConfig::default(),
             upstreams: Vec::new(),
+            a2a_telemetry: A2aTelemetryConfig::default(),
         }
     }
 }

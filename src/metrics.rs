@@ -5,7 +5,9 @@
 //! durable write queue holds (records and bytes, now and at most), the
 //! `tools/list` answers that repeated a recorded listing, and per
 //! upstream MCP server its requests by outcome, their latency and its
-//! health (labelled `upstream="<org>/<slug>"`, bounded by the registry).
+//! health (labelled `upstream="<org>/<slug>"`, bounded by the registry),
+//! and per A2A peer the bridged calls its telemetry rows hold
+//! (`peer="<org>/<slug>"`, read from the store at each scrape).
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -170,6 +172,8 @@ pub struct Metrics {
     read_queue: [Gauge; 2],
     /// Per upstream MCP server (cloned into the upstream runtime).
     pub upstreams: UpstreamMetrics,
+    /// Per A2A peer, set at each scrape.
+    peers: PeerMetrics,
     active_hash: Mutex<Option<String>>,
     /// The decision metrics' series, one entry per action seen: counting a
     /// decision then finds them without building, hashing and dropping
@@ -323,9 +327,11 @@ impl Metrics {
             "1 while the registry says the upstream MCP server is healthy, else 0",
             upstreams.healthy.clone(),
         );
+        let peers = PeerMetrics::registered(&mut registry);
         Metrics {
             registry,
             upstreams,
+            peers,
             disk_free,
             disk_min_free,
             disk_guard_tripped,
@@ -457,6 +463,12 @@ impl Metrics {
         peak.set(i64::try_from(levels.peak).unwrap_or(i64::MAX));
     }
 
+    /// Sets each registered A2A peer's load from its telemetry rows (peers
+    /// gone since the last scrape disappear).
+    pub fn a2a_peers(&self, load: &[crate::store::a2a_hooks::PeerLoad]) {
+        self.peers.set(load);
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -475,3 +487,90 @@ impl Default for Metrics {
 
 /// The content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `peer` (`<org>/<slug>`) and `status` (`running`, `completed`, `failed`,
+/// `denied`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerStatusLabels {
+    pub peer: String,
+    pub status: String,
+}
+
+/// `peer` (`<org>/<slug>`) and `direction` (`sent`, `received`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerBytesLabels {
+    pub peer: String,
+    pub direction: String,
+}
+
+/// `peer` (`<org>/<slug>`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    pub peer: String,
+}
+
+/// The A2A peers' load over the telemetry rows kept (`[a2a_telemetry]`).
+#[derive(Debug)]
+struct PeerMetrics {
+    calls: Family<PeerStatusLabels, Gauge>,
+    bytes: Family<PeerBytesLabels, Gauge>,
+    mean_seconds: Family<PeerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+impl PeerMetrics {
+    fn registered(registry: &mut Registry) -> PeerMetrics {
+        let peers = PeerMetrics {
+            calls: Family::default(),
+            bytes: Family::default(),
+            mean_seconds: Family::default(),
+        };
+        registry.register(
+            "a2a_peer_calls",
+            "Bridged calls to an A2A peer in the telemetry kept, by status",
+            peers.calls.clone(),
+        );
+        registry.register(
+            "a2a_peer_bytes",
+            "Bytes the bridged calls to an A2A peer sent and received, in the telemetry kept",
+            peers.bytes.clone(),
+        );
+        registry.register(
+            "a2a_peer_mean_duration_seconds",
+            "Mean duration of the finished bridged calls to an A2A peer, in the telemetry kept",
+            peers.mean_seconds.clone(),
+        );
+        peers
+    }
+
+    fn set(&self, load: &[crate::store::a2a_hooks::PeerLoad]) {
+        self.calls.clear();
+        self.bytes.clear();
+        self.mean_seconds.clear();
+        for p in load {
+            let peer = format!("{}/{}", p.org_id, p.peer);
+            for (status, n) in [
+                ("running", p.running),
+                ("completed", p.completed),
+                ("failed", p.failed),
+                ("denied", p.denied),
+            ] {
+                let labels = PeerStatusLabels {
+                    peer: peer.clone(),
+                    status: status.into(),
+                };
+                self.calls.get_or_create(&labels).set(n);
+            }
+            for (direction, n) in [("sent", p.request_bytes), ("received", p.response_bytes)] {
+                let labels = PeerBytesLabels {
+                    peer: peer.clone(),
+                    direction: direction.into(),
+                };
+                self.bytes.get_or_create(&labels).set(n);
+            }
+            let labels = PeerLabel { peer };
+            self.mean_seconds
+                .get_or_create(&labels)
+                .set(p.mean_ms / 1000.0);
+        }
+    }
+}

@@ -5,11 +5,13 @@
 //! (`mcp::call::resolve`) spends from the buckets before any Cedar
 //! decision, and the operator API ([`admin`]) manages the overrides.
 //!
-//! - **Cost**: a request spends one token per unit of work it asks for:
-//!   each element of a JSON-RPC body (a batch of 20 costs 20), and for a
-//!   `tools/list` one per `view_tool` decision it will make (per tool, or
-//!   per equivalence class of a peer's tools). A cost above a bucket's
-//!   burst is charged as the burst, so the largest request still passes
+//! - **Cost**: a request spends one token per unit of work it asks for
+//!   (`mcp::cost`): each element of a JSON-RPC body, charged as the
+//!   element is answered (a batch of 20 spends 20, and its elements past
+//!   the bucket are refused), for a `tools/list` one per `view_tool`
+//!   decision it will make, for a resources or prompts listing one per
+//!   server asked and per entry decided. One charge above a bucket's burst
+//!   is charged as the burst, so the largest single element still passes
 //!   when the bucket is full.
 //! - **Order**: key, then agent, then org. A refusal stops there: a key
 //!   over its bucket spends nothing of its agent's or org's, so one key's
@@ -25,9 +27,19 @@
 //!   limiters drop the subjects idle long enough every
 //!   [`PRUNE_EVERY`] checks. Subjects are authenticated ids (keys, agents
 //!   and orgs that exist), so their number is bounded by the tenants.
-//! - **Per instance**: buckets and counters live in each instance's
-//!   memory. Behind a load balancer of n instances a subject gets up to n
-//!   times its rate; set the buckets per instance accordingly.
+//! - **Shared by the live instances**: buckets and counters live in each
+//!   instance's memory, and each of the n live instances of a database
+//!   (its `gateway_instances` rows, counted at every heartbeat:
+//!   [`RateLimits::set_instances`]) enforces 1/n of every rate and of
+//!   every burst (rounded down, at least one token), so behind a load
+//!   balancer that spreads a subject's requests the configured rate is the
+//!   subject's in total, not n times it. A client pinned to one instance
+//!   gets 1/n of its rate. When an instance joins or leaves, the others
+//!   see the new n at their next heartbeat (`database.heartbeat_secs`; a
+//!   stopped instance leaves at once, a crashed one after three missed
+//!   beats): until then the org may get up to (n+1)/n of its rate, or
+//!   (n-1)/n of it; at the change every bucket starts full at its new
+//!   share, so each change can let one extra burst through.
 //! - **The trail**: the first refusal of a subject in each
 //!   `refusal_record_secs` window is recorded (by the caller); later
 //!   ones in the window are answered without a write, so a flood cannot
@@ -38,7 +50,7 @@ pub mod usage;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -232,6 +244,9 @@ pub struct Limited {
     pub bucket: Bucket,
     /// What the request would have spent.
     pub cost: u32,
+    /// The live instances sharing the bucket (this instance enforced
+    /// 1/`instances` of it).
+    pub instances: u32,
     /// Whole seconds until it could pass (rounded up, at least 1).
     pub retry_after_secs: u64,
     /// The first refusal of this subject in the current recording window:
@@ -257,19 +272,28 @@ impl std::fmt::Debug for Tier {
     }
 }
 
-fn quota(b: Bucket) -> Quota {
-    let one = NonZeroU32::MIN;
-    let per_second = NonZeroU32::new(b.per_second).unwrap_or(one);
-    let burst = NonZeroU32::new(b.burst).unwrap_or(one);
-    Quota::per_second(per_second).allow_burst(burst)
+/// This instance's share of `b` when `n` live instances share it: one
+/// token every n / `per_second` seconds, and 1/n of the burst (at least
+/// one token).
+fn quota(b: Bucket, n: u32) -> Quota {
+    let share = share_of(b.burst, n);
+    let period = Duration::from_secs_f64(f64::from(n.max(1)) / f64::from(b.per_second.max(1)));
+    Quota::with_period(period)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+        .allow_burst(share)
+}
+
+/// 1/n of `burst`, rounded down, at least one token.
+fn share_of(burst: u32, n: u32) -> NonZeroU32 {
+    NonZeroU32::new(burst / n.max(1)).unwrap_or(NonZeroU32::MIN)
 }
 
 impl Tier {
-    fn new(b: Buckets) -> Self {
+    fn new(b: Buckets, n: u32) -> Self {
         Tier {
-            key: RateLimiter::keyed(quota(b.key)),
-            agent: RateLimiter::keyed(quota(b.agent)),
-            org: RateLimiter::keyed(quota(b.org)),
+            key: RateLimiter::keyed(quota(b.key, n)),
+            agent: RateLimiter::keyed(quota(b.agent, n)),
+            org: RateLimiter::keyed(quota(b.org, n)),
             checks: AtomicU64::new(0),
         }
     }
@@ -300,8 +324,10 @@ pub struct RateLimits {
     store: Store,
     clock: DefaultClock,
     /// Limiters per distinct set of buckets (the defaults, and each
-    /// distinct override).
+    /// distinct override), at the current count of instances.
     tiers: Mutex<HashMap<Buckets, Arc<Tier>>>,
+    /// The live instances sharing the buckets (at least 1).
+    instances: Arc<AtomicU32>,
     /// Each org's override (`None`: the defaults).
     overrides: Cache<String, Option<Override>>,
     /// Subjects refused in the current recording window.
@@ -314,8 +340,10 @@ impl RateLimits {
     /// The state for `config`; overrides are read from `store` and cached
     /// for `ttl`.
     pub fn new(config: RateLimitConfig, store: Store, ttl: Duration) -> Self {
+        let instances = Arc::new(AtomicU32::new(1));
         RateLimits {
-            usage: usage::Usage::new(config.usage_max_entries),
+            usage: usage::Usage::new(config.usage_max_entries, Arc::clone(&instances)),
+            instances,
             refused: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(Duration::from_secs(config.refusal_record_secs.max(1)))
@@ -345,6 +373,24 @@ impl RateLimits {
         self.config.enabled
     }
 
+    /// The live instances sharing the buckets.
+    pub fn instances(&self) -> u32 {
+        self.instances.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Sets the live instances sharing the buckets (the heartbeat counts
+    /// them). A new count starts every bucket full at its new share.
+    pub fn set_instances(&self, n: u32) {
+        let n = n.max(1);
+        let Ok(mut tiers) = self.tiers.lock() else {
+            return;
+        };
+        if self.instances.swap(n, Ordering::Relaxed) != n {
+            tiers.clear();
+            tracing::info!(instances = n, "rate limits shared by the live instances");
+        }
+    }
+
     /// Drops the cached override of `org` (after an admin change).
     pub fn invalidate(&self, org: &str) {
         self.overrides.invalidate(org);
@@ -362,7 +408,7 @@ impl RateLimits {
             return Ok(());
         }
         let buckets = self.buckets_of(who.org).await;
-        let tier = self.tier(buckets);
+        let (tier, instances) = self.tier(buckets);
         tier.prune_now_and_then();
         let levels = [
             Some((Level::Key, who.key.to_string())),
@@ -372,7 +418,8 @@ impl RateLimits {
         ];
         for (level, subject) in levels.into_iter().flatten() {
             let bucket = buckets.of(level);
-            let n = NonZeroU32::new(cost.clamp(1, bucket.burst.max(1))).unwrap_or(NonZeroU32::MIN);
+            let share = share_of(bucket.burst, instances).get();
+            let n = NonZeroU32::new(cost.clamp(1, share)).unwrap_or(NonZeroU32::MIN);
             let wait = match tier.limiter(level).check_key_n(&subject, n) {
                 Ok(Ok(())) => continue,
                 Ok(Err(not_until)) => not_until.wait_time_from(self.clock.now()),
@@ -393,6 +440,7 @@ impl RateLimits {
                 subject: shown,
                 bucket,
                 cost,
+                instances,
                 retry_after_secs: whole_seconds(wait),
                 first_in_window,
             });
@@ -433,15 +481,18 @@ impl RateLimits {
         }))
     }
 
-    fn tier(&self, buckets: Buckets) -> Arc<Tier> {
+    /// The limiters of `buckets` and the count of instances they share.
+    fn tier(&self, buckets: Buckets) -> (Arc<Tier>, u32) {
         let Ok(mut tiers) = self.tiers.lock() else {
-            return Arc::new(Tier::new(buckets));
+            let n = self.instances();
+            return (Arc::new(Tier::new(buckets, n)), n);
         };
-        Arc::clone(
-            tiers
-                .entry(buckets)
-                .or_insert_with(|| Arc::new(Tier::new(buckets))),
-        )
+        // Read under the lock: `set_instances` swaps it under the lock.
+        let n = self.instances();
+        let tier = tiers
+            .entry(buckets)
+            .or_insert_with(|| Arc::new(Tier::new(buckets, n)));
+        (Arc::clone(tier), n)
     }
 }
 
@@ -461,6 +512,22 @@ mod tests {
         assert_eq!(whole_seconds(Duration::ZERO), 1);
         assert_eq!(whole_seconds(Duration::from_millis(1000)), 1);
         assert_eq!(whole_seconds(Duration::from_millis(1001)), 2);
+    }
+
+    #[test]
+    fn each_of_n_instances_holds_its_share_of_a_bucket() {
+        let b = Bucket {
+            per_second: 1,
+            burst: 6,
+        };
+        for (n, share) in [(1, 6), (2, 3), (4, 1), (10, 1)] {
+            let limiter: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota(b, n));
+            let passed = (0..20)
+                .filter(|_| limiter.check_key(&"s".to_string()).is_ok())
+                .count();
+            assert_eq!(passed, share, "{n} instances");
+        }
+        assert_eq!(share_of(5, 0).get(), 5, "no count yet reads as one");
     }
 
     #[test]

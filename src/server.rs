@@ -185,6 +185,10 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
         .metrics
         .write_queue(&gw.store.writer().levels());
     gw.lifecycle.metrics.read_queue(gw.store.read_queue());
+    match gw.store.read(crate::store::a2a_hooks::peer_load).await {
+        Ok(load) => gw.lifecycle.metrics.a2a_peers(&load),
+        Err(e) => tracing::warn!(error = %e, "cannot read the A2A peers' load for the metrics"),
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -323,6 +327,7 @@ pub async fn run(
             Arc::clone(&key),
         ))
     });
+    let telemetry = tokio::spawn(maintenance::telemetry_loop(Arc::downgrade(&gw)));
     let http = &gw.config.http;
     let capacity = Capacity::new(http.max_connections, http.max_connections_per_ip);
     let (phase, phase_rx) = watch::channel(Phase::Serving);
@@ -356,6 +361,7 @@ pub async fn run(
     // Stdio upstream children end with the gateway, their exit collected.
     gw.upstreams.shutdown().await;
     space.abort();
+    telemetry.abort();
     if let Some(retention) = retention {
         // An archive in progress finishes on its blocking thread; it holds
         // the lease until then.

@@ -149,6 +149,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         21,
         include_str!("store/migrations/0021_upstream_new_tools.sql"),
     ),
+    (
+        24,
+        include_str!("store/migrations/0024_a2a_telemetry_bounds.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -215,6 +219,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         21,
         include_str!("store/migrations/postgres/0021_upstream_new_tools.sql"),
+    ),
+    (
+        24,
+        include_str!("store/migrations/postgres/0024_a2a_telemetry_bounds.sql"),
     ),
 ];
 

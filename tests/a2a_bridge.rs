@@ -1267,5 +1267,122 @@ async fn list_cost(g: &TestGateway, t: &Tenant) -> u32 {
         method: "tools/list".into(),
         params: Value::Null,
     };
-    cedargate::mcp::cost::of(&g.gw, &bundle, &view, &[list])
+    cedargate::mcp::cost::of(&g.gw, &bundle, &view, &list)
+}
+
+/// Telemetry rows emitted before 2001 (the rows the test backdates), in
+/// the three tables.
+async fn backdated(g: &TestGateway) -> i64 {
+    query_one(
+        g,
+        "SELECT (SELECT COUNT(*) FROM a2a_task_instances WHERE started_at < '2001')
+              + (SELECT COUNT(*) FROM a2a_hook_events WHERE emitted_at < '2001')
+              + (SELECT COUNT(*) FROM a2a_cost_events WHERE emitted_at < '2001')",
+    )
+    .await
+}
+
+/// Backdated rows in each telemetry table, with the highest ids (so only
+/// their age can prune them).
+async fn insert_backdated(g: &TestGateway) {
+    g.gw.store
+        .read(|c| {
+            c.execute(
+                "INSERT INTO a2a_task_instances (id, org_id, agent_card_id, verb, skill_id,
+                     session_id, status, started_at)
+                 VALUES ('ffffffff-old', 'acme', 'x', 'v', 's', 'sess', 'completed',
+                         '2000-01-01T00:00:00.000Z')",
+                cedargate::params![],
+            )?;
+            c.execute(
+                "INSERT INTO a2a_hook_events (call_id, org_id, phase, verb, event, emitted_at)
+                 VALUES ('ffffffff-old', 'acme', 'pre-verb', 'v', '{}', '2000-01-01T00:00:00.000Z')",
+                cedargate::params![],
+            )?;
+            c.execute(
+                "INSERT INTO a2a_cost_events (call_id, org_id, agent_card_id, verb, session_id,
+                     outcome, duration_ms, request_bytes, response_bytes, emitted_at)
+                 VALUES ('ffffffff-old', 'acme', 'x', 'v', 'sess', 'completed', 1, 1, 1,
+                         '2000-01-01T00:00:00.000Z')",
+                cedargate::params![],
+            )
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_telemetry_rows_are_bounded_by_count_and_age_and_read_per_peer() {
+    let g = TestGateway::start_with(|c| {
+        c.a2a_telemetry.max_rows = 3;
+        c.a2a_telemetry.prune_interval_secs = 1;
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let peer = LocalPeer::start(CardShape::Both).await;
+    let (status, agent) = register(&g, "acme", json!({"url": peer.base})).await;
+    assert_eq!(status, 201, "{agent}");
+    let slug = agent["slug"].as_str().unwrap().to_string();
+    // Eight calls, then a failing one: 9 task and cost rows, 27 events.
+    for i in 0..8 {
+        let body = call(
+            &g,
+            &t,
+            &format!("{slug}.echo"),
+            json!({"branch": format!("b{i}")}),
+        )
+        .await;
+        assert!(body.get("error").is_none(), "{body}");
+    }
+    let failed = call(&g, &t, &format!("{slug}.boom"), json!({})).await;
+    assert!(failed["error"]["code"].is_i64(), "{failed}");
+    g.gw.a2a.bus.drain().await;
+    insert_backdated(&g).await;
+
+    // Within a few prunes: 3 rows per table, the newest, none backdated.
+    let mut counts = Vec::new();
+    for _ in 0..100 {
+        g.gw.store.writer().flush().await.unwrap();
+        counts = vec![
+            g.count("a2a_task_instances").await,
+            g.count("a2a_hook_events").await,
+            g.count("a2a_cost_events").await,
+        ];
+        if counts == [3, 3, 3] && backdated(&g).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(counts, [3, 3, 3]);
+    assert_eq!(backdated(&g).await, 0, "rows past the retention are pruned");
+
+    // The reader: the peer's load over what is kept, in the store and in
+    // /metrics; the newest events are the failed call's.
+    let load =
+        g.gw.store
+            .read(cedargate::store::a2a_hooks::peer_load)
+            .await
+            .unwrap();
+    let mine = load
+        .iter()
+        .find(|l| l.peer == slug)
+        .expect("the peer's load");
+    assert_eq!(mine.completed + mine.failed, 3, "{mine:?}");
+    assert_eq!(mine.failed, 1, "{mine:?}");
+    assert!(mine.response_bytes > 0, "{mine:?}");
+    let error: Value = serde_json::from_str(mine.last_error.as_deref().unwrap()).unwrap();
+    assert_eq!(error["phase"], "verb-error");
+    assert_eq!(error["verb"], format!("{slug}.boom"));
+    let metrics = g.metrics_text().await;
+    let completed = format!(
+        "cedargate_a2a_peer_calls{{peer=\"acme/{slug}\",status=\"completed\"}} {}",
+        mine.completed
+    );
+    assert!(metrics.contains(&completed), "{completed} not in {metrics}");
+    assert!(
+        metrics.contains(&format!(
+            "cedargate_a2a_peer_calls{{peer=\"acme/{slug}\",status=\"failed\"}} 1"
+        )),
+        "{metrics}"
+    );
 }

@@ -1016,3 +1016,67 @@ async fn a_decision_under_an_edited_policy_set_is_not_shown_under_the_forged_tex
     assert!(!html.contains("are welcome"), "{html}");
     assert!(html.contains("was altered"), "{html}");
 }
+
+/// A 1.0 A2A peer with a skill that answers and one that fails (HTTP 500).
+async fn a2a_peer() -> String {
+    async fn rpc(body: String) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let req: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if req["params"]["metadata"]["skillId"] == "boom" {
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "exploded").into_response();
+        }
+        axum::Json(json!({"jsonrpc": "2.0", "id": req["id"], "result":
+            {"message": {"role": "ROLE_AGENT", "parts": [{"text": "hi"}]}}}))
+        .into_response()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let card = json!({
+        "name": "Desk", "description": "Answers.", "version": "1.0.0",
+        "supportedInterfaces": [
+            {"url": format!("{base}/rpc"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "skills": [{"id": "hi", "name": "Hi"}, {"id": "boom", "name": "Boom"}],
+    });
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/agent-card.json",
+            axum::routing::get(move || async move { axum::Json(card) }),
+        )
+        .route("/rpc", axum::routing::post(rpc));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+#[tokio::test]
+async fn the_remote_tools_page_shows_each_peers_load() {
+    let g = start_with(|_| {}).await;
+    let t = g.tenant("acme").await;
+    let base = a2a_peer().await;
+    let (status, agent) = g
+        .admin(
+            reqwest::Method::POST,
+            "/admin/orgs/acme/a2a-agents",
+            Some(json!({"url": base})),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let slug = agent["slug"].as_str().unwrap();
+    for skill in ["hi", "hi", "boom"] {
+        g.call_tool(&t, &format!("{slug}.{skill}"), json!({})).await;
+    }
+    g.gw.a2a.bus.drain().await;
+    g.gw.store.writer().flush().await.unwrap();
+    let auditor = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (status, html) = auditor.get("/console/peers").await;
+    assert_eq!(status, 200);
+    let row = html
+        .lines()
+        .find(|l| l.contains(&format!("data-peer=\"{slug}\"")))
+        .unwrap_or_else(|| panic!("no row for {slug}: {html}"));
+    // Completed / failed / denied / running, then the failure reported.
+    assert!(
+        row.contains("<td class=\"load\">2 / 1 / 0 / 0</td>"),
+        "{row}"
+    );
+    assert!(row.contains("-32202"), "{row}");
+}

@@ -1085,3 +1085,83 @@ async fn prompts_and_resources_that_ask_for_input_round_trip() {
     assert_eq!(status, 200, "{legacy}");
     assert_eq!(legacy["error"]["code"], -32021, "{legacy}");
 }
+
+/// A 2026-07-28 upstream listing eight resources and eight prompts.
+async fn listing_upstream() -> String {
+    async fn handle(body: String) -> Response {
+        let msg: Value = serde_json::from_str(&body).unwrap();
+        let Some(id) = msg.get("id").cloned() else {
+            return axum::http::StatusCode::ACCEPTED.into_response();
+        };
+        let result = match msg["method"].as_str().unwrap_or_default() {
+            "server/discover" => json!({"supportedVersions": [V], "capabilities":
+                {"tools": {}, "prompts": {}, "resources": {}}}),
+            "resources/list" => json!({"resources": (0..8)
+                .map(|i| json!({"uri": format!("note://{i}"), "name": format!("n{i}")}))
+                .collect::<Vec<_>>()}),
+            "prompts/list" => json!({"prompts": (0..8)
+                .map(|i| json!({"name": format!("p{i}")}))
+                .collect::<Vec<_>>()}),
+            "tools/list" => json!({"tools": []}),
+            _ => json!({}),
+        };
+        axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+    }
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handle));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// A resources or prompts listing spends its element, the server it asks
+/// and the eight entries it decides: ten tokens, the key's whole burst,
+/// so the next listing is refused (429) and decides nothing.
+#[tokio::test]
+async fn resources_and_prompts_listings_cost_what_they_fetch_and_decide() {
+    let g = TestGateway::start_with(|c| {
+        c.rate_limits.key = cedargate::config::Bucket {
+            per_second: 1,
+            burst: 10,
+        };
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let url = listing_upstream().await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "lister", "transport": "streamable-http", "url": url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    for (method, key, action) in [
+        ("resources/list", "resources", "read_resource"),
+        ("prompts/list", "prompts", "get_prompt"),
+    ] {
+        if method == "prompts/list" {
+            // Ten seconds refill the bucket.
+            tokio::time::sleep(std::time::Duration::from_millis(10_500)).await;
+        }
+        let a = modern(&g, &t, &request(1, method, json!({}))).await;
+        assert_eq!(a.status, 200, "{method}: {}", a.body);
+        assert_eq!(a.body["result"][key].as_array().unwrap().len(), 8);
+        let decided =
+            |trail: &[StoredDecision]| trail.iter().filter(|d| d.record.action == action).count();
+        let before = decided(&g.decisions().await);
+        assert_eq!(before, 8, "{method}");
+        let a = modern(&g, &t, &request(2, method, json!({}))).await;
+        assert_eq!(
+            (a.status, code(&a.body)),
+            (429, -32029),
+            "{method}: {}",
+            a.body
+        );
+        assert_eq!(
+            decided(&g.decisions().await),
+            before,
+            "{method}: nothing decided"
+        );
+    }
+}

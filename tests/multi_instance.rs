@@ -538,3 +538,135 @@ async fn an_mcp_session_ended_on_one_instance_is_ended_on_every_instance() {
         }
     }
 }
+
+/// Polls until `g` counts `n` live instances sharing its rate limits.
+async fn until_sharing(g: &TestGateway, n: u32) {
+    let start = Instant::now();
+    while g.gw.rate_limits.instances() != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{n} instances never counted (still {})",
+            g.gw.rate_limits.instances()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A ping's status through `g` on `t`'s session.
+async fn ping_through(g: &TestGateway, t: &Tenant, id: u64) -> u16 {
+    let url = t
+        .mcp_url
+        .replace(&t.mcp_url[..t.mcp_url.find("/api/").unwrap()], &g.base);
+    let (status, body) = g
+        .mcp_raw(
+            &url,
+            Some(&t.key),
+            &[],
+            json!({"jsonrpc":"2.0","id":id,"method":"ping"}).to_string(),
+        )
+        .await;
+    assert!(status == 200 || status == 429, "{status}: {body}");
+    status
+}
+
+#[tokio::test]
+async fn an_orgs_rate_is_shared_by_the_live_instances_not_multiplied() {
+    let Some(schema) = shared_schema() else {
+        return;
+    };
+    let wide = cedargate::config::Bucket {
+        per_second: 100_000,
+        burst: 100_000,
+    };
+    let on_shared = |url: String| {
+        move |c: &mut cedargate::config::Config| {
+            c.database.url = Some(url);
+            c.database.heartbeat_secs = 1;
+            c.rate_limits.key = wide;
+            c.rate_limits.agent = wide;
+            c.rate_limits.org = cedargate::config::Bucket {
+                per_second: 1,
+                burst: 6,
+            };
+        }
+    };
+    let a = TestGateway::start_with(on_shared(schema.url.clone())).await;
+    let b = TestGateway::start_with(on_shared(schema.url.clone())).await;
+    let t = a.tenant("acme").await;
+    until_sharing(&a, 2).await;
+    until_sharing(&b, 2).await;
+    // Alternating instances, as a load balancer would: the org's burst of
+    // 6 in all (3 each), not 6 on each.
+    let mut passed = 0;
+    for i in 0..30 {
+        let via = if i % 2 == 0 { &a } else { &b };
+        if ping_through(via, &t, i).await == 200 {
+            passed += 1;
+        }
+    }
+    assert!(
+        (6..=7).contains(&passed),
+        "the org's burst of 6 (and a token refilled at most): {passed}"
+    );
+
+    // An instance that leaves gives its share back: the other enforces
+    // the whole bucket again, starting full.
+    drop(b.stop().await);
+    until_sharing(&a, 1).await;
+    let mut passed = 0;
+    for i in 0..12 {
+        if ping_through(&a, &t, 100 + i).await == 200 {
+            passed += 1;
+        }
+    }
+    assert!(
+        (6..=7).contains(&passed),
+        "the whole burst on one instance: {passed}"
+    );
+}
+
+#[tokio::test]
+async fn context_usage_counts_for_every_live_instance() {
+    let Some(schema) = shared_schema() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    std::fs::write(
+        policies.join("usage.cedar"),
+        "@id(\"recall-rate\")\nforbid (principal, action in [Gateway::Action::\"call_tool\"], resource == Gateway::Tool::\"af_memory_recall\")\nwhen { context has usage && context.usage.callsLastMinute >= 3 };\n",
+    )
+    .unwrap();
+    let on_shared = |url: String, policies: std::path::PathBuf| {
+        move |c: &mut cedargate::config::Config| {
+            c.database.url = Some(url);
+            c.database.heartbeat_secs = 1;
+            c.policies_dir = policies;
+        }
+    };
+    let a = TestGateway::start_with(on_shared(schema.url.clone(), policies.clone())).await;
+    let _b = TestGateway::start_with(on_shared(schema.url.clone(), policies)).await;
+    let t = a.tenant("acme").await;
+    until_sharing(&a, 2).await;
+    // Calls through one instance count twice: each stands for the calls
+    // the other instance takes under an even spread, so the third is over
+    // a threshold of 3 (on one instance alone, the fourth would be).
+    let recall = json!({"query": "deploy", "workType": "feature"});
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let body = a.call_tool(&t, "af_memory_recall", recall.clone()).await;
+        codes.push(body["error"]["code"].as_i64().unwrap_or(0));
+    }
+    assert_eq!(codes, [0, 0, -32003]);
+    let counted: Vec<Value> = a
+        .decisions()
+        .await
+        .iter()
+        .filter(|d| d.record.action == "call_tool")
+        .map(|d| {
+            serde_json::from_str::<Value>(&d.record.context).unwrap()["usage"]["callsLastMinute"]
+                .clone()
+        })
+        .collect();
+    assert_eq!(counted, [json!(0), json!(2), json!(4)]);
+}

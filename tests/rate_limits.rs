@@ -20,7 +20,7 @@ mod common;
 
 use cedargate::config::{Bucket, Config};
 use cedargate::operator::{self, CreateAgent, CreateKey, OpenSession};
-use common::{Tenant, TestGateway};
+use common::{Tenant, TestGateway, modern};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -180,22 +180,69 @@ async fn over_the_key_bucket_answers_429_with_retry_after_and_32029() {
 }
 
 #[tokio::test]
-async fn a_batch_costs_its_elements() {
+async fn a_batch_is_charged_per_element_so_a_burst_below_the_batch_limit_holds() {
+    let g = TestGateway::start_with(limits(bucket(3), WIDE, WIDE)).await;
+    let t = g.tenant("acme").await;
+    // 20 elements (the batch limit is 64) on a key allowed a burst of 3.
+    let batch: Value = (0..20).map(ping).collect::<Vec<_>>().into();
+    let (status, _, body) = post(&g, &t, &batch).await;
+    assert_eq!(status, 200, "{body}");
+    let answers = body.as_array().unwrap();
+    let ids: Vec<u64> = answers.iter().map(|a| a["id"].as_u64().unwrap()).collect();
+    assert_eq!(
+        ids,
+        (0..20).collect::<Vec<_>>(),
+        "every element answered, in order"
+    );
+    let ran = answers
+        .iter()
+        .take_while(|a| a["result"].is_object())
+        .count();
+    assert!(
+        (3..=4).contains(&ran),
+        "the burst ran (and at most a token refilled meanwhile): {body}"
+    );
+    for a in &answers[ran..] {
+        assert_eq!(a["error"]["code"], -32029, "{a}");
+        assert_eq!(a["error"]["data"]["limit"], "key", "{a}");
+        assert!(a["error"]["data"]["retryAfterSeconds"].as_u64().unwrap() >= 1);
+    }
+    // The bucket is empty: the next batch is refused whole, nothing ran
+    // (unless a second went by and refilled one token).
+    let (status, _, body) = post(&g, &t, &batch).await;
+    if status == 200 {
+        let ran = body
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["result"].is_object())
+            .count();
+        assert!(ran <= 1, "{body}");
+    } else {
+        assert_eq!(status, 429, "{body}");
+        assert_eq!(body["error"]["code"], -32029, "{body}");
+    }
+    // One record for the key's refusals of this window.
+    assert_eq!(refusal_records(&g).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_batch_within_the_bucket_runs_whole_and_spends_its_elements() {
     let g = TestGateway::start_with(limits(bucket(10), WIDE, WIDE)).await;
     let t = g.tenant("acme").await;
     let batch: Value = (0..6).map(ping).collect::<Vec<_>>().into();
     let (status, _, body) = post(&g, &t, &batch).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body.as_array().unwrap().len(), 6);
-    // Four tokens left: another batch of six is refused whole...
-    let (status, retry, body) = post(&g, &t, &batch).await;
-    assert_eq!(status, 429, "{body}");
-    assert!(retry.is_some());
-    assert_eq!(body["error"]["code"], -32029, "{body}");
-    assert_eq!(body["error"]["data"]["cost"], 6, "{body}");
-    // ...while a single request still fits.
-    let (status, _, body) = post(&g, &t, &ping(99)).await;
-    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["result"].is_object())
+    );
+    // Four tokens left: four singles pass, then one is refused.
+    let (passed, refused) = pings_until_refused(&g, &t, &t.key, 20).await;
+    assert!((4..=5).contains(&passed), "{passed}");
+    assert!(refused.is_some());
 }
 
 #[tokio::test]
@@ -220,6 +267,65 @@ async fn a_tools_list_costs_the_decisions_it_makes() {
     let (status, _, body) = post(&g, &t, &list).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["data"]["cost"], decisions, "{body}");
+}
+
+#[tokio::test]
+async fn a_2026_tools_list_costs_the_decisions_it_makes() {
+    let g = TestGateway::start_with(limits(bucket(10), WIDE, WIDE)).await;
+    let t = g
+        .tenant_full("acme", true, true, &["kg_enabled"], &["developers"])
+        .await;
+    let list = modern::request(1, "tools/list", json!({}));
+    let a = modern::modern(&g, &t, &list).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let listed = a.body["result"]["tools"].as_array().unwrap().len();
+    let decisions: usize = g
+        .decisions()
+        .await
+        .iter()
+        .map(|d| common::listed_decisions(&d.record))
+        .sum();
+    assert!(
+        (6..=10).contains(&decisions) && listed <= decisions,
+        "the test needs a list of 6 to 10 decisions: {decisions}"
+    );
+    let a = modern::modern(&g, &t, &list).await;
+    assert_eq!(a.status, 429, "{}", a.body);
+    assert_eq!(a.body["error"]["code"], -32029, "{}", a.body);
+    assert_eq!(a.body["error"]["data"]["cost"], decisions, "{}", a.body);
+}
+
+#[tokio::test]
+async fn requests_refused_for_their_2026_headers_spend_from_the_buckets() {
+    let g = TestGateway::start_with(limits(bucket(3), WIDE, WIDE)).await;
+    let t = g.tenant("acme").await;
+    // One token each (a `server/discover`), `Mcp-Method` saying otherwise.
+    let call = modern::request(1, "server/discover", json!({}));
+    let headers: Vec<(String, String)> = modern::standard_headers(&call)
+        .into_iter()
+        .map(|(k, v)| match k.as_str() {
+            "mcp-method" => (k, "tools/list".to_string()),
+            _ => (k, v),
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for _ in 0..50 {
+        let a = modern::post(&g, &t, &headers, &call).await;
+        statuses.push(a.status);
+    }
+    let mismatched = statuses.iter().filter(|s| **s == 400).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert!((3..=4).contains(&mismatched), "{statuses:?}");
+    assert_eq!(mismatched + limited, 50, "{statuses:?}");
+    // The trail holds one record per refusal that passed the bucket, and
+    // one for the window's rate-limit refusals: not one per request.
+    let trail = g.decisions().await;
+    let header_records = trail
+        .iter()
+        .filter(|d| d.record.notes.contains("header_validation"))
+        .count();
+    assert_eq!(header_records, mismatched);
+    assert_eq!(refusal_records(&g).await.len(), 1);
 }
 
 #[tokio::test]

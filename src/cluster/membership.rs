@@ -21,7 +21,8 @@ fn heartbeat(gw: &Gateway) -> Duration {
 }
 
 /// One bring-up / heartbeat step: migrate if needed, record the active
-/// policy set if it is not yet, upsert this instance's row.
+/// policy set if it is not yet, upsert this instance's row, count the live
+/// instances that share the rate limits.
 pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
     gw.store.ensure_ready().await?;
     let bundle = gw.pep.current();
@@ -53,6 +54,7 @@ pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
             instances::upsert(c, &row)
         })
         .await?;
+    share_limits(gw).await?;
     if !gw.cluster.is_ready() {
         // MCP sessions ended on any instance (or before a restart).
         let since = crate::mcp::terminated::remembered_since();
@@ -63,6 +65,15 @@ pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         ids.iter().for_each(|sid| gw.terminated.remember(sid));
     }
     gw.cluster.set_ready();
+    Ok(())
+}
+
+/// Shares the rate limits between the live instances: each enforces 1/n
+/// of every bucket (see `crate::rate_limits`).
+async fn share_limits(gw: &Gateway) -> Result<(), StoreError> {
+    let live = live_instances(gw).await?;
+    let n = u32::try_from(live.len()).unwrap_or(u32::MAX);
+    gw.rate_limits.set_instances(n);
     Ok(())
 }
 

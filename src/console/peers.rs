@@ -1,5 +1,7 @@
 //! `GET /console/peers`: every org's A2A peers and upstream MCP servers
-//! with their health, and each upstream tool definition held for approval
+//! with their health, each peer's load over the bridge's telemetry rows
+//! kept (`[a2a_telemetry]`: calls by status, mean duration, bytes, the
+//! last call error reported), and each upstream tool definition held for approval
 //! with a line diff of the approved and the listed definition.
 //! `POST /console/peers/{org}/mcp/{id}/approve` (admin only) approves one
 //! held definition (the `tool` field) exactly as
@@ -22,6 +24,7 @@ use super::auth::{AdminPosted, Viewer};
 use super::error::ConsoleError;
 use super::overview::viewer_ctx;
 use crate::gateway::Gateway;
+use crate::store::a2a_hooks::{self, PeerLoad};
 use crate::upstream::approval::{self, Approval};
 use crate::upstream::registry::{self as upstreams, ServerRow};
 
@@ -100,7 +103,7 @@ pub async fn page(
     State(gw): State<Arc<Gateway>>,
     viewer: Viewer,
 ) -> Result<Html<String>, ConsoleError> {
-    let (peers, servers) = gw
+    let (peers, servers, load) = gw
         .store
         .read(|c| {
             let mut peers = Vec::new();
@@ -109,17 +112,46 @@ pub async fn page(
                 peers.extend(crate::a2a::registry::list(c, &org.id)?);
                 servers.extend(upstreams::list(c, &org.id)?);
             }
-            Ok((peers, servers))
+            Ok((peers, servers, a2a_hooks::peer_load(c)?))
         })
         .await?;
-    let peers: Vec<Value> = peers
-        .iter()
-        .map(crate::a2a::registry::CardRow::to_api)
-        .collect();
+    let peers: Vec<Value> = peers.iter().map(|p| with_load(p.to_api(), &load)).collect();
     let servers: Vec<_> = servers.iter().map(server).collect();
     super::templates::render(
         "peers.html",
         minijinja::context! { viewer => viewer_ctx(&viewer), peers, servers },
+    )
+}
+
+/// A peer's API view with its `load` (zeros when it made no call).
+fn with_load(mut peer: Value, load: &[PeerLoad]) -> Value {
+    let found = load
+        .iter()
+        .find(|l| peer["orgId"] == l.org_id.as_str() && peer["slug"] == l.peer.as_str());
+    let mut shown = json!({
+        "completed": 0, "failed": 0, "denied": 0, "running": 0,
+        "meanMs": 0, "requestBytes": 0, "responseBytes": 0, "lastError": null,
+    });
+    if let Some(l) = found {
+        shown = json!({
+            "completed": l.completed, "failed": l.failed, "denied": l.denied,
+            "running": l.running, "meanMs": l.mean_ms.round(),
+            "requestBytes": l.request_bytes, "responseBytes": l.response_bytes,
+            "lastError": l.last_error.as_deref().map(last_error),
+        });
+    }
+    peer["load"] = shown;
+    peer
+}
+
+/// What a `verb-error` event says: `<code> <message>`.
+fn last_error(event: &str) -> String {
+    let event: Value = serde_json::from_str(event).unwrap_or(Value::Null);
+    let error = &event["error"];
+    format!(
+        "{} {}",
+        error["code"].as_i64().unwrap_or_default(),
+        error["message"].as_str().unwrap_or_default()
     )
 }
 

@@ -1,8 +1,9 @@
 //! The session prelude every MCP route shares after admission, and the
 //! request it produces. [`resolve`] authenticates the bearer key, loads the
-//! session view, checks tenant isolation, spends the request's cost from
-//! the rate limits (before any Cedar decision or durable write: a refused
-//! request is cheap) and decides `access_session`;
+//! session view, checks tenant isolation, spends the cost of the body's
+//! first element from the rate limits (before any Cedar decision or
+//! durable write: a refused request is cheap; [`charge`] spends the rest
+//! of the request's work as it comes) and decides `access_session`;
 //! the resulting [`Call`] is what every method handler works with: the
 //! policy set the request decides under, the session view, the protocol
 //! version that shapes results, and the request's pending records.
@@ -321,8 +322,9 @@ impl Call {
 }
 
 /// Authenticates, checks the disk-space guard, loads the session, checks
-/// isolation, spends the cost of `messages` (the request's body; none for
-/// a `DELETE`) from the rate limits and decides `access_session`;
+/// isolation, spends the cost of the first of `messages` (the request's
+/// body; none for a `DELETE`) from the rate limits and decides
+/// `access_session`;
 /// `header_version` is what
 /// admission read.
 pub async fn resolve(
@@ -388,17 +390,31 @@ pub async fn prepare(
     })
 }
 
-/// Spends the request's cost from the key's, the agent's and the org's
-/// buckets. Over one: 429, and the first refusal of that subject in the
-/// recording window is recorded (durably, before the answer) as a denied
-/// `access_session` whose outcome says how it was limited; the others
-/// write nothing.
+/// Spends the cost of the body's first element (`cost::first`; the later
+/// ones are charged as they are answered) from the key's, the agent's and
+/// the org's buckets. Over one: 429, see [`charge`].
 pub async fn spend(call: &Call, messages: &[Message]) -> Result<(), McpError> {
-    let limits = &call.gw.rate_limits;
-    if !limits.enabled() {
+    if !call.gw.rate_limits.enabled() {
         return Ok(());
     }
-    let cost = cost::of(&call.gw, &call.bundle, &call.view, messages);
+    charge(
+        call,
+        cost::first(&call.gw, &call.bundle, &call.view, messages),
+    )
+    .await
+}
+
+/// Spends `cost` tokens of work of this request from the key's, the
+/// agent's and the org's buckets (nothing when `cost` is 0). Over one:
+/// -32029 (429 for a whole request), and the first refusal of that subject
+/// in the recording window is recorded (durably, before the answer) as a
+/// denied `access_session` whose outcome says how it was limited; the
+/// others write nothing.
+pub async fn charge(call: &Call, cost: u32) -> Result<(), McpError> {
+    let limits = &call.gw.rate_limits;
+    if !limits.enabled() || cost == 0 {
+        return Ok(());
+    }
     let tenant = &call.view.tenant;
     let who = Subjects {
         org: &tenant.org.id,
@@ -437,6 +453,7 @@ fn rate_notes(gw: &Gateway, limited: &Limited) -> serde_json::Value {
         "perSecond": limited.bucket.per_second,
         "burst": limited.bucket.burst,
         "cost": limited.cost,
+        "instances": limited.instances,
         "retryAfterSeconds": limited.retry_after_secs,
         "recordedOncePerSeconds": gw.config.rate_limits.refusal_record_secs,
     })

@@ -1,15 +1,21 @@
 //! Answers the JSON-RPC messages of one request body, in order: each
 //! request goes to its method's handler; notifications and client
 //! responses get nothing; invalid elements of a batch get -32600.
+//!
+//! Each element after the first spends its own cost (`cost`) just before
+//! it is answered (the prelude spent the first's). Once one is refused,
+//! it and every later element are answered with that refusal (-32029,
+//! `error.data` as for a refused request) without running, so a client
+//! learns which elements ran and retries the rest.
 
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use super::call::{Call, TraceContext};
+use super::call::{Call, TraceContext, charge};
 use super::era;
 use super::error::McpError;
-use super::jsonrpc::{Answer, Message, Reply};
-use super::{entries, initialize, tools_call, tools_list};
+use super::jsonrpc::{Answer, Message, Reply, RpcError};
+use super::{cost, entries, initialize, tools_call, tools_list};
 use crate::tools::spec::echo;
 use crate::upstream::entries::EntryKind;
 
@@ -17,7 +23,18 @@ use crate::upstream::entries::EntryKind;
 /// records.
 pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
     let mut responses = Vec::new();
-    for message in messages {
+    let mut limited: Option<RpcError> = None;
+    for (i, message) in messages.into_iter().enumerate() {
+        if i > 0 && limited.is_none() && call.gw.rate_limits.enabled() {
+            let cost = cost::of(&call.gw, &call.bundle, &call.view, &message);
+            limited = charge(call, cost).await.err().map(|e| e.rpc());
+        }
+        if let Some(refusal) = &limited {
+            if let Message::Request { id, .. } | Message::Invalid { id, .. } = message {
+                responses.push(Answer::of(id, Err(refusal.clone())));
+            }
+            continue;
+        }
         match message {
             Message::Request { id, method, params } => {
                 let trace = message_trace(&params);

@@ -23,6 +23,10 @@
 //!   request's commit like `tools/list` visibility; the entity slice of
 //!   these decisions is the session's plus one `Resource`/`Prompt` per
 //!   entry, recorded with them for replay.
+//! - **Cost.** A listing spends, on top of its element's token, one token
+//!   per server it asks (before the requests go out) and one per entry it
+//!   decides (before the decisions); over a bucket it answers -32029
+//!   (429 at 2026-07-28) and decides nothing.
 //! - **Results** pass through as the upstream gave them (a read's
 //!   `contents[].uri` renamed to the gateway URI), bounded like tool
 //!   results (4 MiB per answer); an upstream JSON-RPC error keeps its code
@@ -36,7 +40,8 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::call::Call;
+use super::call::{Call, charge};
+use super::cost;
 use super::error::McpError;
 use super::relay;
 use crate::policy::entities::{EntitySlice, UpstreamEntryFacts, with_upstream_entries};
@@ -64,7 +69,9 @@ fn vocabulary(prompt: bool) -> (Action, Kind) {
 /// lets the agent see; their records are deferred to the request's commit.
 pub async fn list(call: &Call, kind: EntryKind) -> Result<Value, McpError> {
     let set = org_upstreams(call).await?;
+    charge(call, cost::tokens(set.healthy.len())).await?;
     let listed = call.gw.upstreams.list_entries(&set, kind).await;
+    charge(call, cost::tokens(listed.len())).await?;
     let facts: Vec<UpstreamEntryFacts> = listed.iter().map(|e| facts(kind, e)).collect();
     let slice = slice(call, &facts)?;
     let (action, entity) = vocabulary(kind.is_prompt());

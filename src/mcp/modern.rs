@@ -2,9 +2,11 @@
 //! served on its own, without `initialize` or an MCP session
 //! (`Mcp-Session-Id` is neither read nor sent), as named steps:
 //!
-//! key → session → isolation (`call::prepare`) → header–body validation
-//! (`headers`; a mismatch is recorded as a denied request, then 400
-//! -32020) → Cedar `access_session` (`call::admit`) → required client
+//! key → session → isolation (`call::prepare`) → rate limits
+//! (`call::spend`: 429, charged before anything else can refuse, so
+//! refusals cost tokens too) → header–body validation (`headers`; a
+//! mismatch is recorded as a denied request, then 400 -32020) → Cedar
+//! `access_session` (`call::admit`) → required client
 //! capabilities (-32021) → the method → the revision's result shape.
 //!
 //! The session URL stays the authority for tenant, project and agent,
@@ -95,10 +97,17 @@ async fn answer(
     request: Modern,
 ) -> Result<Response, McpError> {
     // What the request costs against the rate limits: its method (the
-    // params play no part in the cost).
-    let costed = [Message::Notification {
-        method: request.method.clone(),
-        params: Value::Null,
+    // params play no part in the cost), as a request when it has an id.
+    let costed = [match &request.id {
+        Some(id) => Message::Request {
+            id: id.clone(),
+            method: request.method.clone(),
+            params: Value::Null,
+        },
+        None => Message::Notification {
+            method: request.method.clone(),
+            params: Value::Null,
+        },
     }];
     let mut call = prepare(
         gw,
@@ -110,10 +119,13 @@ async fn answer(
     .await?;
     call.trace = request.trace.clone();
     call.capabilities = Some(request.capabilities.clone());
+    // Charged before the headers are checked: a refused request spends
+    // like any other, so a flood of mismatches meets the buckets before
+    // it can write a refusal record each.
+    spend(&call, &costed).await?;
     if let Err(mismatch) = headers::validate(headers, &request, &call.view) {
         return Err(refuse(&call, mismatch).await);
     }
-    spend(&call, &costed).await?;
     admit(&call).await?;
     let Some(id) = request.id else {
         // The revision defines no client notifications over HTTP: accepted.

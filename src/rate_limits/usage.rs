@@ -7,9 +7,15 @@
 //! cache (`rate_limits.usage_max_entries`, least recently used forgotten
 //! first) and are dropped after a minute without calls, when their counts
 //! are zero anyway. Counting starts when a policy set that reads
-//! `context.usage` is active; counts are per instance, so behind a load
-//! balancer of n instances a rule on them sees about 1/n of the calls.
+//! `context.usage` is active.
+//!
+//! Counts are kept per instance and shared like the buckets (see
+//! `crate::rate_limits`): with n live instances each reports n times the
+//! calls it counted, the org's calls when the load balancer spreads them,
+//! so a rule's threshold means the same on one instance or on n. A client
+//! pinned to one instance reaches the threshold after 1/n of its calls.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,12 +67,15 @@ impl Window {
 pub struct Usage {
     started: Instant,
     windows: Cache<String, Arc<Window>>,
+    /// The live instances sharing the counts (at least 1).
+    instances: Arc<AtomicU32>,
 }
 
 impl Usage {
-    /// Counters for at most `max_entries` subjects.
-    pub fn new(max_entries: u64) -> Self {
+    /// Counters for at most `max_entries` subjects, shared by `instances`.
+    pub fn new(max_entries: u64, instances: Arc<AtomicU32>) -> Self {
         Usage {
+            instances,
             started: Instant::now(),
             windows: Cache::builder()
                 .max_capacity(max_entries.max(1))
@@ -75,14 +84,16 @@ impl Usage {
         }
     }
 
-    /// The usage before this call of `tool` by `agent` of `org`, and the
-    /// call counted.
+    /// The usage before this call of `tool` by `agent` of `org` (this
+    /// instance's counts times the live instances), and the call counted.
     pub fn call(&self, org: &str, agent: &str, tool: &str) -> UsageFacts {
         let now = self.started.elapsed().as_secs() + WINDOW_SECS;
+        let n = u64::from(self.instances.load(Ordering::Relaxed).max(1));
         let count = |subject: String| {
             self.windows
                 .get_with(subject, Arc::default)
                 .count_then_add(now)
+                .saturating_mul(n)
         };
         UsageFacts {
             calls_last_minute: count(format!("t\u{0}{org}\u{0}{agent}\u{0}{tool}")),
@@ -119,7 +130,7 @@ mod tests {
 
     #[test]
     fn subjects_are_counted_apart() {
-        let u = Usage::new(100);
+        let u = Usage::new(100, Arc::new(AtomicU32::new(1)));
         u.call("o", "a", "t1");
         u.call("o", "a", "t1");
         u.call("o", "b", "t1");
@@ -128,5 +139,16 @@ mod tests {
         assert_eq!(f.agent_calls_last_minute, 2);
         assert_eq!(f.org_calls_last_minute, 3);
         assert_eq!(u.call("p", "a", "t1").org_calls_last_minute, 0);
+    }
+
+    #[test]
+    fn counts_are_scaled_to_the_live_instances() {
+        let n = Arc::new(AtomicU32::new(1));
+        let u = Usage::new(100, Arc::clone(&n));
+        u.call("o", "a", "t");
+        n.store(3, Ordering::Relaxed);
+        let f = u.call("o", "a", "t");
+        assert_eq!(f.calls_last_minute, 3);
+        assert_eq!(f.org_calls_last_minute, 3);
     }
 }

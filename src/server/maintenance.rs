@@ -1,8 +1,10 @@
 //! Background upkeep of the store while the server runs: the disk-space
-//! guard's periodic look (and its metrics), and the retention archive of
-//! `[audit]` (off by default).
+//! guard's periodic look (and its metrics), the retention archive of
+//! `[audit]` (off by default), and the bound on the A2A bridge's telemetry
+//! rows (`[a2a_telemetry]`, always on: the rows grow with every bridged
+//! call).
 //!
-//! Both loops hold only a weak reference to the gateway, like the
+//! The loops hold only a weak reference to the gateway, like the
 //! heartbeat, and are aborted at shutdown.
 
 use std::sync::{Arc, Weak};
@@ -103,5 +105,35 @@ async fn retain(gw: &Arc<Gateway>, key: &Arc<CheckpointKey>) {
             metrics.archive("failed");
             tracing::error!(error = %e, "retention archive task failed");
         }
+    }
+}
+
+/// Bounds the A2A telemetry rows every `a2a_telemetry.prune_interval_secs`,
+/// starting now, until the gateway is dropped. Every instance prunes (the
+/// deletes are idempotent, so instances sharing a database need no lease).
+pub async fn telemetry_loop(gw: Weak<Gateway>) {
+    loop {
+        let Some(gw) = gw.upgrade() else { return };
+        if gw.store.is_migrated() {
+            prune_telemetry(&gw).await;
+        }
+        let pause = Duration::from_secs(gw.config.a2a_telemetry.prune_interval_secs.max(1));
+        drop(gw);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// One prune: the rows older than `retention_hours`, then the oldest
+/// beyond `max_rows` in each table.
+pub async fn prune_telemetry(gw: &Gateway) {
+    let config = &gw.config.a2a_telemetry;
+    let hours = i64::try_from(config.retention_hours.max(1)).unwrap_or(i64::MAX);
+    let before = time::OffsetDateTime::now_utc()
+        .checked_sub(time::Duration::hours(hours.min(i64::MAX / 3600)))
+        // A retention reaching before year -9999 deletes nothing by age.
+        .map_or_else(String::new, crate::ids::rfc3339);
+    let ops = crate::store::a2a_hooks::prune_ops(&before, config.max_rows);
+    if let Err(e) = gw.store.writer().submit(ops).await {
+        tracing::warn!(error = %e, "cannot prune the A2A telemetry rows");
     }
 }

@@ -10,9 +10,18 @@
 //!
 //! Row structs borrow their text from the event they describe, so building
 //! an op copies each value once, into its parameter.
+//!
+//! **Bounded.** The rows grow with traffic, so [`prune_ops`] deletes those
+//! older than the retention and then the oldest beyond a count per table
+//! (`[a2a_telemetry]`, run by `server::maintenance`). A call id is a UUIDv7
+//! (time-ordered text), so "oldest" is the lowest id (the lowest `seq` for
+//! hook events). [`peer_load`] is their reader: per registered peer, its
+//! calls by status, their mean duration, the bytes they moved and the last
+//! error reported, over what is kept.
 
-use super::WriteOp;
-use super::db::Value;
+use super::db::{Conn, Value};
+use super::{StoreError, WriteOp};
+use crate::params;
 
 /// Inserts a task instance (ignored when the call's row exists).
 const INSERT_TASK: &str = "INSERT INTO a2a_task_instances
@@ -190,4 +199,100 @@ pub fn insert_cost(c: &CostEvent<'_>) -> WriteOp {
             text(c.emitted_at),
         ],
     }
+}
+
+/// Deletes the rows emitted before `?1`, per table.
+const PRUNE_OLD: [&str; 3] = [
+    "DELETE FROM a2a_task_instances WHERE started_at < ?1",
+    "DELETE FROM a2a_hook_events WHERE emitted_at < ?1",
+    "DELETE FROM a2a_cost_events WHERE emitted_at < ?1",
+];
+
+/// Deletes the oldest rows beyond the newest `?1`, per table.
+const PRUNE_BEYOND: [&str; 3] = [
+    "DELETE FROM a2a_task_instances WHERE id <=
+         (SELECT id FROM a2a_task_instances ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+    "DELETE FROM a2a_hook_events WHERE seq <=
+         (SELECT seq FROM a2a_hook_events ORDER BY seq DESC LIMIT 1 OFFSET ?1)",
+    "DELETE FROM a2a_cost_events WHERE call_id <=
+         (SELECT call_id FROM a2a_cost_events ORDER BY call_id DESC LIMIT 1 OFFSET ?1)",
+];
+
+/// The writes that bound the three tables: rows emitted before `before`
+/// (RFC 3339), then all but the newest `max_rows` of each.
+pub fn prune_ops(before: &str, max_rows: u64) -> Vec<WriteOp> {
+    let keep = Value::Int(i64::try_from(max_rows.max(1)).unwrap_or(i64::MAX));
+    let old = PRUNE_OLD.into_iter().map(|sql| WriteOp::Exec {
+        sql,
+        params: vec![text(before)],
+    });
+    let beyond = PRUNE_BEYOND.into_iter().map(|sql| WriteOp::Exec {
+        sql,
+        params: vec![keep.clone()],
+    });
+    old.chain(beyond).collect()
+}
+
+/// One registered peer's bridged calls, over the rows kept.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerLoad {
+    /// Org.
+    pub org_id: String,
+    /// The peer's slug.
+    pub peer: String,
+    /// Calls started and not finished.
+    pub running: i64,
+    /// Calls that completed.
+    pub completed: i64,
+    /// Calls that failed.
+    pub failed: i64,
+    /// Calls Cedar denied (nothing sent).
+    pub denied: i64,
+    /// Mean duration of the finished calls, in milliseconds (0: none).
+    pub mean_ms: f64,
+    /// Request bytes sent.
+    pub request_bytes: i64,
+    /// Response bytes received.
+    pub response_bytes: i64,
+    /// The last `verb-error` event of the peer (its JSON), if any.
+    pub last_error: Option<String>,
+}
+
+/// Every registered peer's load, by org then slug (peers without calls
+/// included, at zero).
+const PEER_LOAD: &str = "SELECT c.org_id, c.slug,
+        CAST(COALESCE(SUM(CASE WHEN t.status = 'running' THEN 1 ELSE 0 END), 0) AS BIGINT),
+        CAST(COALESCE(SUM(CASE WHEN t.status = 'completed' THEN 1 ELSE 0 END), 0) AS BIGINT),
+        CAST(COALESCE(SUM(CASE WHEN t.status = 'failed' THEN 1 ELSE 0 END), 0) AS BIGINT),
+        CAST(COALESCE(SUM(CASE WHEN t.status = 'denied' THEN 1 ELSE 0 END), 0) AS BIGINT),
+        CAST(COALESCE(AVG(t.duration_ms), 0) AS DOUBLE PRECISION),
+        CAST(COALESCE((SELECT SUM(e.request_bytes) FROM a2a_cost_events e
+                        WHERE e.agent_card_id = c.id), 0) AS BIGINT),
+        CAST(COALESCE((SELECT SUM(e.response_bytes) FROM a2a_cost_events e
+                        WHERE e.agent_card_id = c.id), 0) AS BIGINT),
+        (SELECT h.event FROM a2a_hook_events h
+          WHERE h.org_id = c.org_id AND h.phase = 'verb-error'
+            AND substr(h.verb, 1, length(c.slug) + 1) = c.slug || '.'
+          ORDER BY h.seq DESC LIMIT 1)
+     FROM agent_cards c LEFT JOIN a2a_task_instances t ON t.agent_card_id = c.id
+     GROUP BY c.org_id, c.id, c.slug
+     ORDER BY c.org_id, c.slug";
+
+/// Every registered peer's load over the rows kept.
+pub fn peer_load(conn: &mut Conn) -> Result<Vec<PeerLoad>, StoreError> {
+    conn.query_map(PEER_LOAD, params![], |r| {
+        Ok(PeerLoad {
+            org_id: r.get(0)?,
+            peer: r.get(1)?,
+            running: r.get(2)?,
+            completed: r.get(3)?,
+            failed: r.get(4)?,
+            denied: r.get(5)?,
+            mean_ms: r.get(6)?,
+            request_bytes: r.get(7)?,
+            response_bytes: r.get(8)?,
+            last_error: r.get(9)?,
+        })
+    })
 }
