@@ -58,6 +58,9 @@ pub enum StartError {
     /// The A2A client or the embeddings provider could not be built.
     #[error("tool catalog: {0}")]
     Gateway(#[from] crate::gateway::GatewayError),
+    /// The admin or auditor token is too short, or they are equal.
+    #[error("{0}")]
+    Tokens(#[from] crate::auth::OperatorTokenError),
     /// `[audit]` retention is misconfigured.
     #[error("audit retention: {0}")]
     Retention(String),
@@ -71,8 +74,13 @@ pub enum StartError {
     },
 }
 
-/// Loads policies, opens the store and records the active policy set.
+/// Checks the admin and auditor tokens, loads policies, opens the store and
+/// records the active policy set.
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
+    crate::auth::check_operator_tokens(
+        config.admin_token.as_deref(),
+        config.auditor_token.as_deref(),
+    )?;
     maintenance::retention_enabled(&config.audit).map_err(StartError::Retention)?;
     let catalog = Catalog::builtin()?;
     // Opening may talk to a database server with a blocking client.

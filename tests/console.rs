@@ -20,7 +20,7 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use serde_json::json;
 
-const AUDITOR_TOKEN: &str = "test-auditor-token";
+const AUDITOR_TOKEN: &str = "test-auditor-token-0123456789abcdef01";
 
 /// A forbid that denies one memory tool, with advice.
 const FORBID: &str = r#"@id("no-remembering")
