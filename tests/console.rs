@@ -339,6 +339,56 @@ async fn forms_without_the_csrf_token_are_refused() {
 }
 
 #[tokio::test]
+async fn a_sign_in_form_post_is_refused_when_replayed() {
+    let g = start().await;
+    let http = client();
+    let page = http
+        .get(format!("{}/console/login", g.base))
+        .send()
+        .await
+        .unwrap();
+    let pair = cookie_named(&page, "cg_console_login").unwrap();
+    let pair = pair.split(';').next().unwrap().to_string();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let post = || {
+        http.post(format!("{}/console/login", g.base))
+            .header(COOKIE, &pair)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form(&[("token", ADMIN_TOKEN), ("csrf", &csrf)]))
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert!(cookie_named(&first, "cg_console").is_some());
+    // The same post again (same cookie, same token): refused, no sign-in.
+    let replayed = post().await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::FORBIDDEN);
+    assert!(cookie_named(&replayed, "cg_console").is_none());
+    assert!(replayed.text().await.unwrap().contains("already used"));
+    // A failed sign-in spends its form too; its page carries a fresh one.
+    let page = http
+        .get(format!("{}/console/login", g.base))
+        .send()
+        .await
+        .unwrap();
+    let pair = cookie_named(&page, "cg_console_login").unwrap();
+    let pair = pair.split(';').next().unwrap().to_string();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let wrong = || {
+        http.post(format!("{}/console/login", g.base))
+            .header(COOKIE, &pair)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form(&[("token", "x"), ("csrf", &csrf)]))
+            .send()
+    };
+    let failed = wrong().await.unwrap();
+    assert_eq!(failed.status(), StatusCode::UNAUTHORIZED);
+    let fresh = cookie_named(&failed, "cg_console_login").unwrap();
+    assert!(!fresh.contains(&csrf), "{fresh}");
+    assert_eq!(wrong().await.unwrap().status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
 async fn the_session_cookie_is_locked_down_and_expires() {
     let g = start_with(|c| c.console.session_ttl_secs = 2).await;
     let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;

@@ -7,7 +7,10 @@
 //! Every POST carries the sign-in's CSRF token as the `csrf` form field
 //! ([`Posted`]); the sign-in form itself carries a one-time token bound to
 //! a short-lived cookie (double submit), so a third-party page cannot sign
-//! a browser in either.
+//! a browser in either. The form's token is single-use: this instance
+//! keeps the tokens it issued (bounded in number, for [`LOGIN_FORM_SECS`])
+//! and the first post of one spends it, so a replayed sign-in post is
+//! refused (403) whatever its token field holds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +35,8 @@ pub const COOKIE_NAME: &str = "cg_console";
 const LOGIN_COOKIE: &str = "cg_console_login";
 /// Seconds the sign-in form stays usable.
 const LOGIN_FORM_SECS: u64 = 600;
+/// Most sign-in form tokens kept at once (the oldest are dropped beyond it).
+const MAX_LOGIN_FORMS: u64 = 10_000;
 /// Most sign-ins kept at once (the oldest are dropped beyond it).
 const MAX_SIGN_INS: u64 = 10_000;
 
@@ -55,6 +60,8 @@ struct SignIn {
 /// The sign-ins of this instance.
 pub struct Sessions {
     live: moka::sync::Cache<String, Arc<SignIn>>,
+    /// Sign-in form tokens issued and not spent yet.
+    forms: moka::sync::Cache<String, ()>,
     ttl: Duration,
     secure: bool,
 }
@@ -68,6 +75,10 @@ impl Sessions {
             live: moka::sync::Cache::builder()
                 .max_capacity(MAX_SIGN_INS)
                 .time_to_live(ttl)
+                .build(),
+            forms: moka::sync::Cache::builder()
+                .max_capacity(MAX_LOGIN_FORMS)
+                .time_to_live(Duration::from_secs(LOGIN_FORM_SECS))
                 .build(),
             ttl,
             secure,
@@ -206,6 +217,7 @@ fn login_page(console: &ConsoleState, status: StatusCode, error: Option<&str>) -
     let Ok(token) = crate::ids::random_hex(16) else {
         return ConsoleError::Render.into_response();
     };
+    console.sessions.forms.insert(token.clone(), ());
     let page = super::templates::render::<ConsoleError>(
         "login.html",
         minijinja::context! { csrf => token, error },
@@ -244,9 +256,11 @@ pub async fn login(
     Form(form): Form<LoginForm>,
 ) -> Response {
     let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
-    if expected.is_empty() || !crate::auth::tokens_equal(expected, &form.csrf) {
+    let issued = !expected.is_empty() && crate::auth::tokens_equal(expected, &form.csrf);
+    // Spent by this post, whatever comes of it: a replay finds it gone.
+    if !issued || console.sessions.forms.remove(&form.csrf).is_none() {
         return ConsoleError::Forbidden(
-            "the sign-in form expired or did not come from this console: open it again".into(),
+            "the sign-in form expired, was already used or did not come from this console: open it again".into(),
         )
         .into_response();
     }
