@@ -113,6 +113,17 @@ impl Console {
         c
     }
 
+    /// Another handle on the same sign-in.
+    fn clone_sign_in(&self) -> Console {
+        Console {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            cookie: self.cookie.clone(),
+            csrf: self.csrf.clone(),
+            set_cookie: self.set_cookie.clone(),
+        }
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, String) {
         let resp = self
             .http
@@ -849,6 +860,57 @@ async fn a_replay_reports_progress_and_stops_when_cancelled() {
         html.contains("data-state=\"cancelled\"") || html.contains("data-state=\"done\""),
         "{html}"
     );
+}
+
+#[tokio::test]
+async fn an_auditor_cannot_cancel_an_admins_replay() {
+    let g = start().await;
+    denied_call(&g).await;
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    let auditor = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (since, until) = window();
+    let start = |c: &Console| {
+        let (since, until) = (since.clone(), until.clone());
+        let c = c.clone_sign_in();
+        async move {
+            let resp = c
+                .post(
+                    "/console/replay",
+                    &[
+                        ("source", "text"),
+                        (
+                            "policy_text",
+                            "@id(\"all\")\npermit (principal, action, resource);",
+                        ),
+                        ("since", &since),
+                        ("until", &until),
+                    ],
+                )
+                .await;
+            assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+            resp.headers()[LOCATION].to_str().unwrap().to_string()
+        }
+    };
+    let job = start(&admin).await;
+    let resp = auditor.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("admin started this replay")
+    );
+    // The replay ran on to its end; the auditor was never offered the button.
+    let html = finished(&auditor, &job).await;
+    assert!(html.contains("data-state=\"done\""), "{html}");
+    assert!(!html.contains("id=\"cancel\""), "{html}");
+    // An admin cancels anyone's replay; an auditor an auditor's.
+    let job = start(&auditor).await;
+    let resp = admin.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let job = start(&auditor).await;
+    let resp = auditor.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
 }
 
 /// The SDK-built server of `tests/upstreams/changing_server.mjs` over
