@@ -11,6 +11,7 @@
 
 mod capacity;
 mod connection;
+mod headers;
 mod maintenance;
 
 use std::future::Future;
@@ -176,6 +177,7 @@ pub fn app(gw: Arc<Gateway>) -> Router {
             http.body_read_timeout_ms,
         )))
         .merge(crate::mcp::router::routes())
+        .layer(axum::middleware::from_fn(headers::secure))
         .layer(TraceLayer::new_for_http())
         .with_state(gw)
 }

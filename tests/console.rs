@@ -400,6 +400,91 @@ async fn a_sign_in_form_post_is_refused_when_replayed() {
 }
 
 #[tokio::test]
+async fn every_console_and_admin_answer_carries_the_security_headers() {
+    let g = start().await;
+    let http = client();
+    let console_headers = [
+        "content-security-policy",
+        "x-frame-options",
+        "cache-control",
+        "referrer-policy",
+        "x-content-type-options",
+    ];
+    let big = "x".repeat(600 * 1024);
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    let console_answers = [
+        (http.get(format!("{}/console/nope", g.base)), 404),
+        (http.get(format!("{}/console/logout", g.base)), 405),
+        (http.get(format!("{}/console", g.base)), 303),
+        (http.get(format!("{}/console/login", g.base)), 200),
+        (http.post(format!("{}/console/whatif", g.base)), 403),
+        (
+            http.post(format!("{}/console/login", g.base))
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(format!("token={big}")),
+            413,
+        ),
+        (
+            http.post(format!("{}/console/whatif", g.base))
+                .header(COOKIE, &admin.cookie)
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(format!("csrf={}&policy_text={big}", admin.csrf)),
+            400,
+        ),
+        (
+            http.get(format!("{}/console/decisions/nope", g.base))
+                .header(COOKIE, &admin.cookie),
+            404,
+        ),
+        (
+            http.get(format!("{}/console/assets/console.css", g.base)),
+            200,
+        ),
+    ];
+    for (req, status) in console_answers {
+        let resp = req.send().await.unwrap();
+        let url = resp.url().to_string();
+        assert_eq!(resp.status().as_u16(), status, "{url}");
+        for h in console_headers {
+            assert!(resp.headers().contains_key(h), "{url}: {h}");
+        }
+        assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+        assert_eq!(resp.headers()["x-frame-options"], "DENY");
+    }
+    let admin_answers = [
+        (http.get(format!("{}/admin/orgs", g.base)), 401),
+        (
+            http.get(format!("{}/admin/orgs", g.base))
+                .bearer_auth(ADMIN_TOKEN),
+            200,
+        ),
+        (
+            http.get(format!("{}/admin/nope", g.base))
+                .bearer_auth(ADMIN_TOKEN),
+            404,
+        ),
+        (
+            http.put(format!("{}/admin/orgs", g.base))
+                .bearer_auth(ADMIN_TOKEN),
+            405,
+        ),
+        (
+            http.post(format!("{}/admin/orgs", g.base))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("Content-Type", "application/json")
+                .body("{"),
+            400,
+        ),
+    ];
+    for (req, status) in admin_answers {
+        let resp = req.send().await.unwrap();
+        let url = resp.url().to_string();
+        assert_eq!(resp.status().as_u16(), status, "{url}");
+        assert_eq!(resp.headers()["x-content-type-options"], "nosniff", "{url}");
+    }
+}
+
+#[tokio::test]
 async fn the_session_cookie_is_locked_down_and_expires() {
     let g = start_with(|c| c.console.session_ttl_secs = 2).await;
     let c = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
