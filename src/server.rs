@@ -144,7 +144,13 @@ pub fn app(gw: Arc<Gateway>) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/api/sessions", post(crate::daemon::open_session))
+        .route(
+            "/api/sessions",
+            post(crate::daemon::open_session).route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&gw),
+                crate::guesses::daemon_keys,
+            )),
+        )
         .route(crate::discovery::PATH, get(crate::discovery::well_known));
     if gw.config.lifecycle.metrics {
         router = router.route("/metrics", get(metrics));
@@ -176,7 +182,13 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .layer(RequestBodyDeadlineLayer::new(Duration::from_millis(
             http.body_read_timeout_ms,
         )))
-        .merge(crate::mcp::router::routes())
+        // Wrong daemon keys are throttled before anything else is read.
+        .merge(
+            crate::mcp::router::routes().route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&gw),
+                crate::guesses::daemon_keys,
+            )),
+        )
         .layer(axum::middleware::from_fn(headers::secure))
         .layer(TraceLayer::new_for_http())
         .with_state(gw)
@@ -404,6 +416,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, accepting: &Accepting) {
     }
     tokio::spawn(connection::serve(
         stream,
+        peer,
         accepting.app.clone(),
         accepting.hygiene,
         accepting.phase.clone(),

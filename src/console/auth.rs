@@ -11,6 +11,10 @@
 //! keeps the tokens it issued (bounded in number, for [`LOGIN_FORM_SECS`])
 //! and the first post of one spends it, so a replayed sign-in post is
 //! refused (403) whatever its token field holds.
+//!
+//! A wrong token is a guess: it is charged to the client's address and to
+//! every address together (`crate::guesses`); a throttled address gets 429
+//! with `Retry-After` and its post is not checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +22,7 @@ use std::time::Duration;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{Extensions, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use serde::de::DeserializeOwned;
@@ -28,6 +32,8 @@ use super::ConsoleState;
 use super::error::ConsoleError;
 use crate::config::ConsoleConfig;
 use crate::gateway::Gateway;
+use crate::guesses::throttle::Class;
+use crate::guesses::{self, Entry};
 
 /// The session cookie.
 pub const COOKIE_NAME: &str = "cg_console";
@@ -252,9 +258,14 @@ pub struct LoginForm {
 pub async fn login(
     axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
     Extension(console): Extension<Arc<ConsoleState>>,
+    extensions: Extensions,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    let client = guesses::client_of(&extensions);
+    if let Err(t) = guesses::admit(&gw, Class::Operator, client, Entry::Console).await {
+        return throttled(&t);
+    }
     let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
     let issued = !expected.is_empty() && crate::auth::tokens_equal(expected, &form.csrf);
     // Spent by this post, whatever comes of it: a replay finds it gone.
@@ -266,8 +277,12 @@ pub async fn login(
     }
     let Some(role) = role_of(&gw, &form.token) else {
         tracing::warn!("console: sign-in with a wrong token");
+        if let Err(t) = guesses::failed(&gw, Class::Operator, client, Entry::Console).await {
+            return throttled(&t);
+        }
         return login_page(&console, StatusCode::UNAUTHORIZED, Some("wrong token"));
     };
+    guesses::succeeded(&gw, Class::Operator, client);
     let (Ok(id), Ok(csrf)) = (crate::ids::random_hex(32), crate::ids::random_hex(32)) else {
         return ConsoleError::Render.into_response();
     };
@@ -285,6 +300,14 @@ pub async fn login(
         ],
     )
         .into_response()
+}
+
+fn throttled(t: &guesses::throttle::Throttled) -> Response {
+    ConsoleError::Throttled {
+        message: guesses::message(t, "tokens"),
+        retry_after_secs: t.retry_after_secs,
+    }
+    .into_response()
 }
 
 /// Which role `token` signs in, if any (constant-time comparisons).
