@@ -194,8 +194,9 @@ pub fn message(t: &Throttled, what: &str) -> String {
 /// The daemon-key guard of the MCP routes and `POST /api/sessions`: a
 /// throttled address is refused before anything else; a presented key is
 /// checked here (a correct one is cached for the handler, which checks it
-/// again), and a wrong one is charged and answered 401, or 429 when it
-/// emptied a bucket. Without a daemon key the handler answers as before.
+/// again), and a wrong one is charged, then answered by the handler (401)
+/// or here (429) when it emptied a bucket. Without a daemon key the
+/// handler answers as before.
 pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
     let client = client_of(req.extensions());
     let entry = if req.uri().path().starts_with("/api/mcp/") {
@@ -214,12 +215,11 @@ pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Nex
             succeeded(&gw, Class::DaemonKey, client);
             next.run(req).await
         }
-        Err(e @ ResolveError::UnknownKey) => {
-            match failed(&gw, Class::DaemonKey, client, entry).await {
-                Err(t) => throttled(entry, &t),
-                Ok(()) => unauthorized(entry, &e),
-            }
-        }
+        // The handler answers the wrong key (401) in its usual shape.
+        Err(ResolveError::UnknownKey) => match failed(&gw, Class::DaemonKey, client, entry).await {
+            Err(t) => throttled(entry, &t),
+            Ok(()) => next.run(req).await,
+        },
         // The store failed: the handler meets it again and answers it.
         Err(_) => next.run(req).await,
     }
@@ -238,13 +238,5 @@ fn throttled(entry: Entry, t: &Throttled) -> Response {
             retry_after_secs: t.retry_after_secs,
         }
         .into_response(),
-    }
-}
-
-/// The 401 of a wrong key, as the handler would answer it.
-fn unauthorized(entry: Entry, e: &ResolveError) -> Response {
-    match entry {
-        Entry::Mcp => crate::mcp::error::McpError::Unauthenticated(e.to_string()).into_response(),
-        _ => crate::error::AppError::Unauthorized(e.to_string()).into_response(),
     }
 }
