@@ -33,10 +33,12 @@ pub struct Config {
     /// `human` (default) or `json` log lines.
     pub log_format: LogFormat,
     /// Bearer token for `/admin/*`. Without one the admin API is not served.
+    /// At least 32 characters (checked at start, `auth::check_operator_tokens`).
     pub admin_token: Option<String>,
     /// Read-only token of the web console (`/console`): auditors read the
     /// trail and run replays and what-ifs, never change anything. Without
-    /// it and without `admin_token` the console is not served.
+    /// it and without `admin_token` the console is not served. At least 32
+    /// characters, and not the admin token.
     pub auditor_token: Option<String>,
     /// The web console's bounds (sign-in lifetime, replay limits).
     pub console: ConsoleConfig,
