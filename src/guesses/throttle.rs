@@ -215,10 +215,12 @@ impl Throttle {
         }
         if let Err(not_until) = buckets.total.check() {
             let wait = not_until.wait_time_from(self.clock.now());
-            let throttled = self.refuse(class, Scope::Total, wait);
             if !self.known.contains_key(&(class, address)) {
-                return Err(throttled);
+                return Err(self.refuse(class, Scope::Total, wait));
             }
+            // Refused to others from now on; the burst starts (and is
+            // recorded) with the first of them.
+            self.refuse_until(class, None, wait);
         }
         Ok(())
     }
@@ -237,8 +239,12 @@ impl Throttle {
             Scope::Address(a) => Some(a),
             Scope::Total => None,
         };
-        self.refused.insert((class, key), Instant::now() + wait);
+        self.refuse_until(class, key, wait);
         self.throttled(class, scope, wait)
+    }
+
+    fn refuse_until(&self, class: Class, address: Option<IpAddr>, wait: Duration) {
+        self.refused.insert((class, address), Instant::now() + wait);
     }
 
     /// The refusal of `scope` for `wait`, marked when it starts a burst.
@@ -346,6 +352,18 @@ mod tests {
         t.admit(Class::DaemonKey, known).unwrap();
         assert_eq!(t.failed(Class::DaemonKey, known), Ok(()));
         t.admit(Class::Operator, ip("203.0.113.9")).unwrap();
+    }
+
+    #[test]
+    fn a_known_address_crossing_the_total_leaves_the_record_to_the_first_refused() {
+        let t = Throttle::new(&config(100, 1));
+        let known = ip("192.0.2.1");
+        t.succeeded(Class::Operator, known);
+        assert_eq!(t.failed(Class::Operator, known), Ok(()));
+        assert_eq!(t.failed(Class::Operator, known), Ok(()));
+        let first = t.admit(Class::Operator, ip("198.51.100.1")).unwrap_err();
+        assert_eq!(first.scope, Scope::Total);
+        assert!(first.first_in_burst);
     }
 
     #[test]
