@@ -46,7 +46,7 @@ use support::tenant::{self, TenantSpec};
 use support::{Error, Res, env_num, runtime};
 use tokio::runtime::Runtime;
 
-const ADMIN_TOKEN: &str = "bench-admin";
+const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
 const BIG_SKILLS: usize = 1_000;
 
 /// How this bench has always accounted CPU: 10 ms ticks, by thread-name

@@ -1,7 +1,8 @@
 //! The operator API under `/admin`, guarded by the admin bearer token
 //! (`CEDARGATE_ADMIN_TOKEN`). Without a token configured these routes are
 //! not served at all. Every change invalidates the gateway's caches so it
-//! takes effect on the next request.
+//! takes effect on the next request. Wrong tokens are throttled per client
+//! address and in total (`crate::guesses`): 429 with `Retry-After`.
 
 use std::sync::Arc;
 
@@ -17,6 +18,8 @@ use serde_json::json;
 
 use crate::error::AppError;
 use crate::gateway::Gateway;
+use crate::guesses::throttle::Class;
+use crate::guesses::{self, Entry};
 use crate::operator::{self, CreateAgent, CreateKey, CreateOrg, CreateProject};
 use crate::store::decisions;
 use crate::store::tenants;
@@ -49,14 +52,32 @@ async fn require_admin(State(gw): State<Arc<Gateway>>, req: Request, next: Next)
     let Some(expected) = gw.config.admin_token.as_deref() else {
         return AppError::NotFound("the admin API is disabled".into()).into_response();
     };
+    let client = guesses::client_of(req.extensions());
+    if let Err(t) = guesses::admit(&gw, Class::Operator, client, Entry::Admin).await {
+        return throttled(&t);
+    }
     match crate::auth::bearer_token(req.headers()) {
-        Some(token) if crate::auth::tokens_equal(token, expected) => next.run(req).await,
-        Some(_) => AppError::Unauthorized("wrong admin token".into()).into_response(),
+        Some(token) if crate::auth::tokens_equal(token, expected) => {
+            guesses::succeeded(&gw, Class::Operator, client);
+            next.run(req).await
+        }
+        Some(_) => match guesses::failed(&gw, Class::Operator, client, Entry::Admin).await {
+            Err(t) => throttled(&t),
+            Ok(()) => AppError::Unauthorized("wrong admin token".into()).into_response(),
+        },
         None => {
             AppError::Unauthorized("missing `Authorization: Bearer <admin token>` header".into())
                 .into_response()
         }
     }
+}
+
+fn throttled(t: &guesses::throttle::Throttled) -> Response {
+    AppError::TooManyRequests {
+        message: guesses::message(t, "tokens"),
+        retry_after_secs: t.retry_after_secs,
+    }
+    .into_response()
 }
 
 async fn create_org(

@@ -110,6 +110,55 @@ pub fn tokens_equal(a: &str, b: &str) -> bool {
     ha.ct_eq(&hb).into()
 }
 
+/// Fewest characters an admin or auditor token may have.
+pub const MIN_TOKEN_CHARS: usize = 32;
+
+/// Why the configured admin and auditor tokens are refused at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorTokenError {
+    /// A token shorter than [`MIN_TOKEN_CHARS`].
+    #[error(
+        "`{key}` (CEDARGATE_{env}) has {chars} characters: it needs at least {MIN_TOKEN_CHARS} \
+         (generate one with `openssl rand -hex 32`)",
+        env = .key.to_ascii_uppercase()
+    )]
+    TooShort {
+        /// The config key.
+        key: &'static str,
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// Both tokens set to the same value: the auditor could change things.
+    #[error(
+        "`admin_token` (CEDARGATE_ADMIN_TOKEN) and `auditor_token` (CEDARGATE_AUDITOR_TOKEN) \
+         are equal: the read-only token must differ from the admin token"
+    )]
+    Equal,
+}
+
+/// Checks the operator tokens before the gateway starts: each one set must
+/// have at least [`MIN_TOKEN_CHARS`] characters, and the two must differ.
+/// An empty token is no token (the routes it opens are not served).
+pub fn check_operator_tokens(
+    admin: Option<&str>,
+    auditor: Option<&str>,
+) -> Result<(), OperatorTokenError> {
+    let (admin, auditor) = (
+        admin.filter(|t| !t.is_empty()),
+        auditor.filter(|t| !t.is_empty()),
+    );
+    for (key, token) in [("admin_token", admin), ("auditor_token", auditor)] {
+        let chars = token.map_or(MIN_TOKEN_CHARS, |t| t.chars().count());
+        if chars < MIN_TOKEN_CHARS {
+            return Err(OperatorTokenError::TooShort { key, chars });
+        }
+    }
+    match (admin, auditor) {
+        (Some(a), Some(b)) if tokens_equal(a, b) => Err(OperatorTokenError::Equal),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +183,29 @@ mod tests {
         ] {
             assert_eq!(parse_key(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn operator_tokens_need_32_characters_and_must_differ() {
+        let long = "a".repeat(MIN_TOKEN_CHARS);
+        let other = "b".repeat(MIN_TOKEN_CHARS);
+        assert_eq!(check_operator_tokens(None, None), Ok(()));
+        assert_eq!(check_operator_tokens(Some(""), Some("")), Ok(()));
+        assert_eq!(check_operator_tokens(Some(&long), Some(&other)), Ok(()));
+        let short = &long[1..];
+        assert_eq!(
+            check_operator_tokens(Some(short), None),
+            Err(OperatorTokenError::TooShort {
+                key: "admin_token",
+                chars: 31
+            })
+        );
+        let err = check_operator_tokens(Some(&long), Some("é")).unwrap_err();
+        assert!(err.to_string().contains("CEDARGATE_AUDITOR_TOKEN"), "{err}");
+        assert_eq!(
+            check_operator_tokens(Some(&long), Some(&long)),
+            Err(OperatorTokenError::Equal)
+        );
     }
 
     #[test]

@@ -33,10 +33,12 @@ pub struct Config {
     /// `human` (default) or `json` log lines.
     pub log_format: LogFormat,
     /// Bearer token for `/admin/*`. Without one the admin API is not served.
+    /// At least 32 characters (checked at start, `auth::check_operator_tokens`).
     pub admin_token: Option<String>,
     /// Read-only token of the web console (`/console`): auditors read the
     /// trail and run replays and what-ifs, never change anything. Without
-    /// it and without `admin_token` the console is not served.
+    /// it and without `admin_token` the console is not served. At least 32
+    /// characters, and not the admin token.
     pub auditor_token: Option<String>,
     /// The web console's bounds (sign-in lifetime, replay limits).
     pub console: ConsoleConfig,
@@ -51,6 +53,8 @@ pub struct Config {
     /// Token buckets per key, per agent and per org, and the usage
     /// counters policies read as `context.usage`.
     pub rate_limits: RateLimitConfig,
+    /// Throttling of wrong admin and auditor tokens and daemon keys.
+    pub credential_guesses: CredentialGuessConfig,
     /// Seconds a cached key, session or entity slice may be served after a
     /// change made outside this process (admin API changes invalidate at once).
     pub cache_ttl_secs: u64,
@@ -616,6 +620,47 @@ impl Default for RateLimitConfig {
     }
 }
 
+/// Throttling of wrong credentials (`[credential_guesses]`): a wrong
+/// admin or auditor token (admin API, console sign-in) or daemon key (MCP
+/// endpoints, `POST /api/sessions`) spends one token of its client
+/// address's bucket and one of the bucket of all addresses together; a
+/// correct one spends nothing. Operator tokens and daemon keys have
+/// buckets of their own. See `src/guesses.rs`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CredentialGuessConfig {
+    /// Throttle at all.
+    pub enabled: bool,
+    /// Wrong credentials one client address may present in a row.
+    pub per_address_burst: u32,
+    /// Wrong credentials per minute one client address regains.
+    pub per_address_per_minute: u32,
+    /// Wrong credentials all addresses together may present in a row.
+    pub total_burst: u32,
+    /// Wrong credentials per minute all addresses together regain.
+    pub total_per_minute: u32,
+    /// A throttled burst ends once none of its attempts was refused for
+    /// this many seconds; each burst is recorded in the trail once.
+    pub burst_quiet_secs: u64,
+    /// An address that presented a correct credential within this many
+    /// seconds is not refused by the total bound (its own bound holds).
+    pub known_address_secs: u64,
+}
+
+impl Default for CredentialGuessConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            per_address_burst: 10,
+            per_address_per_minute: 10,
+            total_burst: 100,
+            total_per_minute: 300,
+            burst_quiet_secs: 60,
+            known_address_secs: 24 * 3600,
+        }
+    }
+}
+
 impl std::fmt::Debug for DeclaredUpstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeclaredUpstream")
@@ -649,6 +694,7 @@ impl Default for Config {
             http: HttpSecurity::default(),
             sse: SseConfig::default(),
             rate_limits: RateLimitConfig::default(),
+            credential_guesses: CredentialGuessConfig::default(),
             cache_ttl_secs: 30,
             worker_threads: None,
             lifecycle: LifecycleConfig::default(),

@@ -27,15 +27,27 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Extension};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderName, header};
 use axum::routing::{get, post};
-use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
 
 /// The path the console is served under.
 pub const PATH: &str = "/console";
+
+/// The headers of every console answer, error pages included (set around
+/// the whole router by `server::headers`, so a path no route matches gets
+/// them too). A handler's own `Cache-Control` is kept.
+pub const SECURITY_HEADERS: [(HeaderName, &str); 4] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    ),
+    (header::X_FRAME_OPTIONS, "DENY"),
+    (header::CACHE_CONTROL, "no-store"),
+    (header::REFERRER_POLICY, "no-referrer"),
+];
 
 /// Largest form a console page accepts (a candidate policy text).
 const MAX_FORM_BYTES: usize = 512 * 1024;
@@ -76,22 +88,4 @@ pub fn routes(config: &Config) -> Router<Arc<Gateway>> {
         .route("/assets/console.js", get(templates::script))
         .layer(Extension(state))
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
-            ),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_FRAME_OPTIONS,
-            HeaderValue::from_static("DENY"),
-        ))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("no-store"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        ))
 }

@@ -29,6 +29,15 @@ pub enum AppError {
     /// Already exists (409).
     #[error("{0}")]
     Conflict(String),
+    /// Too many wrong credentials from this client address, or from all
+    /// addresses (429 with `Retry-After`): nothing was checked.
+    #[error("{message}")]
+    TooManyRequests {
+        /// Why.
+        message: String,
+        /// Whole seconds until an attempt is checked again.
+        retry_after_secs: u64,
+    },
     /// Storage unavailable (503).
     #[error("storage unavailable")]
     Unavailable,
@@ -51,6 +60,9 @@ impl AppError {
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            AppError::TooManyRequests { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "too_many_requests")
+            }
             AppError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             AppError::InsufficientStorage => {
                 (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
@@ -94,6 +106,13 @@ impl IntoResponse for AppError {
         {
             resp.headers_mut()
                 .insert(axum::http::header::WWW_AUTHENTICATE, v);
+        }
+        if let AppError::TooManyRequests {
+            retry_after_secs, ..
+        } = self
+        {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, retry_after_secs.into());
         }
         resp
     }

@@ -120,6 +120,8 @@ pub struct Gateway {
     pub cluster: crate::cluster::Cluster,
     /// Token buckets per key, agent and org; the usage counters.
     pub rate_limits: crate::rate_limits::RateLimits,
+    /// Throttling of wrong admin and auditor tokens and daemon keys.
+    pub guesses: crate::guesses::throttle::Throttle,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -176,6 +178,7 @@ impl Gateway {
                 store.clone(),
                 ttl,
             ),
+            guesses: crate::guesses::throttle::Throttle::new(&config.credential_guesses),
             config,
             store,
             pep,

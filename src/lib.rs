@@ -19,6 +19,7 @@ pub mod discovery;
 pub mod error;
 pub mod gateway;
 pub mod graph;
+pub mod guesses;
 pub mod ids;
 pub mod lifecycle;
 pub mod mcp;

@@ -12,6 +12,7 @@
 mod capacity;
 mod checkpointing;
 mod connection;
+mod headers;
 mod maintenance;
 
 use std::future::Future;
@@ -62,6 +63,9 @@ pub enum StartError {
     /// The trail's checkpoint key cannot be read or created.
     #[error(transparent)]
     Checkpoint(#[from] crate::audit::checkpoint::KeyError),
+    /// The admin or auditor token is too short, or they are equal.
+    #[error("{0}")]
+    Tokens(#[from] crate::auth::OperatorTokenError),
     /// `[audit]` retention is misconfigured.
     #[error("audit retention: {0}")]
     Retention(String),
@@ -75,8 +79,13 @@ pub enum StartError {
     },
 }
 
-/// Loads policies, opens the store and records the active policy set.
+/// Checks the admin and auditor tokens, loads policies, opens the store and
+/// records the active policy set.
 pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
+    crate::auth::check_operator_tokens(
+        config.admin_token.as_deref(),
+        config.auditor_token.as_deref(),
+    )?;
     maintenance::retention_enabled(&config.audit).map_err(StartError::Retention)?;
     let catalog = Catalog::builtin()?;
     // Opening may talk to a database server with a blocking client.
@@ -139,7 +148,13 @@ pub fn app(gw: Arc<Gateway>) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/api/sessions", post(crate::daemon::open_session))
+        .route(
+            "/api/sessions",
+            post(crate::daemon::open_session).route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&gw),
+                crate::guesses::daemon_keys,
+            )),
+        )
         .route(crate::discovery::PATH, get(crate::discovery::well_known));
     if gw.config.lifecycle.metrics {
         router = router.route("/metrics", get(metrics));
@@ -171,7 +186,14 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .layer(RequestBodyDeadlineLayer::new(Duration::from_millis(
             http.body_read_timeout_ms,
         )))
-        .merge(crate::mcp::router::routes())
+        // Wrong daemon keys are throttled before anything else is read.
+        .merge(
+            crate::mcp::router::routes().route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&gw),
+                crate::guesses::daemon_keys,
+            )),
+        )
+        .layer(axum::middleware::from_fn(headers::secure))
         .layer(TraceLayer::new_for_http())
         .with_state(gw)
 }
@@ -435,6 +457,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, accepting: &Accepting) {
     }
     tokio::spawn(connection::serve(
         stream,
+        peer,
         accepting.app.clone(),
         accepting.hygiene,
         accepting.phase.clone(),

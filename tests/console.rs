@@ -20,7 +20,7 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use serde_json::json;
 
-const AUDITOR_TOKEN: &str = "test-auditor-token";
+const AUDITOR_TOKEN: &str = "test-auditor-token-0123456789abcdef01";
 
 /// A forbid that denies one memory tool, with advice.
 const FORBID: &str = r#"@id("no-remembering")
@@ -111,6 +111,17 @@ impl Console {
         assert_eq!(status, 200, "{html}");
         c.csrf = csrf_of(&html);
         c
+    }
+
+    /// Another handle on the same sign-in.
+    fn clone_sign_in(&self) -> Console {
+        Console {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            cookie: self.cookie.clone(),
+            csrf: self.csrf.clone(),
+            set_cookie: self.set_cookie.clone(),
+        }
     }
 
     async fn get(&self, path: &str) -> (StatusCode, String) {
@@ -336,6 +347,141 @@ async fn forms_without_the_csrf_token_are_refused() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
     assert!(cookie_named(&resp, "cg_console").is_none());
+}
+
+#[tokio::test]
+async fn a_sign_in_form_post_is_refused_when_replayed() {
+    let g = start().await;
+    let http = client();
+    let page = http
+        .get(format!("{}/console/login", g.base))
+        .send()
+        .await
+        .unwrap();
+    let pair = cookie_named(&page, "cg_console_login").unwrap();
+    let pair = pair.split(';').next().unwrap().to_string();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let post = || {
+        http.post(format!("{}/console/login", g.base))
+            .header(COOKIE, &pair)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form(&[("token", ADMIN_TOKEN), ("csrf", &csrf)]))
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert!(cookie_named(&first, "cg_console").is_some());
+    // The same post again (same cookie, same token): refused, no sign-in.
+    let replayed = post().await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::FORBIDDEN);
+    assert!(cookie_named(&replayed, "cg_console").is_none());
+    assert!(replayed.text().await.unwrap().contains("already used"));
+    // A failed sign-in spends its form too; its page carries a fresh one.
+    let page = http
+        .get(format!("{}/console/login", g.base))
+        .send()
+        .await
+        .unwrap();
+    let pair = cookie_named(&page, "cg_console_login").unwrap();
+    let pair = pair.split(';').next().unwrap().to_string();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let wrong = || {
+        http.post(format!("{}/console/login", g.base))
+            .header(COOKIE, &pair)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form(&[("token", "x"), ("csrf", &csrf)]))
+            .send()
+    };
+    let failed = wrong().await.unwrap();
+    assert_eq!(failed.status(), StatusCode::UNAUTHORIZED);
+    let fresh = cookie_named(&failed, "cg_console_login").unwrap();
+    assert!(!fresh.contains(&csrf), "{fresh}");
+    assert_eq!(wrong().await.unwrap().status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn every_console_and_admin_answer_carries_the_security_headers() {
+    let g = start().await;
+    let http = client();
+    let console_headers = [
+        "content-security-policy",
+        "x-frame-options",
+        "cache-control",
+        "referrer-policy",
+        "x-content-type-options",
+    ];
+    let big = "x".repeat(600 * 1024);
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    let console_answers = [
+        (http.get(format!("{}/console/nope", g.base)), 404),
+        (http.get(format!("{}/console/logout", g.base)), 405),
+        (http.get(format!("{}/console", g.base)), 303),
+        (http.get(format!("{}/console/login", g.base)), 200),
+        (http.post(format!("{}/console/whatif", g.base)), 403),
+        (
+            http.post(format!("{}/console/login", g.base))
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(format!("token={big}")),
+            413,
+        ),
+        (
+            http.post(format!("{}/console/whatif", g.base))
+                .header(COOKIE, &admin.cookie)
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(format!("csrf={}&policy_text={big}", admin.csrf)),
+            400,
+        ),
+        (
+            http.get(format!("{}/console/decisions/nope", g.base))
+                .header(COOKIE, &admin.cookie),
+            404,
+        ),
+        (
+            http.get(format!("{}/console/assets/console.css", g.base)),
+            200,
+        ),
+    ];
+    for (req, status) in console_answers {
+        let resp = req.send().await.unwrap();
+        let url = resp.url().to_string();
+        assert_eq!(resp.status().as_u16(), status, "{url}");
+        for h in console_headers {
+            assert!(resp.headers().contains_key(h), "{url}: {h}");
+        }
+        assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+        assert_eq!(resp.headers()["x-frame-options"], "DENY");
+    }
+    let admin_answers = [
+        (http.get(format!("{}/admin/orgs", g.base)), 401),
+        (
+            http.get(format!("{}/admin/orgs", g.base))
+                .bearer_auth(ADMIN_TOKEN),
+            200,
+        ),
+        (
+            http.get(format!("{}/admin/nope", g.base))
+                .bearer_auth(ADMIN_TOKEN),
+            404,
+        ),
+        (
+            http.put(format!("{}/admin/orgs", g.base))
+                .bearer_auth(ADMIN_TOKEN),
+            405,
+        ),
+        (
+            http.post(format!("{}/admin/orgs", g.base))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("Content-Type", "application/json")
+                .body("{"),
+            400,
+        ),
+    ];
+    for (req, status) in admin_answers {
+        let resp = req.send().await.unwrap();
+        let url = resp.url().to_string();
+        assert_eq!(resp.status().as_u16(), status, "{url}");
+        assert_eq!(resp.headers()["x-content-type-options"], "nosniff", "{url}");
+    }
 }
 
 #[tokio::test]
@@ -799,6 +945,57 @@ async fn a_replay_reports_progress_and_stops_when_cancelled() {
         html.contains("data-state=\"cancelled\"") || html.contains("data-state=\"done\""),
         "{html}"
     );
+}
+
+#[tokio::test]
+async fn an_auditor_cannot_cancel_an_admins_replay() {
+    let g = start().await;
+    denied_call(&g).await;
+    let admin = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    let auditor = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (since, until) = window();
+    let start = |c: &Console| {
+        let (since, until) = (since.clone(), until.clone());
+        let c = c.clone_sign_in();
+        async move {
+            let resp = c
+                .post(
+                    "/console/replay",
+                    &[
+                        ("source", "text"),
+                        (
+                            "policy_text",
+                            "@id(\"all\")\npermit (principal, action, resource);",
+                        ),
+                        ("since", &since),
+                        ("until", &until),
+                    ],
+                )
+                .await;
+            assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+            resp.headers()[LOCATION].to_str().unwrap().to_string()
+        }
+    };
+    let job = start(&admin).await;
+    let resp = auditor.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("admin started this replay")
+    );
+    // The replay ran on to its end; the auditor was never offered the button.
+    let html = finished(&auditor, &job).await;
+    assert!(html.contains("data-state=\"done\""), "{html}");
+    assert!(!html.contains("id=\"cancel\""), "{html}");
+    // An admin cancels anyone's replay; an auditor an auditor's.
+    let job = start(&auditor).await;
+    let resp = admin.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let job = start(&auditor).await;
+    let resp = auditor.post(&format!("{job}/cancel"), &[]).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
 }
 
 /// The SDK-built server of `tests/upstreams/changing_server.mjs` over

@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use common::{ADMIN_TOKEN, TestGateway, repo};
 use serde_json::json;
 
-const AUDITOR_TOKEN: &str = "browser-auditor-token";
+const AUDITOR_TOKEN: &str = "browser-auditor-token-0123456789abcdef";
 const POLICY_ID: &str = "no-remembering";
 const FORBID: &str = r#"@id("no-remembering")
 @advice("memory writes are frozen during the audit")

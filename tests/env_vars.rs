@@ -304,14 +304,17 @@ async fn cedargate_admin_token_serves_the_admin_api() {
     let served = serve(
         dir.path(),
         Some(&config),
-        &[("CEDARGATE_ADMIN_TOKEN", "env-admin-token")],
+        &[(
+            "CEDARGATE_ADMIN_TOKEN",
+            "env-admin-token-0123456789abcdef01234",
+        )],
     )
     .await;
     let http = reqwest::Client::new();
     let orgs = format!("{}/admin/orgs", served.base);
     let ok = http
         .get(&orgs)
-        .bearer_auth("env-admin-token")
+        .bearer_auth("env-admin-token-0123456789abcdef01234")
         .send()
         .await
         .unwrap();
@@ -323,13 +326,50 @@ async fn cedargate_admin_token_serves_the_admin_api() {
     served.stop();
 }
 
+/// `serve` with `envs` stops before serving; what it printed on stderr.
+fn refused_to_start(envs: &[(&str, &str)]) -> String {
+    let (dir, config) = setup();
+    let out = command(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{envs:?} started");
+    stderr(&out)
+}
+
+#[test]
+fn short_or_equal_operator_tokens_stop_serve() {
+    let short = "a".repeat(31);
+    let long = "b".repeat(32);
+    let err = refused_to_start(&[("CEDARGATE_ADMIN_TOKEN", &short)]);
+    assert!(
+        err.contains("CEDARGATE_ADMIN_TOKEN") && err.contains("31 characters"),
+        "{err}"
+    );
+    let err = refused_to_start(&[("CEDARGATE_AUDITOR_TOKEN", "auditor")]);
+    assert!(err.contains("CEDARGATE_AUDITOR_TOKEN"), "{err}");
+    assert!(err.contains("at least 32"), "{err}");
+    let err = refused_to_start(&[
+        ("CEDARGATE_ADMIN_TOKEN", &long),
+        ("CEDARGATE_AUDITOR_TOKEN", &long),
+    ]);
+    assert!(err.contains("are equal"), "{err}");
+    assert!(err.contains("CEDARGATE_AUDITOR_TOKEN"), "{err}");
+}
+
 #[tokio::test]
 async fn cedargate_auditor_token_serves_the_console_read_only() {
     let (dir, config) = setup();
     let served = serve(
         dir.path(),
         Some(&config),
-        &[("CEDARGATE_AUDITOR_TOKEN", "env-auditor-token")],
+        &[(
+            "CEDARGATE_AUDITOR_TOKEN",
+            "env-auditor-token-0123456789abcdef012",
+        )],
     )
     .await;
     let http = reqwest::Client::builder()
@@ -349,7 +389,9 @@ async fn cedargate_auditor_token_serves_the_console_read_only() {
         .post(format!("{}/console/login", served.base))
         .header("Cookie", &cookie)
         .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(format!("token=env-auditor-token&csrf={csrf}"))
+        .body(format!(
+            "token=env-auditor-token-0123456789abcdef012&csrf={csrf}"
+        ))
         .send()
         .await
         .unwrap();
@@ -370,7 +412,7 @@ async fn cedargate_auditor_token_serves_the_console_read_only() {
     // The admin API stays off: the auditor token is not an admin token.
     let admin = http
         .get(format!("{}/admin/orgs", served.base))
-        .bearer_auth("env-auditor-token")
+        .bearer_auth("env-auditor-token-0123456789abcdef012")
         .send()
         .await
         .unwrap();

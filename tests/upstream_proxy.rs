@@ -25,7 +25,7 @@ use common::cli::{banner, bin, write_config};
 use common::repo;
 use serde_json::{Value, json};
 
-const ADMIN: &str = "proxy-test-admin";
+const ADMIN: &str = "proxy-test-admin-0123456789abcdef0123";
 
 /// A minimal MCP server of the 2025-06-18 revision with one tool, `echo`.
 async fn upstream(body: String) -> Response {

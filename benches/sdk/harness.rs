@@ -25,7 +25,7 @@ const READ_CHUNK: usize = 64 * 1024;
 pub const VERSION: &str = "2025-11-25";
 
 /// The admin token of the cedargate under test.
-pub const ADMIN_TOKEN: &str = "bench-admin-token";
+pub const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef0123";
 
 /// A server under test: its process and where it answers MCP.
 pub struct Target {

@@ -19,6 +19,15 @@
 //!   `trigger` `refresh`, `background-refresh`, `list-changed` or
 //!   `approve`).
 //!
+//! One event is about the gateway's credentials rather than its tools:
+//! `credential_guesses_throttled`, the first refusal of a throttled burst
+//! of wrong credentials (`crate::guesses`). Its `principal` is the client
+//! (`Gateway::Client::"<address>"`, `"*"` for all addresses together), its
+//! `resource` the credentials (`Gateway::Credential::"operator_token"` or
+//! `"daemon_key"`), no org, and `outcome` holds `{"credential", "scope"
+//! (address or total), "address", "entry" (admin, console, mcp or
+//! sessions), "retryAfterSeconds", "burst", "perMinute"}`.
+//!
 //! `audit replay` counts events and decides nothing for them.
 
 use serde_json::json;
@@ -35,6 +44,9 @@ pub const UPSTREAM_TOOL_HELD: &str = "upstream_tool_held";
 
 /// A held upstream tool definition was approved.
 pub const UPSTREAM_TOOL_APPROVED: &str = "upstream_tool_approved";
+
+/// A burst of wrong credentials was throttled (recorded once per burst).
+pub const CREDENTIAL_GUESSES_THROTTLED: &str = "credential_guesses_throttled";
 
 /// The entity snapshot of an event: none.
 const NO_ENTITIES: &str = "[]";
@@ -63,6 +75,58 @@ pub struct DefinitionChange<'a> {
     pub new_hash: &'a str,
     /// What found or made the change.
     pub trigger: &'a str,
+}
+
+/// A throttled burst of wrong credentials.
+#[derive(Debug, Clone, Copy)]
+pub struct ThrottledGuesses<'a> {
+    /// `operator_token` or `daemon_key`.
+    pub credential: &'a str,
+    /// `address` or `total`.
+    pub scope: &'a str,
+    /// The client address (IPv6: its /64); `None` for the total.
+    pub address: Option<&'a str>,
+    /// Where the burst was first refused: `admin`, `console`, `mcp`,
+    /// `sessions`.
+    pub entry: &'a str,
+    /// Seconds until an attempt was checked again.
+    pub retry_after_secs: u64,
+    /// The bucket's burst.
+    pub burst: u32,
+    /// The bucket's tokens regained per minute.
+    pub per_minute: u32,
+}
+
+/// The trail record of a throttled burst of wrong credentials.
+pub fn guesses_event(guesses: &ThrottledGuesses<'_>, policy_hash: &str) -> NewDecision {
+    let outcome = json!({
+        "credential": guesses.credential,
+        "scope": guesses.scope,
+        "address": guesses.address,
+        "entry": guesses.entry,
+        "retryAfterSeconds": guesses.retry_after_secs,
+        "burst": guesses.burst,
+        "perMinute": guesses.per_minute,
+    });
+    let client = guesses.address.unwrap_or("*");
+    NewDecision {
+        id: uuid::Uuid::now_v7().to_string(),
+        time: crate::ids::now_rfc3339(),
+        org_id: None,
+        session_id: None,
+        principal: format!("Gateway::Client::{}", json!(client)),
+        action: CREDENTIAL_GUESSES_THROTTLED.to_string(),
+        resource: format!("Gateway::Credential::{}", json!(guesses.credential)),
+        context: "{}".into(),
+        entities_hash: hex::encode(Sha256::digest(NO_ENTITIES.as_bytes())),
+        entities: Some(NO_ENTITIES.into()),
+        policy_hash: policy_hash.to_string(),
+        decision: EVENT.into(),
+        reasons: "[]".into(),
+        errors: "[]".into(),
+        outcome: outcome.to_string(),
+        notes: "null".into(),
+    }
 }
 
 /// The trail record of one definition event (`action` one of

@@ -7,7 +7,14 @@
 //! Every POST carries the sign-in's CSRF token as the `csrf` form field
 //! ([`Posted`]); the sign-in form itself carries a one-time token bound to
 //! a short-lived cookie (double submit), so a third-party page cannot sign
-//! a browser in either.
+//! a browser in either. The form's token is single-use: this instance
+//! keeps the tokens it issued (bounded in number, for [`LOGIN_FORM_SECS`])
+//! and the first post of one spends it, so a replayed sign-in post is
+//! refused (403) whatever its token field holds.
+//!
+//! A wrong token is a guess: it is charged to the client's address and to
+//! every address together (`crate::guesses`); a throttled address gets 429
+//! with `Retry-After` and its post is not checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +22,7 @@ use std::time::Duration;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{Extensions, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use serde::de::DeserializeOwned;
@@ -25,6 +32,8 @@ use super::ConsoleState;
 use super::error::ConsoleError;
 use crate::config::ConsoleConfig;
 use crate::gateway::Gateway;
+use crate::guesses::throttle::Class;
+use crate::guesses::{self, Entry};
 
 /// The session cookie.
 pub const COOKIE_NAME: &str = "cg_console";
@@ -32,6 +41,8 @@ pub const COOKIE_NAME: &str = "cg_console";
 const LOGIN_COOKIE: &str = "cg_console_login";
 /// Seconds the sign-in form stays usable.
 const LOGIN_FORM_SECS: u64 = 600;
+/// Most sign-in form tokens kept at once (the oldest are dropped beyond it).
+const MAX_LOGIN_FORMS: u64 = 10_000;
 /// Most sign-ins kept at once (the oldest are dropped beyond it).
 const MAX_SIGN_INS: u64 = 10_000;
 
@@ -55,6 +66,8 @@ struct SignIn {
 /// The sign-ins of this instance.
 pub struct Sessions {
     live: moka::sync::Cache<String, Arc<SignIn>>,
+    /// Sign-in form tokens issued and not spent yet.
+    forms: moka::sync::Cache<String, ()>,
     ttl: Duration,
     secure: bool,
 }
@@ -68,6 +81,10 @@ impl Sessions {
             live: moka::sync::Cache::builder()
                 .max_capacity(MAX_SIGN_INS)
                 .time_to_live(ttl)
+                .build(),
+            forms: moka::sync::Cache::builder()
+                .max_capacity(MAX_LOGIN_FORMS)
+                .time_to_live(Duration::from_secs(LOGIN_FORM_SECS))
                 .build(),
             ttl,
             secure,
@@ -206,6 +223,7 @@ fn login_page(console: &ConsoleState, status: StatusCode, error: Option<&str>) -
     let Ok(token) = crate::ids::random_hex(16) else {
         return ConsoleError::Render.into_response();
     };
+    console.sessions.forms.insert(token.clone(), ());
     let page = super::templates::render::<ConsoleError>(
         "login.html",
         minijinja::context! { csrf => token, error },
@@ -240,20 +258,31 @@ pub struct LoginForm {
 pub async fn login(
     axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
     Extension(console): Extension<Arc<ConsoleState>>,
+    extensions: Extensions,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    let client = guesses::client_of(&extensions);
+    if let Err(t) = guesses::admit(&gw, Class::Operator, client, Entry::Console).await {
+        return throttled(&t);
+    }
     let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
-    if expected.is_empty() || !crate::auth::tokens_equal(expected, &form.csrf) {
+    let issued = !expected.is_empty() && crate::auth::tokens_equal(expected, &form.csrf);
+    // Spent by this post, whatever comes of it: a replay finds it gone.
+    if !issued || console.sessions.forms.remove(&form.csrf).is_none() {
         return ConsoleError::Forbidden(
-            "the sign-in form expired or did not come from this console: open it again".into(),
+            "the sign-in form expired, was already used or did not come from this console: open it again".into(),
         )
         .into_response();
     }
     let Some(role) = role_of(&gw, &form.token) else {
         tracing::warn!("console: sign-in with a wrong token");
+        if let Err(t) = guesses::failed(&gw, Class::Operator, client, Entry::Console).await {
+            return throttled(&t);
+        }
         return login_page(&console, StatusCode::UNAUTHORIZED, Some("wrong token"));
     };
+    guesses::succeeded(&gw, Class::Operator, client);
     let (Ok(id), Ok(csrf)) = (crate::ids::random_hex(32), crate::ids::random_hex(32)) else {
         return ConsoleError::Render.into_response();
     };
@@ -271,6 +300,14 @@ pub async fn login(
         ],
     )
         .into_response()
+}
+
+fn throttled(t: &guesses::throttle::Throttled) -> Response {
+    ConsoleError::Throttled {
+        message: guesses::message(t, "tokens"),
+        retry_after_secs: t.retry_after_secs,
+    }
+    .into_response()
 }
 
 /// Which role `token` signs in, if any (constant-time comparisons).

@@ -26,6 +26,15 @@ pub enum ConsoleError {
     /// A bound was crossed (replay window, record count, running replays).
     #[error("{0}")]
     TooMuch(String),
+    /// Too many wrong tokens from this address or from all (429 with
+    /// `Retry-After`): the token was not checked.
+    #[error("{message}")]
+    Throttled {
+        /// Why.
+        message: String,
+        /// Whole seconds until a sign-in is checked again.
+        retry_after_secs: u64,
+    },
     /// The store failed.
     #[error("the store failed")]
     Store(#[from] StoreError),
@@ -45,6 +54,7 @@ impl ConsoleError {
             ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::TooMuch(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ConsoleError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ConsoleError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ConsoleError::Store(_) | ConsoleError::Render | ConsoleError::Internal => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -90,6 +100,14 @@ impl IntoResponse for ConsoleError {
             tracing::error!(error = %e, "console: store failed");
         }
         let status = self.status();
-        super::templates::error_page(status, &self.to_string())
+        let mut resp = super::templates::error_page(status, &self.to_string());
+        if let ConsoleError::Throttled {
+            retry_after_secs, ..
+        } = self
+        {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, retry_after_secs.into());
+        }
+        resp
     }
 }

@@ -2,13 +2,16 @@
 //! number running at once (`console.replay_jobs`), with progress (records
 //! read of the window's records) and cancellation through
 //! [`crate::replay::Control`]. The last [`KEPT`] jobs are kept for their
-//! pages; older finished ones are forgotten.
+//! pages; older finished ones are forgotten. A job remembers the role
+//! that started it: an auditor may cancel an auditor's replay, never an
+//! admin's ([`Job::may_cancel`]); an admin may cancel any.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 
+use super::auth::Role;
 use super::error::ConsoleError;
 use crate::replay::{Control, ReplayReport};
 
@@ -55,17 +58,20 @@ pub struct Job {
     pub spec: JobSpec,
     /// Progress and cancellation.
     pub control: Arc<Control>,
+    /// Who started it.
+    pub started_by: Role,
     state: Mutex<JobState>,
 }
 
 impl Job {
-    /// A running job.
-    pub fn new(spec: JobSpec) -> Result<Job, ConsoleError> {
+    /// A running job, started by `started_by`.
+    pub fn new(spec: JobSpec, started_by: Role) -> Result<Job, ConsoleError> {
         Ok(Job {
             id: crate::ids::random_hex(16).map_err(|_| ConsoleError::Render)?,
             started_at: crate::ids::now_rfc3339(),
             spec,
             control: Arc::new(Control::default()),
+            started_by,
             state: Mutex::new(JobState::Running),
         })
     }
@@ -82,6 +88,12 @@ impl Job {
     /// Sets its final state.
     pub fn finish(&self, state: JobState) {
         *self.lock() = state;
+    }
+
+    /// Whether `role` may cancel it: an admin any job, an auditor only
+    /// an auditor's.
+    pub fn may_cancel(&self, role: Role) -> bool {
+        role == Role::Admin || self.started_by == Role::Auditor
     }
 
     fn running(&self) -> bool {

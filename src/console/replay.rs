@@ -131,6 +131,7 @@ pub async fn start(
     Extension(console): Extension<Arc<ConsoleState>>,
     posted: Posted<StartForm>,
 ) -> Result<Response, ConsoleError> {
+    let started_by = posted.viewer.role;
     let form = posted.form;
     let (since, until) = window(&gw, &form)?;
     if form.candidate.source == "live" {
@@ -155,7 +156,7 @@ pub async fn start(
         org: filter.org.clone(),
         total,
     };
-    let job = console.jobs.admit(Job::new(spec)?)?;
+    let job = console.jobs.admit(Job::new(spec, started_by)?)?;
     run(
         Arc::clone(&gw),
         Arc::clone(&job),
@@ -303,6 +304,7 @@ pub async fn status(
         minijinja::context! {
             viewer => viewer_ctx(&viewer),
             job => minijinja::context! { id => job.id, started_at => job.started_at, spec => job.spec },
+            may_cancel => job.may_cancel(viewer.role),
             state => state_name(&state),
             read,
             percent,
@@ -317,16 +319,22 @@ pub async fn status(
     )
 }
 
-/// `POST /console/replay/{job}/cancel`.
+/// `POST /console/replay/{job}/cancel`: an auditor cannot cancel an
+/// admin's replay (403, the replay runs on).
 pub async fn cancel(
     Extension(console): Extension<Arc<ConsoleState>>,
     Path(id): Path<String>,
-    _posted: Posted<super::auth::Empty>,
+    posted: Posted<super::auth::Empty>,
 ) -> Result<Response, ConsoleError> {
     let job = console
         .jobs
         .get(&id)
         .ok_or_else(|| ConsoleError::NotFound("no such replay".into()))?;
+    if !job.may_cancel(posted.viewer.role) {
+        return Err(ConsoleError::Forbidden(
+            "an admin started this replay: the auditor token cannot cancel it".into(),
+        ));
+    }
     job.control.cancel();
     Ok((
         StatusCode::SEE_OTHER,

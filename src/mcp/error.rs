@@ -162,6 +162,19 @@ pub enum McpError {
         .0.level, .0.per_second, .0.burst, .0.retry_after_secs
     )]
     RateLimited(Box<RateRefusal>),
+    /// Too many wrong daemon keys from this client address (`scope`
+    /// `address`) or from all addresses (`total`): 429 with `Retry-After`,
+    /// -32029 with `error.data.retryAfterSeconds`; the key was not checked.
+    #[error(
+        "too many wrong keys from {}; retry after {retry_after_secs} s",
+        if *.scope == "total" { "all addresses" } else { "this address" }
+    )]
+    CredentialGuesses {
+        /// `address` or `total`.
+        scope: &'static str,
+        /// Whole seconds until a key is checked again.
+        retry_after_secs: u64,
+    },
     /// The gateway or the stream is shutting down: 503.
     #[error("{0}")]
     Closing(&'static str),
@@ -331,7 +344,9 @@ impl McpError {
             StorageUnavailable | TrailUnavailable | Closing(_) => StatusCode::SERVICE_UNAVAILABLE,
             InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             NoServerStream | StatelessOnly => StatusCode::METHOD_NOT_ALLOWED,
-            TooManyStreams(_) | RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            TooManyStreams(_) | RateLimited(_) | CredentialGuesses { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             MethodNotFound(_)
             | InvalidParams { .. }
             | UnknownTool(_)
@@ -386,7 +401,7 @@ impl McpError {
                 jsonrpc::INVALID_PARAMS
             }
             UnknownResource(_) => jsonrpc::RESOURCE_NOT_FOUND,
-            RateLimited(_) => jsonrpc::RATE_LIMITED,
+            RateLimited(_) | CredentialGuesses { .. } => jsonrpc::RATE_LIMITED,
             Remote { code, .. } => *code,
         }
     }
@@ -435,6 +450,14 @@ impl McpError {
                 }
                 data
             }
+            CredentialGuesses {
+                scope,
+                retry_after_secs,
+            } => json!({
+                "retryAfterSeconds": retry_after_secs,
+                "limit": "credential_guesses",
+                "scope": scope,
+            }),
             MethodNotFound(method) => json!({ "method": echo(method) }),
             InvalidParams { field, .. } => json!({ "field": field }),
             UnknownTool(tool) | ToolFailed { tool, .. } => json!({ "tool": echo(tool) }),
@@ -565,6 +588,11 @@ impl McpError {
             }
             McpError::RateLimited(r) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs));
+            }
+            McpError::CredentialGuesses {
+                retry_after_secs, ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             }
             // The rest of the body is not read: the connection cannot carry
             // another request.

@@ -14,6 +14,7 @@
 //!   it was doing.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::{ConnectInfo, Extension};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
@@ -28,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tower::Layer;
 
 use super::capacity::Slot;
 
@@ -52,9 +55,12 @@ pub struct Hygiene {
 }
 
 /// Serves `stream` with `app` until the connection ends; `slot` holds its
-/// place under the connection caps until then.
+/// place under the connection caps until then. Every request carries the
+/// peer's address as `ConnectInfo<SocketAddr>` (`crate::guesses` counts
+/// wrong credentials by it).
 pub async fn serve(
     stream: TcpStream,
+    peer: SocketAddr,
     app: Router,
     hygiene: Hygiene,
     mut phase: watch::Receiver<Phase>,
@@ -70,6 +76,7 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(hygiene.header_read_timeout);
+    let app = Extension(ConnectInfo(peer)).layer(app);
     let conn = builder.serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
     let mut closing = *phase.borrow_and_update() != Phase::Serving;

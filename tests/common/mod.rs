@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 /// Admin token every test gateway uses.
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef0123";
 
 /// The repository root (policies/ and schemas/ live there).
 pub fn repo() -> PathBuf {
