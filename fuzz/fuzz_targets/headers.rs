@@ -88,9 +88,11 @@ fn accepted_headers_say_what_the_body_says(headers: &HeaderMap, m: &Modern) {
 
 /// What the gateway would send for this request, a validator accepts
 /// (when the gateway can send it at all, and the arguments fit the
-/// annotations: primitive values, distinct header names).
+/// annotations: primitive values, distinct header names). The gateway
+/// only sends its own method names, which are visible ASCII (`Mcp-Method`
+/// is never encoded).
 fn own_headers_pass(m: &Modern, schema: Option<&Value>) {
-    if m.id.is_none() {
+    if m.id.is_none() || !m.method.bytes().all(|b| b.is_ascii_graphic()) {
         return;
     }
     if let Some(schema) = schema.filter(|_| m.method == "tools/call") {
