@@ -300,7 +300,10 @@ async fn every_route_by_who_asks() {
     assert!(html.contains("(console): unchanged"), "{html}");
     // An approval of a server that does not exist changes nothing.
     let resp = admin
-        .post("/console/peers/acme/mcp/nope/approve", &[("tool", "echo")])
+        .post(
+            "/console/peers/acme/mcp/nope/approve",
+            &[("tool", "echo"), ("hash", "sha256:0")],
+        )
         .await;
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     // The operator record verifies and filters like any record.

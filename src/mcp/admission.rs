@@ -26,7 +26,7 @@ use tokio_stream::StreamExt;
 use super::error::McpError;
 use super::jsonrpc::{self, Id, Message, Parsed};
 use super::protocol;
-use crate::config::HttpSecurity;
+use crate::config::{HttpSecurity, Limits};
 use crate::gateway::Gateway;
 
 /// Header carrying the negotiated protocol version after `initialize`.
@@ -153,10 +153,18 @@ pub struct Messages {
 pub async fn read_messages(gw: &Gateway, body: Body) -> Result<Messages, McpError> {
     let limits = &gw.config.limits;
     let bytes = read_body(body, limits.max_body_bytes, &gw.config.http).await?;
-    if jsonrpc::depth_exceeds(&bytes, limits.max_json_depth) {
+    messages(&bytes, limits)
+}
+
+/// The entry point of the body parser: a whole body, read within its size
+/// and time, checked in order (nesting depth before any parser, JSON, a
+/// non-empty batch within its length, a single element that is a valid
+/// request) and classified into its messages.
+pub fn messages(bytes: &[u8], limits: &Limits) -> Result<Messages, McpError> {
+    if jsonrpc::depth_exceeds(bytes, limits.max_json_depth) {
         return Err(McpError::TooDeep(limits.max_json_depth));
     }
-    let parsed = jsonrpc::parse(&bytes).map_err(|e| McpError::Parse(e.to_string()))?;
+    let parsed = jsonrpc::parse(bytes).map_err(|e| McpError::Parse(e.to_string()))?;
     let (batch, messages) = match parsed {
         Parsed::Batch(items) => {
             if items.is_empty() {

@@ -61,6 +61,22 @@ impl Mismatch {
 
 /// Checks the mirrored headers of `request` against its body.
 pub fn validate(headers: &HeaderMap, request: &Modern, view: &SessionView) -> Result<(), Mismatch> {
+    let tool = match request.method.as_str() {
+        "tools/call" => request.params["name"].as_str().and_then(|n| view.tool(n)),
+        _ => None,
+    };
+    validate_against(headers, request, tool.map(|t| &t.spec().input_schema))
+}
+
+/// The entry point of the header validator: checks the mirrored headers of
+/// `request` against its body, `schema` being the `inputSchema` of the
+/// session's tool a `tools/call` names (None: no such tool, or another
+/// method).
+pub fn validate_against(
+    headers: &HeaderMap,
+    request: &Modern,
+    schema: Option<&Value>,
+) -> Result<(), Mismatch> {
     if request.id.is_none() {
         return Ok(());
     }
@@ -87,10 +103,10 @@ pub fn validate(headers: &HeaderMap, request: &Modern, view: &SessionView) -> Re
         )?;
     }
     if request.method == "tools/call"
-        && let Some(tool) = request.params["name"].as_str().and_then(|n| view.tool(n))
+        && let Some(schema) = schema
     {
         let arguments = &request.params["arguments"];
-        for (path, name) in annotations(&tool.spec().input_schema) {
+        for (path, name) in annotations(schema) {
             let value = path
                 .iter()
                 .try_fold(arguments, |v, key| v.get(key))

@@ -289,7 +289,11 @@ fn with_modern_meta(mut params: Value, relay: Option<&Relay>) -> Value {
 /// `Mcp-Param-{Name}` for each argument its `schema` marks `x-mcp-header`
 /// (values base64-encoded with the revision's sentinel when not plain
 /// visible ASCII).
-fn modern_headers(method: &str, params: &Value, schema: Option<&Value>) -> Vec<(String, String)> {
+pub fn modern_headers(
+    method: &str,
+    params: &Value,
+    schema: Option<&Value>,
+) -> Vec<(String, String)> {
     let mut headers = vec![("Mcp-Method".to_string(), method.to_string())];
     let name = match method {
         "tools/call" | "prompts/get" => params.get("name"),
@@ -314,8 +318,9 @@ fn modern_headers(method: &str, params: &Value, schema: Option<&Value>) -> Vec<(
 }
 
 /// `value` as a header value: as it is when it is visible ASCII without
-/// surrounding spaces, else in the `=?base64?…?=` form.
-fn header_value(value: &str) -> String {
+/// surrounding spaces, else in the `=?base64?…?=` form (what
+/// `mcp::headers::decode` reads back).
+pub fn header_value(value: &str) -> String {
     use base64::Engine as _;
     let plain = !value.is_empty()
         && value.bytes().all(|b| (0x20..0x7f).contains(&b))
@@ -406,8 +411,9 @@ async fn send(
     Ok(posted)
 }
 
-/// The `result` of a JSON-RPC response, or its error as [`ClientError::Remote`].
-pub(super) fn response_result(mut message: Value) -> Result<Value, ClientError> {
+/// The `result` of a JSON-RPC response, or its error as [`ClientError::Remote`]
+/// (the entry point of the answer parser, after the body is read as JSON).
+pub fn response_result(mut message: Value) -> Result<Value, ClientError> {
     if let Some(error) = message.get_mut("error").map(Value::take) {
         let code = error.get("code").and_then(Value::as_i64);
         let text = error.get("message").and_then(Value::as_str);
@@ -575,18 +581,31 @@ async fn read_sse(
             return Err(too_large(max));
         }
         buffer.extend_from_slice(&chunk);
-        while let Some(end) = event_end(&buffer) {
-            let event: Vec<u8> = buffer.drain(..end).collect();
-            if let Some(message) = event_message(&event)
-                && is_response(&message)
-            {
-                return answering(message, expect);
-            }
+        if let Some(answer) = sse_response(&mut buffer, expect) {
+            return answer;
         }
     }
     Err(ClientError::Invalid(
         "the upstream's event stream ended without the response".into(),
     ))
+}
+
+/// The entry point of the answer stream's parser: takes the complete
+/// events out of `buffer` (what has arrived so far) up to the first
+/// response, and returns it checked against `expect` (a response with
+/// another or no id is an invalid response: this stream answers one
+/// request); requests and notifications on the way are skipped, and an
+/// incomplete event stays in `buffer` for the next chunk.
+pub fn sse_response(buffer: &mut Vec<u8>, expect: &Value) -> Option<Result<Value, ClientError>> {
+    while let Some(end) = event_end(buffer) {
+        let event: Vec<u8> = buffer.drain(..end).collect();
+        if let Some(message) = event_message(&event)
+            && is_response(&message)
+        {
+            return Some(answering(message, expect));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

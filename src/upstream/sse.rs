@@ -108,11 +108,11 @@ pub async fn open(
         ));
     }
     let mut buffer = Vec::new();
-    let endpoint = loop {
+    let post_url = loop {
         if let Some(end) = event_end(&buffer) {
             let event: Vec<u8> = buffer.drain(..end).collect();
-            if let Some(data) = endpoint_data(&event) {
-                break data;
+            if let Some(post_url) = endpoint(&event, url) {
+                break post_url?;
             }
             continue;
         }
@@ -128,7 +128,6 @@ pub async fn open(
             }
         }
     };
-    let post_url = same_origin(url, &endpoint)?;
     let shared = Arc::new(Pending::open());
     let reader = tokio::spawn(read(resp, buffer, Arc::clone(&shared), max_bytes));
     Ok(Stream {
@@ -136,6 +135,13 @@ pub async fn open(
         shared,
         reader,
     })
+}
+
+/// The entry point of the stream's `endpoint` parser: for an `endpoint`
+/// event of the stream at `base`, where messages are POSTed (on the
+/// stream's own origin, else refused); None for any other event.
+pub fn endpoint(event: &[u8], base: &reqwest::Url) -> Option<Result<reqwest::Url, ClientError>> {
+    endpoint_data(event).map(|data| same_origin(base, &data))
 }
 
 /// The data of an `endpoint` event.
