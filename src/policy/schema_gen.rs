@@ -806,6 +806,29 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_unlisted_tool_stays_declared_but_dropped_unless_another_server_lists_it() {
+        let schema = json!({"type":"object","properties":{"path":{"type":"string"}}});
+        let unlisted = ToolSchema {
+            dropped: Some(UNLISTED_NOTE.to_string()),
+            ..tool("fs.write", schema.clone())
+        };
+        // Only unlisted: declared, dropped with its own note, typing nothing.
+        let (kept, notes) = agreeing(vec![unlisted.clone()]);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &kept).unwrap();
+        assert!(!typed_tools(&effective).contains_key("fs.write"));
+        assert_eq!(
+            dropped_actions(&effective).get("fs.write"),
+            Some(&(Action::CallTool, UNLISTED_NOTE.to_string()))
+        );
+        // Another org's server still lists it alike: typed.
+        let (kept, _) = agreeing(vec![unlisted, tool("fs.write", schema)]);
+        assert!(kept[0].dropped.is_none(), "{kept:?}");
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &kept).unwrap();
+        assert!(typed_tools(&effective).contains_key("fs.write"));
+    }
+
     /// Names from outside never break the schema: one Cedar cannot hold
     /// is left out (a property) or untyped (a tool), quotes and
     /// backslashes are escaped the Cedar way.
