@@ -324,12 +324,8 @@ async fn a_tool_the_upstream_stops_listing_keeps_its_typed_action_declared_so_re
         code_of(&g, &acme, "fs.write", json!({"path": "/tmp/b"})).await,
         0
     );
-    assert!(
-        policies(&g).await["warnings"]
-            .to_string()
-            .contains("acme-no-etc-writes")
-            == false
-    );
+    let warnings = policies(&g).await["warnings"].to_string();
+    assert!(!warnings.contains("acme-no-etc-writes"), "{warnings}");
 
     // Gone, then back with another definition: held until approved by hash.
     files.list(json!([tool("read", "string")]));
