@@ -6,8 +6,8 @@
 //! - a policy on `Gateway::Action::"fs.read"` reads `context.args.path`
 //!   and decides on the call's arguments; a denied call sends nothing;
 //! - strict validation refuses a policy reading an argument the tool's
-//!   `inputSchema` lacks, and a policy whose tool was deleted makes the
-//!   rebuild fail closed (the last good set stays, `/readyz` says why);
+//!   `inputSchema` lacks, and a server whose typed action a policy names
+//!   cannot be deleted until the policy is gone;
 //! - a definition changed upstream is held by the background refresh
 //!   without an operator asking, recorded in the trail with old and new
 //!   hash (the chain verifies), and types nothing until approved;
@@ -277,7 +277,7 @@ async fn a_context_args_policy_decides_on_the_upstream_tool_arguments() {
 }
 
 #[tokio::test]
-async fn strict_validation_refuses_unknown_arguments_and_a_deleted_tool_keeps_the_last_good_set() {
+async fn strict_validation_refuses_unknown_arguments_and_a_server_a_policy_names_is_not_deleted() {
     let (g, _dir) = gateway(0).await;
     let t = g.tenant("acme").await;
     let up = Upstream::start().await;
@@ -297,51 +297,30 @@ async fn strict_validation_refuses_unknown_arguments_and_a_deleted_tool_keeps_th
     assert_eq!(status, 200, "{body}");
     let good = g.gw.pep.current().hash.clone();
 
-    // Deleting the server removes the action the policy names: the rebuild
-    // is refused, the last good set (with its forbid) stays active, and
-    // /readyz says why.
-    let (status, _) = g
-        .admin(
-            Method::DELETE,
-            &format!(
-                "/admin/orgs/acme/mcp-servers/{}",
-                server["id"].as_str().unwrap()
-            ),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
-    let mut ready = Value::Null;
-    for _ in 0..200 {
-        ready = g
-            .http
-            .get(format!("{}/readyz", g.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if ready.get("policyReloadRejected").is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let rejected = &ready["policyReloadRejected"];
-    assert_eq!(rejected["trigger"], "upstream-registry", "{ready}");
-    assert!(rejected.to_string().contains("fs.read"), "{ready}");
-    assert_eq!(ready["policyHash"], good.as_str());
+    // Deleting the server would remove the action the policy names, so
+    // the next reload or start-up would fail: the delete is refused,
+    // naming the policy, and nothing changes.
+    let path = format!(
+        "/admin/orgs/acme/mcp-servers/{}",
+        server["id"].as_str().unwrap()
+    );
+    let (status, body) = g.admin(Method::DELETE, &path, None).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("fs.read"), "{body}");
+    assert!(body.to_string().contains("no-etc-reads"), "{body}");
     assert_eq!(g.gw.pep.current().hash, good);
     assert!(g.gw.pep.current().typed.contains_key("fs.read"));
-    // The tool itself is gone for the org.
-    let gone = call(&g, &t, "fs.read", json!({"path": "/tmp/x"})).await;
-    assert_eq!(gone["error"]["code"], -32601, "{gone}");
 
-    // Removing the policy lets the next reload through.
+    // Removing the policy lets the delete through; the tool is gone for
+    // the org and its action from the set.
     std::fs::remove_file(g.gw.config.policies_dir.join("args.cedar")).unwrap();
     let (status, body) = g.admin(Method::POST, "/admin/policies/reload", None).await;
     assert_eq!(status, 200, "{body}");
-    assert!(!typed_tools(&g).await.contains(&"fs.read".to_string()));
+    let (status, body) = g.admin(Method::DELETE, &path, None).await;
+    assert_eq!(status, 204, "{body}");
+    wait_typed(&g, "fs.read", false).await;
+    let gone = call(&g, &t, "fs.read", json!({"path": "/tmp/x"})).await;
+    assert_eq!(gone["error"]["code"], -32601, "{gone}");
     let ready: Value = g
         .http
         .get(format!("{}/readyz", g.base))

@@ -74,6 +74,14 @@ fn server(row: &ServerRow) -> minijinja::Value {
         })
         .collect();
     let refused = refused(row);
+    let unlisted: Vec<_> = row
+        .tools
+        .iter()
+        .filter_map(|t| {
+            t.unlisted_reason()
+                .map(|reason| minijinja::context! { name => t.name, reason })
+        })
+        .collect();
     minijinja::context! {
         id => row.id, org => row.org_id, name => row.name, url => row.url,
         transport => row.transport, health => row.health, last_error => row.last_error,
@@ -82,6 +90,7 @@ fn server(row: &ServerRow) -> minijinja::Value {
         tools => row.tools.len(),
         held,
         refused,
+        unlisted,
     }
 }
 

@@ -15,14 +15,17 @@
 //!   an action whose tool was deleted by an operator, or whose arguments
 //!   it reads no longer exist) is refused like any bad reload: the last good set stays
 //!   active, and the refusal is `lastError` of `GET /admin/policies` and
-//!   shows on `/readyz`.
+//!   shows on `/readyz` (deleting a server whose typed actions the active
+//!   set names is refused, `crate::upstream::admin`).
 //! - Held definitions change nothing until approved: the approved one
 //!   keeps typing the tool meanwhile.
 //! - What a server lists never makes the set fail to load: a tool whose
 //!   name or property name Cedar cannot hold is refused (never typed,
 //!   `crate::policy::cedar_names`), and a name servers declare with
 //!   different argument types keeps its action declared but dropped
-//!   (`crate::policy::dropped`: the rule for the policies naming it).
+//!   (`crate::policy::dropped`: the rule for the policies naming it), and
+//!   so does an approved tool its upstream no longer lists (its pin is
+//!   kept, marked unlisted: `crate::upstream::registry::merge`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,15 @@
 //! Dropped typed actions and the policies that name them.
 //!
 //! A typed action is *dropped* when the servers listing its tool name
-//! disagree on the argument types ([`super::schema_gen::agreeing`]). The
+//! disagree on the argument types ([`super::schema_gen::agreeing`]), or
+//! when its upstream no longer lists the tool (the registry keeps the
+//! approved pin, marked unlisted, and the tool is not offered). The
 //! effective schema still declares it (with the first registration's
-//! types, marked `@dropped`), so a policy naming it validates and one
-//! upstream's listing never makes the whole set fail to load; but no call
-//! is decided under it: every tool of that name is decided under its group
-//! action (`call_tool`) with the plain session context.
+//! types, marked `@dropped` with the reason), so a policy naming it
+//! validates and one upstream's listing never makes the whole set fail to
+//! load; but no call is decided under it: every tool of that name is
+//! decided under its group action (`call_tool`) with the plain session
+//! context.
 //!
 //! **Fail-closed rule.** A policy that names the dropped action (in its
 //! scope or its condition) no longer matches those calls:
@@ -33,8 +36,9 @@ use super::{Action, schema_gen};
 /// The tools whose calls a forbid on their dropped typed action denies.
 #[derive(Debug, Default)]
 pub struct DroppedGuard {
-    /// Tool name → (its group action, the forbids naming its action).
-    denied: HashMap<String, (Action, Vec<String>)>,
+    /// Tool name → (its group action, why it is dropped, the forbids
+    /// naming its action).
+    denied: HashMap<String, (Action, String, Vec<String>)>,
 }
 
 impl DroppedGuard {
@@ -57,17 +61,17 @@ impl DroppedGuard {
             let mut named: Vec<&String> = named.into_iter().collect();
             named.sort();
             for tool in named {
-                let Some(group) = dropped.get(tool) else {
+                let Some((group, note)) = dropped.get(tool) else {
                     continue;
                 };
                 let id = policy.id().to_string();
-                warnings.push(warning(&id, policy.effect(), tool, *group));
+                warnings.push(warning(&id, policy.effect(), tool, *group, note));
                 if policy.effect() == Effect::Forbid {
                     let entry = guard
                         .denied
                         .entry(tool.clone())
-                        .or_insert_with(|| (*group, Vec::new()));
-                    entry.1.push(id);
+                        .or_insert_with(|| (*group, note.clone(), Vec::new()));
+                    entry.2.push(id);
                 }
             }
         }
@@ -77,10 +81,11 @@ impl DroppedGuard {
     /// Why a call of `tool` under `group` is denied, when a forbid names
     /// its dropped typed action.
     pub fn denial(&self, group: Action, tool: &str) -> Option<String> {
-        let (g, forbids) = self.denied.get(tool)?;
+        let (g, note, forbids) = self.denied.get(tool)?;
         (*g == group).then(|| {
             format!(
-                "the typed action of `{tool}` is dropped (the servers listing it declare different argument types) and forbid {} names it: calls of `{tool}` are denied until it is typed again",
+                "the typed action of `{tool}` is dropped ({}) and forbid {} names it: calls of `{tool}` are denied until it is typed again",
+                why(note),
                 forbids
                     .iter()
                     .map(|f| format!("`{f}`"))
@@ -96,7 +101,38 @@ impl DroppedGuard {
     }
 }
 
-fn warning(policy: &str, effect: Effect, tool: &str, group: Action) -> String {
+/// Why an action is dropped, from its annotation's (fixed) note.
+fn why(note: &str) -> &'static str {
+    if note == schema_gen::UNLISTED_NOTE {
+        "its upstream no longer lists it"
+    } else {
+        "the servers listing it declare different argument types"
+    }
+}
+
+/// The policies of `policies` that name one of `actions` (typed action
+/// ids) in their scope or condition: (policy id, action id), sorted.
+pub fn policies_naming(policies: &PolicySet, actions: &HashSet<String>) -> Vec<(String, String)> {
+    let lookup: HashMap<String, ()> = actions.iter().map(|a| (a.clone(), ())).collect();
+    let action_type = format!("{}::Action", super::NAMESPACE);
+    let mut out = Vec::new();
+    for policy in policies.policies() {
+        let Ok(json) = policy.to_json() else {
+            continue;
+        };
+        let mut named = HashSet::new();
+        actions_named(&json, &action_type, &lookup, &mut named);
+        out.extend(
+            named
+                .into_iter()
+                .map(|a| (policy.id().to_string(), a.clone())),
+        );
+    }
+    out.sort();
+    out
+}
+
+fn warning(policy: &str, effect: Effect, tool: &str, group: Action, note: &str) -> String {
     let what = match effect {
         Effect::Forbid => format!("every call of `{tool}` is denied while it is dropped"),
         Effect::Permit => format!(
@@ -105,19 +141,19 @@ fn warning(policy: &str, effect: Effect, tool: &str, group: Action) -> String {
         ),
     };
     format!(
-        "policy `{policy}` names `Gateway::Action::\"{}\"`, whose typed action is dropped (the servers listing `{}` declare different argument types): {what}",
+        "policy `{policy}` names `Gateway::Action::\"{}\"`, whose typed action is dropped ({}): {what}",
         tool.escape_debug(),
-        tool.escape_debug()
+        why(note)
     )
 }
 
 /// Collects the dropped action ids `json` (a policy's JSON form) names:
 /// every entity uid `{"type": "Gateway::Action", "id": …}` in its scope or
 /// its condition.
-fn actions_named<'a>(
+fn actions_named<'a, V>(
     json: &Value,
     action_type: &str,
-    dropped: &'a HashMap<String, Action>,
+    dropped: &'a HashMap<String, V>,
     out: &mut HashSet<&'a String>,
 ) {
     match json {

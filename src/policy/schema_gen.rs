@@ -143,8 +143,13 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
 /// schema (read back by [`dropped_actions`]).
 pub const DROPPED: &str = "dropped";
 
-/// The annotation's text (fixed: nothing an upstream sent is written).
-const DROPPED_NOTE: &str = "argument types differ between the servers that list this name";
+/// The annotation's text for a name servers type differently (fixed:
+/// nothing an upstream sent is written).
+pub const DROPPED_NOTE: &str = "argument types differ between the servers that list this name";
+
+/// The annotation's text for a tool its upstream no longer lists (the
+/// registry keeps its pin; `crate::upstream::registry::merge`).
+pub const UNLISTED_NOTE: &str = "the upstream no longer lists this tool";
 
 /// Run-time tools (upstream MCP tools, from every org's approved pins)
 /// reduced to one entry per name: a name whose entries all map to the same
@@ -162,6 +167,11 @@ const DROPPED_NOTE: &str = "argument types differ between the servers that list 
 /// those calls instead of silently not matching them
 /// ([`super::dropped`]). Returned sorted by name, with a note per dropped
 /// name.
+///
+/// Entries dropped as [`UNLISTED_NOTE`] (tools their upstream no longer
+/// lists) count in the comparison, so a policy written on their types keeps
+/// validating; a name still listed by some server is typed after a listed
+/// entry, and stays dropped as unlisted only when no server lists it.
 pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
     let mut by_name: std::collections::BTreeMap<String, Vec<ToolSchema>> = Default::default();
     for t in tools {
@@ -176,7 +186,14 @@ pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
             .collect();
         types.sort();
         types.dedup();
-        let mut first = entries.swap_remove(0);
+        // The oldest entry types a disputed name; a listed one the others.
+        let listed = entries.iter().position(|t| t.dropped.is_none());
+        let keep = if types.len() > 1 {
+            0
+        } else {
+            listed.unwrap_or(0)
+        };
+        let mut first = entries.swap_remove(keep);
         if types.len() > 1 {
             notes.push(format!(
                 "`{name}`: servers list it with {} different argument types; its typed action is dropped and the tool is decided under `{}` (write policies on `action in Gateway::Action::\"{}\"` with `resource == Gateway::Tool::\"{name}\"`, or give the servers distinct prefixes)",
@@ -192,11 +209,17 @@ pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
 }
 
 /// The declaration of one tool's typed action (its `context.args` type
-/// is `args`); a dropped one carries the [`DROPPED`] annotation.
+/// is `args`); a dropped one carries the [`DROPPED`] annotation, whose
+/// text is one of the fixed notes.
 fn action_text(tool: &ToolSchema, args: &str) -> String {
     let mut text = String::new();
-    if tool.dropped.is_some() {
-        let _ = writeln!(text, "  @{DROPPED}(\"{DROPPED_NOTE}\")");
+    if let Some(reason) = &tool.dropped {
+        let note = if reason == UNLISTED_NOTE {
+            UNLISTED_NOTE
+        } else {
+            DROPPED_NOTE
+        };
+        let _ = writeln!(text, "  @{DROPPED}(\"{note}\")");
     }
     let _ = write!(
         text,
@@ -398,11 +421,14 @@ pub fn typed_tools(effective_schema: &str) -> HashMap<String, TypedTool> {
 
 /// The typed actions the effective schema declares but marks [`DROPPED`]
 /// (see [`agreeing`]): action id → the group its tools are decided under.
-pub fn dropped_actions(effective_schema: &str) -> HashMap<String, Action> {
+pub fn dropped_actions(effective_schema: &str) -> HashMap<String, (Action, String)> {
+    let annotation = format!("/annotations/{DROPPED}");
     group_actions(effective_schema)
         .into_iter()
-        .filter(|(_, _, action, _)| action.pointer(&format!("/annotations/{DROPPED}")).is_some())
-        .map(|(id, group, _, _)| (id, group))
+        .filter_map(|(id, group, action, _)| {
+            let note = action.pointer(&annotation)?.as_str().unwrap_or_default();
+            Some((id, (group, note.to_string())))
+        })
         .collect()
 }
 
@@ -775,9 +801,32 @@ mod tests {
         assert!(cedar_policy::Schema::from_cedarschema_str(&effective).is_ok());
         assert!(!typed_tools(&effective).contains_key("fs.read"));
         assert_eq!(
-            dropped_actions(&effective).get("fs.read"),
-            Some(&Action::CallTool)
+            dropped_actions(&effective).get("fs.read").map(|d| d.0),
+            Some(Action::CallTool)
         );
+    }
+
+    #[test]
+    fn an_unlisted_tool_stays_declared_but_dropped_unless_another_server_lists_it() {
+        let schema = json!({"type":"object","properties":{"path":{"type":"string"}}});
+        let unlisted = ToolSchema {
+            dropped: Some(UNLISTED_NOTE.to_string()),
+            ..tool("fs.write", schema.clone())
+        };
+        // Only unlisted: declared, dropped with its own note, typing nothing.
+        let (kept, notes) = agreeing(vec![unlisted.clone()]);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &kept).unwrap();
+        assert!(!typed_tools(&effective).contains_key("fs.write"));
+        assert_eq!(
+            dropped_actions(&effective).get("fs.write"),
+            Some(&(Action::CallTool, UNLISTED_NOTE.to_string()))
+        );
+        // Another org's server still lists it alike: typed.
+        let (kept, _) = agreeing(vec![unlisted, tool("fs.write", schema)]);
+        assert!(kept[0].dropped.is_none(), "{kept:?}");
+        let (effective, _) = crate::policy::load::effective_schema("s", BASE, &kept).unwrap();
+        assert!(typed_tools(&effective).contains_key("fs.write"));
     }
 
     /// Names from outside never break the schema: one Cedar cannot hold

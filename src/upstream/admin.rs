@@ -355,11 +355,45 @@ async fn remove(
              to delete it"
         )));
     }
+    let row = find(&gw, &org, &id).await?;
+    refuse_if_named(&gw, &row)?;
     let (o, i) = (org.clone(), id.clone());
     gw.store.read(move |c| registry::delete(c, &o, &i)).await?;
     gw.upstreams.forget(&id);
     coherence::changed(&gw, &org).await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Refuses to delete a server while a policy of the active set names one
+/// of its typed actions (its approved tools, unlisted ones included): the
+/// action would leave the schema, so that set would no longer load at the
+/// next reload or start-up. The operator changes those policies first.
+fn refuse_if_named(gw: &Gateway, row: &ServerRow) -> Result<(), AppError> {
+    let actions: std::collections::HashSet<String> = row
+        .tools
+        .iter()
+        .filter(|t| !t.hash.is_empty())
+        .map(|t| row.tool_name(&t.name))
+        .collect();
+    let bundle = gw.pep.current();
+    let named = crate::policy::dropped::policies_naming(&bundle.policies, &actions);
+    if named.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = named
+        .iter()
+        .map(|(policy, action)| {
+            format!(
+                "policy `{policy}` names `Gateway::Action::\"{}\"`",
+                action.escape_debug()
+            )
+        })
+        .collect();
+    Err(AppError::Conflict(format!(
+        "MCP server `{}` has typed actions the active policy set names ({}); change those policies and reload before deleting it",
+        row.slug,
+        list.join(", ")
+    )))
 }
 
 async fn refresh(

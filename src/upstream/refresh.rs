@@ -390,7 +390,11 @@ pub async fn taken_names(
     let o = org.to_string();
     let rows = gw.store.read(move |c| registry::list(c, &o)).await?;
     for row in rows.iter().filter(|r| r.id != except) {
-        for tool in row.tools.iter().filter(|t| t.collides_with.is_none()) {
+        for tool in row
+            .tools
+            .iter()
+            .filter(|t| t.collides_with.is_none() && t.unlisted.is_none())
+        {
             let owner = format!("a tool of MCP server `{}`", row.slug);
             taken.insert(row.tool_name(&tool.name), owner);
         }

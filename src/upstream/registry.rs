@@ -60,6 +60,10 @@ pub struct PinnedTool {
     /// What else in the org already has the tool's gateway name (set at
     /// each listing): the tool is not offered while it collides.
     pub collides_with: Option<String>,
+    /// Since when the upstream no longer lists the tool (RFC 3339): the
+    /// pin is kept, not offered, and its typed action stays declared but
+    /// dropped, so the policies naming it still validate (see [`merge`]).
+    pub unlisted: Option<String>,
 }
 
 /// A definition waiting for an operator's approval.
@@ -95,16 +99,27 @@ impl PinnedTool {
             hash,
             held: None,
             collides_with: None,
+            unlisted: None,
         })
     }
 
-    /// Whether the tool is offered: approved, nothing held, no collision,
-    /// and a name Cedar can hold.
+    /// Whether the tool is offered: approved, still listed, nothing held,
+    /// no collision, and a name Cedar can hold.
     pub fn offered(&self) -> bool {
         self.held.is_none()
             && !self.hash.is_empty()
             && self.collides_with.is_none()
+            && self.unlisted.is_none()
             && self.refusal().is_none()
+    }
+
+    /// Why an approved tool the upstream stopped listing is not offered.
+    pub fn unlisted_reason(&self) -> Option<String> {
+        self.unlisted.as_ref().map(|since| {
+            format!(
+                "the upstream no longer lists this tool (since {since}); its typed action stays declared but dropped until it is listed again (held until approved if its definition changed)"
+            )
+        })
     }
 
     /// Why the approved definition is refused, read from it each time (so
@@ -124,6 +139,9 @@ impl PinnedTool {
         }
         if let (Some(c), Value::Object(map)) = (&self.collides_with, &mut v) {
             map.insert("collidesWith".into(), c.clone().into());
+        }
+        if let (Some(u), Value::Object(map)) = (&self.unlisted, &mut v) {
+            map.insert("unlistedAt".into(), u.clone().into());
         }
         v
     }
@@ -146,15 +164,29 @@ impl PinnedTool {
                 .get("collidesWith")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            unlisted: v
+                .get("unlistedAt")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 }
 
+/// How many approved tools a server no longer lists are kept as unlisted
+/// pins (the oldest unlisted first go beyond it), so an upstream renaming
+/// its tools at every listing cannot grow its row without bound.
+pub const MAX_UNLISTED: usize = 256;
+
 /// The pins after a listing: a definition equal to the approved one is
 /// kept; a changed one is held (the approved one stays on record); a new
 /// tool is approved at once when `approve_new` (see [`approves_new`]),
-/// else held; a tool no longer listed is dropped. Returns the pins and the definitions that
-/// became held at this listing.
+/// else held. An approved tool no longer listed keeps its pin, marked
+/// unlisted (not offered, its typed action declared but dropped, so no
+/// policy naming it stops validating: what an upstream stops listing never
+/// breaks the policy set); listed again, it is offered if its definition
+/// is the pinned one, else held until approved by hash. A tool never
+/// approved that is no longer listed is dropped. Returns the pins and the
+/// definitions that became held at this listing.
 pub fn merge(
     previous: &[PinnedTool],
     listed: Vec<PinnedTool>,
@@ -169,6 +201,7 @@ pub fn merge(
             Some(p) if p.hash == new.hash => {
                 out.push(PinnedTool {
                     held: None,
+                    unlisted: None,
                     ..p.clone()
                 });
                 continue;
@@ -177,13 +210,17 @@ pub fn merge(
                 out.push(new);
                 continue;
             }
-            Some(p) => p.clone(),
+            Some(p) => PinnedTool {
+                unlisted: None,
+                ..p.clone()
+            },
             None => PinnedTool {
                 name: new.name.clone(),
                 definition: Value::Null,
                 hash: String::new(),
                 held: None,
                 collides_with: None,
+                unlisted: None,
             },
         };
         let already = before
@@ -203,7 +240,30 @@ pub fn merge(
         });
         out.push(pin);
     }
+    out.extend(unlisted(previous, &out, &now));
     (out, changes)
+}
+
+/// The approved pins of `previous` that `listed` lacks, marked unlisted
+/// (since `now`, or since when they already were), the most recently
+/// unlisted [`MAX_UNLISTED`] of them.
+fn unlisted(previous: &[PinnedTool], listed: &[PinnedTool], now: &str) -> Vec<PinnedTool> {
+    let mut gone: Vec<PinnedTool> = previous
+        .iter()
+        .filter(|p| !p.hash.is_empty() && !listed.iter().any(|l| l.name == p.name))
+        .map(|p| PinnedTool {
+            held: None,
+            unlisted: Some(p.unlisted.clone().unwrap_or_else(|| now.to_string())),
+            ..p.clone()
+        })
+        .collect();
+    gone.sort_by(|a, b| {
+        b.unlisted
+            .cmp(&a.unlisted)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    gone.truncate(MAX_UNLISTED);
+    gone
 }
 
 /// Whether the next listing of `row` approves the tools it finds new: its
@@ -419,6 +479,8 @@ impl ServerRow {
                         "tool": self.tool_name(&t.name),
                         "status": if t.refusal().is_some() {
                             "refused"
+                        } else if t.unlisted.is_some() {
+                            "unlisted"
                         } else if t.collides_with.is_some() {
                             "collision"
                         } else if t.offered() {
@@ -427,7 +489,7 @@ impl ServerRow {
                             "held"
                         },
                         "collidesWith": t.collides_with,
-                        "reason": t.refusal().or_else(|| {
+                        "reason": t.refusal().or_else(|| t.unlisted_reason()).or_else(|| {
                             t.held.as_ref().and_then(|h| {
                                 crate::policy::cedar_names::unwritable_tool(&h.definition)
                             })
@@ -546,10 +608,14 @@ pub fn list_all(conn: &mut Conn) -> Result<Vec<ServerRow>, StoreError> {
 /// approved pins (held definitions do not count until approved; a tool
 /// hidden by a collision does not count; an unreachable server's pins
 /// still do, so an outage never invalidates the policies written on its
-/// tools). One entry per org and gateway name: [`schema_gen::agreeing`]
-/// decides what two orgs' entries for one name become.
+/// tools). A tool its upstream no longer lists keeps its action, declared
+/// but dropped ([`schema_gen::UNLISTED_NOTE`]), so a policy naming it
+/// still validates. One entry per org and gateway name:
+/// [`schema_gen::agreeing`] decides what two orgs' entries for one name
+/// become.
 ///
 /// [`schema_gen::agreeing`]: crate::policy::schema_gen::agreeing
+/// [`schema_gen::UNLISTED_NOTE`]: crate::policy::schema_gen::UNLISTED_NOTE
 pub fn typed_schemas(rows: &[ServerRow]) -> Vec<ToolSchema> {
     let mut out = Vec::new();
     for row in rows {
@@ -568,7 +634,10 @@ pub fn typed_schemas(rows: &[ServerRow]) -> Vec<ToolSchema> {
                 name: row.tool_name(&pinned.name),
                 group: Action::CallTool,
                 input_schema: schema.clone(),
-                dropped: None,
+                dropped: pinned
+                    .unlisted
+                    .as_ref()
+                    .map(|_| crate::policy::schema_gen::UNLISTED_NOTE.to_string()),
             });
         }
     }
@@ -797,5 +866,34 @@ mod tests {
         assert_ne!(definition_hash(&a), definition_hash(&c));
         let d = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"a": {}}}, "annotations": {"destructiveHint": true}});
         assert_ne!(definition_hash(&a), definition_hash(&d));
+    }
+
+    fn pins(names: impl Iterator<Item = String>) -> Vec<PinnedTool> {
+        names
+            .filter_map(|n| PinnedTool::pin(json!({"name": n, "inputSchema": {"type": "object"}})))
+            .collect()
+    }
+
+    #[test]
+    fn unlisted_pins_are_kept_up_to_their_bound_and_a_never_approved_one_is_forgotten() {
+        let first = pins((0..=MAX_UNLISTED).map(|i| format!("t{i}")));
+        let (mut kept, _) = merge(&[], first, true);
+        let new = PinnedTool::pin(json!({"name": "new"})).unwrap();
+        let (held, _) = merge(&kept, vec![new], false);
+        assert!(held.iter().any(|p| p.name == "new" && p.held.is_some()));
+        // One more approved tool than the bound stops being listed: the
+        // bound is kept, every kept pin unlisted and not offered; the held
+        // tool that was never approved is forgotten when it goes too.
+        kept.extend(held.into_iter().filter(|p| p.name == "new"));
+        let (after, _) = merge(&kept, Vec::new(), false);
+        assert_eq!(after.len(), MAX_UNLISTED);
+        assert!(after.iter().all(|p| p.unlisted.is_some() && !p.offered()));
+        assert!(!after.iter().any(|p| p.name == "new"));
+        // Listed again as pinned, a tool is offered again; the pins round-trip.
+        let back = pins(std::iter::once(after[0].name.clone()));
+        let (again, _) = merge(&after, back, false);
+        assert!(again[0].offered(), "{again:?}");
+        let text = tools_text(&after);
+        assert!(text.contains("unlistedAt"));
     }
 }
