@@ -109,17 +109,24 @@ async fn retain(gw: &Arc<Gateway>, key: &Arc<CheckpointKey>) {
 }
 
 /// Bounds the A2A telemetry rows every `a2a_telemetry.prune_interval_secs`,
-/// starting now, until the gateway is dropped. Every instance prunes (the
-/// deletes are idempotent, so instances sharing a database need no lease).
+/// the first time one interval after start (a start writes nothing: the
+/// prune is one job of six deletes, larger than a small write queue, and
+/// nothing grew while the gateway was down), until the gateway is dropped.
+/// Every instance prunes (the deletes are idempotent, so instances sharing
+/// a database need no lease).
 pub async fn telemetry_loop(gw: Weak<Gateway>) {
     loop {
+        let Some(pause) = gw
+            .upgrade()
+            .map(|gw| Duration::from_secs(gw.config.a2a_telemetry.prune_interval_secs.max(1)))
+        else {
+            return;
+        };
+        tokio::time::sleep(pause).await;
         let Some(gw) = gw.upgrade() else { return };
         if gw.store.is_migrated() {
             prune_telemetry(&gw).await;
         }
-        let pause = Duration::from_secs(gw.config.a2a_telemetry.prune_interval_secs.max(1));
-        drop(gw);
-        tokio::time::sleep(pause).await;
     }
 }
 
