@@ -82,7 +82,7 @@ fn endpoint_events(stream: &[u8]) {
             assert_eq!(url.origin(), base.origin(), "{url}");
         }
         if let Some(message) = event_message(&event) {
-            pending.deliver(message);
+            let _ = pending.deliver(message);
         }
     }
     pending.close(&ClientError::Invalid("end of input".into()));
