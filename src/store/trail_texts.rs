@@ -111,3 +111,67 @@ fn policy_set_problem(conn: &mut Conn, hash: &str) -> Result<Option<String>, Sto
         )
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use super::*;
+
+    /// The problem verification reports for a set stored with `schema`
+    /// and `files` under the hash of `named` (schema and files as named).
+    fn problem_of(
+        schema: &str,
+        files: &[(&str, &str)],
+        named: (&str, &[(&str, &str)]),
+    ) -> Option<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("t.db"), 8, 8).unwrap();
+        let hash = bundle_hash(named.0, named.1.iter().copied());
+        let stored: Vec<PolicyFile> = files
+            .iter()
+            .map(|(path, text)| PolicyFile {
+                path: path.to_string(),
+                text: text.to_string(),
+            })
+            .collect();
+        let stored = serde_json::to_string(&stored).unwrap();
+        store
+            .read_blocking(|c| {
+                c.execute(
+                    "INSERT INTO policy_sets (hash, schema_path, schema_text, files, loaded_at)
+                     VALUES (?1, 's', ?2, ?3, 't')",
+                    params![hash, schema, stored],
+                )?;
+                let mut problems = Vec::new();
+                NamedTexts::default().check(c, 1, "e", &hash, &mut problems)?;
+                Ok(problems.into_iter().find(|p| p.contains("policy set")))
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_policy_set_verifies_only_as_recorded_and_without_a_separator() {
+        let files = [("a.cedar", "permit (principal, action, resource);")];
+        assert_eq!(problem_of("", &files, ("", &files)), None);
+        let forged = [("a.cedar", "forbid (principal, action, resource);")];
+        let edited = problem_of("", &forged, ("", &files)).unwrap();
+        assert!(edited.contains("edited policy set"), "{edited}");
+        // Two files re-split into one whose text holds the separator: the
+        // same hash, another set.
+        let two = [
+            ("a.cedar", "permit (principal, action, resource);"),
+            ("b.cedar", "//"),
+        ];
+        let one = [(
+            "a.cedar",
+            "permit (principal, action, resource);\0b.cedar\0//",
+        )];
+        assert_eq!(
+            bundle_hash("", one.iter().copied()),
+            bundle_hash("", two.iter().copied())
+        );
+        let resplit = problem_of("", &one, ("", &two)).unwrap();
+        assert!(resplit.contains("NUL byte"), "{resplit}");
+    }
+}
