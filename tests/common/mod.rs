@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod modern;
+pub mod oidc;
 pub mod pg;
 pub mod sdk_peer;
 pub mod setup;
