@@ -77,6 +77,9 @@ pub struct Config {
     pub audit: AuditConfig,
     /// Signed checkpoints of the decision trail's head.
     pub checkpoints: CheckpointConfig,
+    /// `[auth]`: access tokens of identity providers (OAuth 2.1 resource
+    /// server); none configured by default.
+    pub auth: crate::identity::AuthConfig,
     /// Upstream MCP servers run as child processes over stdio, each for
     /// one org (`[[upstreams]]`); the admin API never declares these.
     pub upstreams: Vec<DeclaredUpstream>,
@@ -705,6 +708,7 @@ impl Default for Config {
             mcp: McpConfig::default(),
             audit: AuditConfig::default(),
             checkpoints: CheckpointConfig::default(),
+            auth: crate::identity::AuthConfig::default(),
             upstreams: Vec::new(),
             a2a_telemetry: A2aTelemetryConfig::default(),
         }

@@ -89,6 +89,9 @@ pub enum GatewayError {
     /// The embeddings provider is misconfigured.
     #[error("graph embeddings: {0}")]
     Graph(#[from] crate::graph::GraphConfigError),
+    /// `[auth]` is refused.
+    #[error(transparent)]
+    Auth(#[from] crate::identity::AuthConfigError),
 }
 
 /// Shared gateway state.
@@ -122,6 +125,9 @@ pub struct Gateway {
     pub rate_limits: crate::rate_limits::RateLimits,
     /// Throttling of wrong admin and auditor tokens and daemon keys.
     pub guesses: crate::guesses::throttle::Throttle,
+    /// Identity providers whose access tokens are accepted, and the tokens
+    /// already validated.
+    pub identities: crate::identity::Identities,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -132,6 +138,15 @@ pub struct Gateway {
     /// reload, an admin change here or on another instance); 2026-07-28
     /// `subscriptions/listen` streams re-check their tool list on it.
     changes: tokio::sync::watch::Sender<u64>,
+}
+
+/// `[auth]` with its default resource: `public_url` when none is set.
+fn auth_config(config: &Config) -> crate::identity::AuthConfig {
+    let mut auth = config.auth.clone();
+    if auth.resource.is_none() && config.public_url.is_some() {
+        auth.resource = Some(config.base_url());
+    }
+    auth
 }
 
 impl Gateway {
@@ -179,6 +194,7 @@ impl Gateway {
                 ttl,
             ),
             guesses: crate::guesses::throttle::Throttle::new(&config.credential_guesses),
+            identities: crate::identity::Identities::new(&auth_config(&config))?,
             config,
             store,
             pep,

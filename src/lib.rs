@@ -20,6 +20,7 @@ pub mod error;
 pub mod gateway;
 pub mod graph;
 pub mod guesses;
+pub mod identity;
 pub mod ids;
 pub mod lifecycle;
 pub mod mcp;

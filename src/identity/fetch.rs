@@ -1,0 +1,255 @@
+//! Requests to identity providers: discovery documents, key sets and
+//! introspection, each bounded in time (`auth.fetch_timeout_ms`) and size
+//! (`auth.max_fetch_bytes`). A provider's answers are hostile input like any
+//! other: an oversized or malformed document is an error, never a panic.
+//!
+//! Discovery tries OpenID Connect's `/.well-known/openid-configuration`,
+//! then RFC 8414's `/.well-known/oauth-authorization-server` (path
+//! inserted for an issuer with a path), and refuses a document whose
+//! `issuer` is not the configured one (mix-up defense). A document found is
+//! kept for the process's life: its endpoints do not move under a running
+//! provider, and the key set has its own lifetime.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::header::{CACHE_CONTROL, HeaderMap};
+use serde_json::Value;
+
+/// Why a provider request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// Connection, timeout or TLS failure.
+    #[error("request to `{url}` failed: {reason}")]
+    Transport { url: String, reason: String },
+    /// A status other than 200.
+    #[error("`{url}` answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    /// More than `auth.max_fetch_bytes`.
+    #[error("`{url}` answered more than {limit} bytes")]
+    TooLarge { url: String, limit: usize },
+    /// Not a JSON object, or missing what it must hold.
+    #[error("`{url}` answered an unusable document: {reason}")]
+    Invalid { url: String, reason: String },
+}
+
+/// An authorization server's metadata (the parts the gateway uses).
+#[derive(Debug, Clone)]
+pub struct ProviderMetadata {
+    url: String,
+    doc: Value,
+}
+
+impl ProviderMetadata {
+    /// A string endpoint of the document.
+    pub fn endpoint(&self, name: &str) -> Option<String> {
+        self.doc.get(name)?.as_str().map(str::to_string)
+    }
+
+    /// The key set's URL (required).
+    pub fn jwks_uri(&self) -> Result<String, FetchError> {
+        self.endpoint("jwks_uri")
+            .ok_or_else(|| FetchError::Invalid {
+                url: self.url.clone(),
+                reason: "no `jwks_uri`".into(),
+            })
+    }
+}
+
+/// The HTTP client of every provider request, and the discovered metadata.
+#[derive(Debug)]
+pub struct Fetcher {
+    http: reqwest::Client,
+    max_bytes: usize,
+    metadata: Mutex<HashMap<String, Arc<ProviderMetadata>>>,
+}
+
+impl Fetcher {
+    /// A fetcher bounded by `timeout` and `max_bytes`.
+    pub fn new(timeout: Duration, max_bytes: usize) -> Result<Fetcher, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .build()?;
+        Ok(Fetcher {
+            http,
+            max_bytes,
+            metadata: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The issuer's metadata, discovered once.
+    pub async fn metadata(&self, issuer: &str) -> Result<Arc<ProviderMetadata>, FetchError> {
+        if let Some(found) = self
+            .metadata
+            .lock()
+            .ok()
+            .and_then(|m| m.get(issuer).cloned())
+        {
+            return Ok(found);
+        }
+        let mut last = None;
+        for url in discovery_urls(issuer) {
+            match self.get_json(&url).await {
+                Ok((doc, _)) => {
+                    let found = Arc::new(checked_metadata(issuer, url, doc)?);
+                    if let Ok(mut m) = self.metadata.lock() {
+                        m.insert(issuer.to_string(), found.clone());
+                    }
+                    return Ok(found);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| FetchError::Invalid {
+            url: issuer.to_string(),
+            reason: "not an http(s) issuer".into(),
+        }))
+    }
+
+    /// GETs a JSON object, with the `max-age` its `Cache-Control` gives.
+    pub async fn get_json(&self, url: &str) -> Result<(Value, Option<Duration>), FetchError> {
+        let resp = self.http.get(url).send().await;
+        let resp = resp.map_err(|e| transport(url, &e))?;
+        let max_age = max_age(resp.headers());
+        Ok((self.json_body(url, resp).await?, max_age))
+    }
+
+    /// POSTs a form with HTTP basic client authentication; the JSON answer.
+    pub async fn post_form(
+        &self,
+        url: &str,
+        client: (&str, Option<&str>),
+        form: &[(&str, &str)],
+    ) -> Result<Value, FetchError> {
+        let request = self
+            .http
+            .post(url)
+            .basic_auth(client.0, client.1)
+            .form(form);
+        let resp = request.send().await.map_err(|e| transport(url, &e))?;
+        self.json_body(url, resp).await
+    }
+
+    /// The body of a 200 answer as a JSON object, read within the bound.
+    async fn json_body(&self, url: &str, mut resp: reqwest::Response) -> Result<Value, FetchError> {
+        let status = resp.status().as_u16();
+        if status != 200 {
+            return Err(FetchError::Status {
+                url: url.to_string(),
+                status,
+            });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| transport(url, &e))? {
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(FetchError::TooLarge {
+                    url: url.to_string(),
+                    limit: self.max_bytes,
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(doc @ Value::Object(_)) => Ok(doc),
+            Ok(_) => Err(invalid(url, "not a JSON object")),
+            Err(e) => Err(invalid(url, &e.to_string())),
+        }
+    }
+}
+
+/// Where an issuer's metadata may be: OpenID Connect's location, then RFC
+/// 8414's (path inserted after the well-known prefix).
+fn discovery_urls(issuer: &str) -> Vec<String> {
+    let Ok(url) = reqwest::Url::parse(issuer) else {
+        return Vec::new();
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        return Vec::new();
+    }
+    let trimmed = issuer.trim_end_matches('/');
+    let origin = url.origin().ascii_serialization();
+    let path = url.path().trim_end_matches('/');
+    vec![
+        format!("{trimmed}/.well-known/openid-configuration"),
+        format!("{origin}/.well-known/oauth-authorization-server{path}"),
+    ]
+}
+
+/// The document, when it names `issuer` exactly.
+fn checked_metadata(issuer: &str, url: String, doc: Value) -> Result<ProviderMetadata, FetchError> {
+    let named = doc.get("issuer").and_then(Value::as_str);
+    if named != Some(issuer) {
+        let reason = format!(
+            "its `issuer` is {} and not the configured `{issuer}`",
+            named.map_or("missing".to_string(), |n| format!(
+                "`{}`",
+                n.chars().take(200).collect::<String>()
+            ))
+        );
+        return Err(FetchError::Invalid { url, reason });
+    }
+    Ok(ProviderMetadata { url, doc })
+}
+
+/// `max-age` of a `Cache-Control` header.
+fn max_age(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(CACHE_CONTROL)?.to_str().ok()?;
+    value.split(',').find_map(|directive| {
+        let (name, secs) = directive.trim().split_once('=')?;
+        name.eq_ignore_ascii_case("max-age")
+            .then(|| secs.trim().parse().ok().map(Duration::from_secs))?
+    })
+}
+
+fn transport(url: &str, e: &reqwest::Error) -> FetchError {
+    FetchError::Transport {
+        url: url.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+fn invalid(url: &str, reason: &str) -> FetchError {
+    FetchError::Invalid {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_tries_openid_then_rfc8414_with_the_path_inserted() {
+        assert_eq!(
+            discovery_urls("https://idp.example.com/tenant/v2/"),
+            vec![
+                "https://idp.example.com/tenant/v2/.well-known/openid-configuration",
+                "https://idp.example.com/.well-known/oauth-authorization-server/tenant/v2",
+            ]
+        );
+        assert!(discovery_urls("file:///etc/passwd").is_empty());
+    }
+
+    #[test]
+    fn a_document_for_another_issuer_is_refused() {
+        let doc = serde_json::json!({"issuer": "https://evil.example", "jwks_uri": "x"});
+        let err = checked_metadata("https://idp.example", "u".into(), doc).unwrap_err();
+        assert!(err.to_string().contains("https://evil.example"), "{err}");
+    }
+
+    #[test]
+    fn max_age_is_read_from_cache_control() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CACHE_CONTROL,
+            "public, max-age=300, must-revalidate".parse().unwrap(),
+        );
+        assert_eq!(max_age(&h), Some(Duration::from_secs(300)));
+        h.insert(CACHE_CONTROL, "no-store".parse().unwrap());
+        assert_eq!(max_age(&h), None);
+    }
+}
