@@ -20,7 +20,7 @@ pub const PATH: &str = "/.well-known/mcp.json";
 
 /// The base URL to advertise: the configured public URL, else the `Host`
 /// the client used when it is an allowed one, else the listen address.
-fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
+pub fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
     if gw.config.public_url.is_some() {
         return gw.config.base_url();
     }

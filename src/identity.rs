@@ -18,7 +18,7 @@
 //! and the policy module turns an identity into Cedar entities.
 
 pub mod cache;
-
+pub mod challenge;
 pub mod claims;
 pub mod config;
 pub mod fetch;

@@ -25,6 +25,7 @@
 pub mod admission;
 pub mod call;
 pub mod cost;
+pub mod credential;
 pub mod discover;
 pub mod dispatch;
 pub mod entries;
@@ -38,6 +39,7 @@ pub mod listen;
 pub mod modern;
 pub mod protocol;
 pub mod relay;
+pub mod resource_metadata;
 pub mod router;
 pub mod sse;
 pub mod streamable;

@@ -155,7 +155,15 @@ pub fn app(gw: Arc<Gateway>) -> Router {
                 crate::guesses::daemon_keys,
             )),
         )
-        .route(crate::discovery::PATH, get(crate::discovery::well_known));
+        .route(crate::discovery::PATH, get(crate::discovery::well_known))
+        .route(
+            crate::mcp::resource_metadata::PATH,
+            get(crate::mcp::resource_metadata::root),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(crate::mcp::resource_metadata::endpoint),
+        );
     if gw.config.lifecycle.metrics {
         router = router.route("/metrics", get(metrics));
     }

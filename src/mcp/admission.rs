@@ -70,6 +70,12 @@ impl FromRequestParts<Arc<Gateway>> for AdmittedPost {
         gw: &Arc<Gateway>,
     ) -> Result<Self, Self::Rejection> {
         check_origin_and_host(gw, &parts.headers)?;
+        super::credential::refuse_query_token(
+            gw,
+            &parts.headers,
+            parts.uri.path(),
+            parts.uri.query(),
+        )?;
         Ok(AdmittedPost {
             version: header_version(&parts.headers),
         })

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 
+use super::credential::{self, Caller};
 use super::error::{McpError, RateRefusal};
 use super::jsonrpc::Message;
 use super::{cost, protocol};
@@ -353,9 +354,15 @@ pub async fn prepare(
     header_version: Option<String>,
     messages: &[Message],
 ) -> Result<Call, McpError> {
-    let presented =
-        crate::auth::bearer_key(headers).map_err(|e| McpError::Unauthenticated(e.to_string()))?;
-    let key = gw.authenticate(&presented).await.map_err(resolve_error)?;
+    let endpoint = format!("/api/mcp/{session_id}");
+    let key = match credential::caller(gw, headers, &endpoint).await? {
+        Caller::Key(key) => key,
+        Caller::Person(_) => {
+            return Err(McpError::Forbidden(
+                "people's sessions are opened at /mcp/{org}/{project}".into(),
+            ));
+        }
+    };
     // Every request of a session records decisions: with the trail's disk
     // below its minimum, refuse before anything is decided or written.
     gw.store
@@ -658,7 +665,7 @@ async fn spend_without_session(
     gw.rate_limits.spend(who, cost).await.err()
 }
 
-fn resolve_error(e: ResolveError) -> McpError {
+pub(super) fn resolve_error(e: ResolveError) -> McpError {
     match e {
         ResolveError::Credential(_) | ResolveError::UnknownKey => {
             McpError::Unauthenticated(e.to_string())

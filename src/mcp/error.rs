@@ -85,6 +85,16 @@ pub enum McpError {
     /// No, malformed or unknown credential: 401.
     #[error("{}", prefix(.0, MESSAGE_MAX_CHARS))]
     Unauthenticated(String),
+    /// A bearer token the gateway refuses, or no credential where identity
+    /// providers are configured: 401 with a `WWW-Authenticate: Bearer`
+    /// challenge that names the protected-resource metadata (RFC 9728).
+    #[error("{}", prefix(.message, MESSAGE_MAX_CHARS))]
+    Challenged {
+        /// Why, for the caller (never the token).
+        message: String,
+        /// The `WWW-Authenticate` value.
+        challenge: String,
+    },
     /// No such session: 404.
     #[error("{}", prefix(.0, MESSAGE_MAX_CHARS))]
     SessionNotFound(String),
@@ -337,7 +347,7 @@ impl McpError {
             | BodyMalformed => StatusCode::BAD_REQUEST,
             BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Unauthenticated(_) | Challenged { .. } => StatusCode::UNAUTHORIZED,
             SessionNotFound(_) | SessionTerminated(_) | StreamNotOpen { .. } => {
                 StatusCode::NOT_FOUND
             }
@@ -383,7 +393,7 @@ impl McpError {
             | NoServerStream
             | MissingStreamId
             | TooManyStreams(_) => jsonrpc::INVALID_REQUEST,
-            Unauthenticated(_) => jsonrpc::UNAUTHENTICATED,
+            Unauthenticated(_) | Challenged { .. } => jsonrpc::UNAUTHENTICATED,
             SessionNotFound(_) | SessionTerminated(_) | StreamNotOpen { .. } => {
                 jsonrpc::SESSION_NOT_FOUND
             }
@@ -576,6 +586,11 @@ impl McpError {
         match self {
             McpError::Unauthenticated(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            McpError::Challenged { challenge, .. } => {
+                let value = HeaderValue::from_str(&challenge)
+                    .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
+                headers.insert(header::WWW_AUTHENTICATE, value);
             }
             McpError::NoServerStream => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
