@@ -183,6 +183,7 @@ pub fn open_session(
         created_by_key: key_id.map(str::to_string),
         protocol_version: None,
         created_at: now_rfc3339(),
+        user_id: None,
     };
     tenants::create_session(conn, &s)?;
     Ok(s)

@@ -19,6 +19,7 @@ pub mod graph;
 pub mod instances;
 pub mod notify;
 pub mod observations;
+pub mod people;
 pub mod rate_limits;
 mod read_here;
 mod read_threads;
@@ -153,6 +154,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         24,
         include_str!("store/migrations/0024_a2a_telemetry_bounds.sql"),
     ),
+    (
+        25,
+        include_str!("store/migrations/0025_person_sessions.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -223,6 +228,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         24,
         include_str!("store/migrations/postgres/0024_a2a_telemetry_bounds.sql"),
+    ),
+    (
+        25,
+        include_str!("store/migrations/postgres/0025_person_sessions.sql"),
     ),
 ];
 

@@ -87,6 +87,10 @@ pub struct Session {
     pub protocol_version: Option<String>,
     /// Creation time.
     pub created_at: String,
+    /// The person (`<issuer>|<subject>`) a session opened at
+    /// `/mcp/{org}/{project}` acts for; `None` for an agent's session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
 }
 
 /// A session with everything a decision inside it needs.
@@ -399,7 +403,7 @@ pub fn list_sessions(conn: &mut Conn, org_id: &str) -> Result<Vec<Session>, Stor
     require_org(conn, org_id)?;
 
     conn.query_map(
-        "SELECT id, org_id, project_id, agent_id, created_by_key, protocol_version, created_at
+        "SELECT id, org_id, project_id, agent_id, created_by_key, protocol_version, created_at, user_id
          FROM sessions WHERE org_id = ?1 ORDER BY created_at DESC, id",
         params![org_id],
         session_row,
@@ -429,6 +433,7 @@ fn session_row(r: &Row) -> Result<Session, StoreError> {
         created_by_key: r.get(4)?,
         protocol_version: r.get(5)?,
         created_at: r.get(6)?,
+        user_id: r.get(7)?,
     })
 }
 
@@ -440,6 +445,7 @@ pub fn load_session_tenant(
     let row = conn
         .query_opt(
             "SELECT s.id, s.org_id, s.project_id, s.agent_id, s.created_by_key, s.protocol_version, s.created_at,
+                    s.user_id,
                     o.name, o.plan, o.entitlements, o.created_at,
                     p.memory_enabled, p.graph_enabled, p.created_at,
                     a.name, a.roles, a.created_at
@@ -450,20 +456,20 @@ pub fn load_session_tenant(
              WHERE s.id = ?1",
             params![session_id], |r| {
             let session = session_row(r)?;
-            let org = (session.org_id.clone(), r.get(7)?, r.get(8)?, r.get::<String>(9)?, r.get(10)?);
+            let org = (session.org_id.clone(), r.get(8)?, r.get(9)?, r.get::<String>(10)?, r.get(11)?);
             let project = Project {
                 org_id: session.org_id.clone(),
                 id: session.project_id.clone(),
-                memory_enabled: r.get(11)?,
-                graph_enabled: r.get(12)?,
-                created_at: r.get(13)?,
+                memory_enabled: r.get(12)?,
+                graph_enabled: r.get(13)?,
+                created_at: r.get(14)?,
             };
             let agent = (
                 session.org_id.clone(),
                 session.agent_id.clone(),
-                r.get(14)?,
-                r.get::<String>(15)?,
-                r.get(16)?,
+                r.get(15)?,
+                r.get::<String>(16)?,
+                r.get(17)?,
             );
             Ok((session, org, project, agent))
         })?;
