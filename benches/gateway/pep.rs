@@ -18,7 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use cedar_policy::{Authorizer, Context, Request, RestrictedExpression};
 use cedargate::audit::{self, Decided, Scope};
 use cedargate::gateway::{Gateway, SessionView};
-use cedargate::mcp::call::{Call, resolve};
+use cedargate::mcp::call::{Call, Target, resolve};
 use cedargate::mcp::jsonrpc::{self, Answer, Reply};
 use cedargate::mcp::tools_list::tools_list;
 use cedargate::policy::entities::session_context;
@@ -47,7 +47,7 @@ fn bearer(secret: &str) -> Res<HeaderMap> {
 /// A request of the bench session, resolved by the endpoint's prelude
 /// (key, session view, isolation, `access_session`).
 async fn call(gw: &Arc<Gateway>, headers: &HeaderMap, session_id: &str) -> Res<Call> {
-    resolve(gw, session_id, headers, None, &[])
+    resolve(gw, &Target::session(session_id), headers, None, &[])
         .await
         .map_err(|e| e.to_string().into())
 }

@@ -37,6 +37,26 @@ use crate::store::decisions::NewDecision;
 use crate::store::tenants::ApiKey;
 use crate::tools::Invocation;
 
+/// Where a request arrived: its gateway session, and the path of the MCP
+/// endpoint the client used (the resource an access token must name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The gateway session.
+    pub session_id: String,
+    /// `/api/mcp/{sessionId}`, or a person's `/mcp/{org}/{project}`.
+    pub path: String,
+}
+
+impl Target {
+    /// The session's own endpoint, `/api/mcp/{sessionId}`.
+    pub fn session(session_id: &str) -> Target {
+        Target {
+            session_id: session_id.to_string(),
+            path: format!("/api/mcp/{session_id}"),
+        }
+    }
+}
+
 /// What one HTTP request resolved to.
 #[derive(Debug)]
 pub struct Call {
@@ -47,6 +67,8 @@ pub struct Call {
     pub bundle: Arc<PolicyBundle>,
     /// The session view (tenant rows, tools, entity slice).
     pub view: Arc<SessionView>,
+    /// Where the request arrived.
+    pub target: Target,
     /// Protocol version governing result shapes.
     pub version: String,
     /// Time of the request (all its decisions share it).
@@ -330,12 +352,12 @@ impl Call {
 /// admission read.
 pub async fn resolve(
     gw: &Arc<Gateway>,
-    session_id: &str,
+    target: &Target,
     headers: &HeaderMap,
     header_version: Option<String>,
     messages: &[Message],
 ) -> Result<Call, McpError> {
-    let call = prepare(gw, session_id, headers, header_version, messages).await?;
+    let call = prepare(gw, target, headers, header_version, messages).await?;
     spend(&call, messages).await?;
     admit(&call).await?;
     Ok(call)
@@ -349,13 +371,13 @@ pub async fn resolve(
 /// run before them.
 pub async fn prepare(
     gw: &Arc<Gateway>,
-    session_id: &str,
+    target: &Target,
     headers: &HeaderMap,
     header_version: Option<String>,
     messages: &[Message],
 ) -> Result<Call, McpError> {
-    let endpoint = format!("/api/mcp/{session_id}");
-    let key = match credential::caller(gw, headers, &endpoint).await? {
+    let session_id = target.session_id.as_str();
+    let key = match credential::caller(gw, headers, &target.path).await? {
         Caller::Key(key) => key,
         Caller::Person(_) => {
             return Err(McpError::Forbidden(
@@ -386,6 +408,7 @@ pub async fn prepare(
         gw: Arc::clone(gw),
         bundle,
         view,
+        target: target.clone(),
         version,
         time,
         context,

@@ -61,7 +61,7 @@ const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 /// What a listening stream needs after its request returned.
 struct Listener {
     gw: Arc<Gateway>,
-    session_id: String,
+    target: super::call::Target,
     headers: HeaderMap,
     stream_id: Uuid,
     tx: mpsc::Sender<Event>,
@@ -183,7 +183,7 @@ pub async fn open(
     let keepalive = Duration::from_secs(gw.config.sse.keepalive_secs.max(1));
     let listener = Listener {
         gw,
-        session_id,
+        target: call.target.clone(),
         headers: headers.clone(),
         stream_id,
         tx,
@@ -295,7 +295,7 @@ impl Listener {
     /// the session can no longer be used.
     async fn seen_now(&self) -> Option<Seen> {
         let version = Some(protocol::MODERN.to_string());
-        let call = prepare(&self.gw, &self.session_id, &self.headers, version, &[])
+        let call = prepare(&self.gw, &self.target, &self.headers, version, &[])
             .await
             .ok()?;
         let admitted = admit(&call).await;

@@ -50,7 +50,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
-use super::call::{Call, Refusal, admit, prepare, record_refusal, spend};
+use super::call::{Call, Refusal, Target, admit, prepare, record_refusal, spend};
 use super::discover;
 use super::era::{META_SERVER_INFO, Modern};
 use super::error::McpError;
@@ -66,7 +66,7 @@ use crate::upstream::input;
 /// Serves one 2026-07-28 POST inside a span carrying its trace context.
 pub async fn serve(
     gw: &Arc<Gateway>,
-    session_id: &str,
+    target: &Target,
     headers: &HeaderMap,
     request: Modern,
 ) -> Response {
@@ -80,10 +80,7 @@ pub async fn serve(
         span.record("traceparent", trace.traceparent.as_str());
     }
     let id = request.id.clone();
-    match answer(gw, session_id, headers, request)
-        .instrument(span)
-        .await
-    {
+    match answer(gw, target, headers, request).instrument(span).await {
         Ok(resp) => resp,
         Err(e) => e.modern_response(id.as_ref()),
     }
@@ -92,7 +89,7 @@ pub async fn serve(
 /// The named steps of the module doc.
 async fn answer(
     gw: &Arc<Gateway>,
-    session_id: &str,
+    target: &Target,
     headers: &HeaderMap,
     request: Modern,
 ) -> Result<Response, McpError> {
@@ -109,14 +106,7 @@ async fn answer(
             params: Value::Null,
         },
     }];
-    let mut call = prepare(
-        gw,
-        session_id,
-        headers,
-        Some(protocol::MODERN.into()),
-        &costed,
-    )
-    .await?;
+    let mut call = prepare(gw, target, headers, Some(protocol::MODERN.into()), &costed).await?;
     call.trace = request.trace.clone();
     call.capabilities = Some(request.capabilities.clone());
     // Charged before the headers are checked: a refused request spends

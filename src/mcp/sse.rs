@@ -31,7 +31,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 use super::admission::{Admitted, read_messages};
-use super::call::{Call, resolve};
+use super::call::{Call, Target, resolve};
 use super::dispatch::answer;
 use super::error::McpError;
 use super::jsonrpc::{self, Answer, Id, Message};
@@ -50,7 +50,14 @@ pub async fn open_stream(
     admitted: Admitted,
     headers: HeaderMap,
 ) -> Result<Response, McpError> {
-    let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
+    let call = resolve(
+        &gw,
+        &Target::session(&session_id),
+        &headers,
+        admitted.version,
+        &[],
+    )
+    .await?;
     call.flush_deferred().await;
     let (id, rx) = gw.streams.open(&session_id, &call.view.key.id)?;
     let registration = Registration {
@@ -102,7 +109,7 @@ pub async fn post_message(
     let body = read_messages(&gw, body).await?;
     let mut call = resolve(
         &gw,
-        &session_id,
+        &Target::session(&session_id),
         &headers,
         admitted.version.clone(),
         &body.messages,

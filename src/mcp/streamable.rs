@@ -24,7 +24,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::admission::{Admitted, AdmittedPost, PROTOCOL_HEADER, read_messages};
-use super::call::resolve;
+use super::call::{Target, resolve};
 use super::dispatch::answer;
 use super::era::{self, Classified};
 use super::error::McpError;
@@ -56,11 +56,18 @@ pub async fn post_endpoint(
     let body = match era::classify(&headers, messages) {
         Ok(Classified::Legacy(body)) => body,
         Ok(Classified::Modern(request)) => {
-            return Ok(modern::serve(&gw, &session_id, &headers, *request).await);
+            return Ok(modern::serve(&gw, &Target::session(&session_id), &headers, *request).await);
         }
         Err(refused) => return Ok(refused.modern_response(id.as_ref())),
     };
-    let mut call = resolve(&gw, &session_id, &headers, version, &body.messages).await?;
+    let mut call = resolve(
+        &gw,
+        &Target::session(&session_id),
+        &headers,
+        version,
+        &body.messages,
+    )
+    .await?;
     call.trace = era::legacy_trace(&body);
     if let Err(refused) = check_session_header(&gw, &headers, &session_id).await {
         call.flush_deferred().await;
@@ -180,7 +187,14 @@ pub async fn delete_endpoint(
     if admitted.version.as_deref().is_some_and(protocol::is_modern) {
         return Err(McpError::StatelessOnly);
     }
-    let call = resolve(&gw, &session_id, &headers, admitted.version, &[]).await?;
+    let call = resolve(
+        &gw,
+        &Target::session(&session_id),
+        &headers,
+        admitted.version,
+        &[],
+    )
+    .await?;
     let refused = check_session_header(&gw, &headers, &session_id).await;
     call.flush_deferred().await;
     refused?;
