@@ -152,6 +152,10 @@ pub enum Kind {
     Resource,
     /// `Gateway::Prompt`
     Prompt,
+    /// `Gateway::User`
+    User,
+    /// `Gateway::Group`
+    Group,
 }
 
 impl Kind {
@@ -171,6 +175,8 @@ impl Kind {
             Kind::GraphNode => "GraphNode",
             Kind::Resource => "Resource",
             Kind::Prompt => "Prompt",
+            Kind::User => "User",
+            Kind::Group => "Group",
         }
     }
 
@@ -196,6 +202,8 @@ impl Kind {
             Kind::GraphNode => &names.graph_node,
             Kind::Resource => &names.resource,
             Kind::Prompt => &names.prompt,
+            Kind::User => &names.user,
+            Kind::Group => &names.group,
         };
         Uid(EntityUid::from_type_name_and_id(
             ty.clone(),
@@ -219,6 +227,8 @@ struct TypeNames {
     graph_node: EntityTypeName,
     resource: EntityTypeName,
     prompt: EntityTypeName,
+    user: EntityTypeName,
+    group: EntityTypeName,
     action: EntityTypeName,
 }
 
@@ -246,6 +256,8 @@ fn type_names() -> &'static TypeNames {
             graph_node: t("GraphNode"),
             resource: t("Resource"),
             prompt: t("Prompt"),
+            user: t("User"),
+            group: t("Group"),
             action: t("Action"),
         }
     });
