@@ -14,6 +14,7 @@ pub mod entities;
 mod extension_values;
 mod fingerprinted;
 pub mod fmt;
+pub mod group_shapes;
 mod literals;
 pub mod load;
 pub mod node_reads;
