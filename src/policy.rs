@@ -15,6 +15,7 @@ mod extension_values;
 mod fingerprinted;
 pub mod fmt;
 pub mod group_shapes;
+pub mod identity;
 mod literals;
 pub mod load;
 pub mod node_reads;
