@@ -656,18 +656,78 @@ impl PolicyBundle {
         args: &serde_json::Value,
         usage: &UsageFacts,
     ) -> PreparedContext {
+        self.tool_context_with(group, tool, (session_id, time), args, Some(usage), None)
+    }
+
+    /// The context of an in-session decision of a token-authenticated
+    /// request: `{session, time}` with the token's `context.token` (and
+    /// `context.client` when the token names its client). Parsed against
+    /// the schema (a key-authenticated request's context is built from
+    /// values, [`PolicyBundle::prepare_session_context`]); its verdicts are
+    /// never reused from the session memo, as its shape is not the plain one.
+    pub fn prepare_session_context_with_token(
+        &self,
+        session_id: &str,
+        time: &str,
+        token: &identity::CheckedToken,
+    ) -> PreparedContext {
+        let mut json = entities::session_context(session_id, time);
+        if let serde_json::Value::Object(map) = &mut json {
+            entities::insert_token(map, token);
+        }
+        self.prepare_context(Action::AccessSession, json)
+    }
+
+    /// [`PolicyBundle::prepare_tool_context`] (with `usage` when given,
+    /// as [`PolicyBundle::prepare_tool_context_with_usage`]) for a
+    /// token-authenticated request: the context also carries
+    /// `context.token` and `context.client`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the tool context's parts, each a plain value the caller has"
+    )]
+    pub fn prepare_tool_context_with_token(
+        &self,
+        group: Action,
+        tool: &str,
+        session_id: &str,
+        time: &str,
+        args: &serde_json::Value,
+        usage: Option<&UsageFacts>,
+        token: &identity::CheckedToken,
+    ) -> PreparedContext {
+        self.tool_context_with(group, tool, (session_id, time), args, usage, Some(token))
+    }
+
+    /// A tool decision's context with attributes besides the session's
+    /// (`usage`, `token`, `client`; callers give at least one): never the
+    /// plain shape, so parsed against the deciding action's context type,
+    /// where they are optional.
+    fn tool_context_with(
+        &self,
+        group: Action,
+        tool: &str,
+        (session_id, time): (&str, &str),
+        args: &serde_json::Value,
+        usage: Option<&UsageFacts>,
+        token: Option<&identity::CheckedToken>,
+    ) -> PreparedContext {
         let typed = self.typed.get(tool).filter(|t| t.group == group);
         let projected = typed.and_then(|t| schema_gen::project(&t.args, args));
         let fits = projected.is_some();
         let mut json = entities::session_context(session_id, time);
         if let serde_json::Value::Object(map) = &mut json {
-            map.insert("usage".into(), usage.to_json());
+            if let Some(usage) = usage {
+                map.insert("usage".into(), usage.to_json());
+            }
+            if let Some(token) = token {
+                entities::insert_token(map, token);
+            }
             if let Some(a) = projected {
                 map.insert("args".into(), a);
             }
         }
         match typed {
-            // `usage` besides the session: never the plain shape.
             Some(typed) => self.typed_context(typed, json, fits, false),
             None => self.prepare_context(group, json),
         }
