@@ -14,6 +14,8 @@ pub mod entities;
 mod extension_values;
 mod fingerprinted;
 pub mod fmt;
+pub mod group_shapes;
+pub mod identity;
 mod literals;
 pub mod load;
 pub mod node_reads;
@@ -152,6 +154,10 @@ pub enum Kind {
     Resource,
     /// `Gateway::Prompt`
     Prompt,
+    /// `Gateway::User`
+    User,
+    /// `Gateway::Group`
+    Group,
 }
 
 impl Kind {
@@ -171,6 +177,8 @@ impl Kind {
             Kind::GraphNode => "GraphNode",
             Kind::Resource => "Resource",
             Kind::Prompt => "Prompt",
+            Kind::User => "User",
+            Kind::Group => "Group",
         }
     }
 
@@ -196,6 +204,8 @@ impl Kind {
             Kind::GraphNode => &names.graph_node,
             Kind::Resource => &names.resource,
             Kind::Prompt => &names.prompt,
+            Kind::User => &names.user,
+            Kind::Group => &names.group,
         };
         Uid(EntityUid::from_type_name_and_id(
             ty.clone(),
@@ -219,6 +229,8 @@ struct TypeNames {
     graph_node: EntityTypeName,
     resource: EntityTypeName,
     prompt: EntityTypeName,
+    user: EntityTypeName,
+    group: EntityTypeName,
     action: EntityTypeName,
 }
 
@@ -246,6 +258,8 @@ fn type_names() -> &'static TypeNames {
             graph_node: t("GraphNode"),
             resource: t("Resource"),
             prompt: t("Prompt"),
+            user: t("User"),
+            group: t("Group"),
             action: t("Action"),
         }
     });
@@ -642,18 +656,78 @@ impl PolicyBundle {
         args: &serde_json::Value,
         usage: &UsageFacts,
     ) -> PreparedContext {
+        self.tool_context_with(group, tool, (session_id, time), args, Some(usage), None)
+    }
+
+    /// The context of an in-session decision of a token-authenticated
+    /// request: `{session, time}` with the token's `context.token` (and
+    /// `context.client` when the token names its client). Parsed against
+    /// the schema (a key-authenticated request's context is built from
+    /// values, [`PolicyBundle::prepare_session_context`]); its verdicts are
+    /// never reused from the session memo, as its shape is not the plain one.
+    pub fn prepare_session_context_with_token(
+        &self,
+        session_id: &str,
+        time: &str,
+        token: &identity::CheckedToken,
+    ) -> PreparedContext {
+        let mut json = entities::session_context(session_id, time);
+        if let serde_json::Value::Object(map) = &mut json {
+            entities::insert_token(map, token);
+        }
+        self.prepare_context(Action::AccessSession, json)
+    }
+
+    /// [`PolicyBundle::prepare_tool_context`] (with `usage` when given,
+    /// as [`PolicyBundle::prepare_tool_context_with_usage`]) for a
+    /// token-authenticated request: the context also carries
+    /// `context.token` and `context.client`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the tool context's parts, each a plain value the caller has"
+    )]
+    pub fn prepare_tool_context_with_token(
+        &self,
+        group: Action,
+        tool: &str,
+        session_id: &str,
+        time: &str,
+        args: &serde_json::Value,
+        usage: Option<&UsageFacts>,
+        token: &identity::CheckedToken,
+    ) -> PreparedContext {
+        self.tool_context_with(group, tool, (session_id, time), args, usage, Some(token))
+    }
+
+    /// A tool decision's context with attributes besides the session's
+    /// (`usage`, `token`, `client`; callers give at least one): never the
+    /// plain shape, so parsed against the deciding action's context type,
+    /// where they are optional.
+    fn tool_context_with(
+        &self,
+        group: Action,
+        tool: &str,
+        (session_id, time): (&str, &str),
+        args: &serde_json::Value,
+        usage: Option<&UsageFacts>,
+        token: Option<&identity::CheckedToken>,
+    ) -> PreparedContext {
         let typed = self.typed.get(tool).filter(|t| t.group == group);
         let projected = typed.and_then(|t| schema_gen::project(&t.args, args));
         let fits = projected.is_some();
         let mut json = entities::session_context(session_id, time);
         if let serde_json::Value::Object(map) = &mut json {
-            map.insert("usage".into(), usage.to_json());
+            if let Some(usage) = usage {
+                map.insert("usage".into(), usage.to_json());
+            }
+            if let Some(token) = token {
+                entities::insert_token(map, token);
+            }
             if let Some(a) = projected {
                 map.insert("args".into(), a);
             }
         }
         match typed {
-            // `usage` besides the session: never the plain shape.
             Some(typed) => self.typed_context(typed, json, fits, false),
             None => self.prepare_context(group, json),
         }

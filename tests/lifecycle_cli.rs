@@ -38,10 +38,10 @@ fn policy_validate_fmt_and_test() {
 
     let o = run(&cfg, &["policy", "test"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("37 passed, 0 failed"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("54 passed, 0 failed"), "{}", stdout(&o));
     let o = run(&cfg, &["policy", "test", "--json"]);
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["outcomes"].as_array().unwrap().len(), 37);
+    assert_eq!(report["outcomes"].as_array().unwrap().len(), 54);
 
     // Formatting: the shipped files are formatted; a messy one is not.
     let o = run(&cfg, &["policy", "fmt", "--check"]);

@@ -15,7 +15,8 @@ use cedar_policy::{Entities, Entity, RestrictedExpression};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{Kind, PolicyBundle};
+use super::identity::{CheckedToken, CheckedUser};
+use super::{Kind, PolicyBundle, Uid};
 
 /// Parsed entities plus the exact JSON they came from.
 #[derive(Debug, Clone)]
@@ -97,6 +98,65 @@ pub struct SessionFacts<'a> {
     pub agent: AgentFacts<'a>,
     /// The key making the request.
     pub key: KeyFacts<'a>,
+}
+
+impl<'a> SessionFacts<'a> {
+    /// These facts as a key-authenticated request's: the key calls, and
+    /// the session acts for no person.
+    pub fn call(&self) -> SessionCallFacts<'a> {
+        SessionCallFacts {
+            session_id: self.session_id,
+            org: self.org,
+            project: self.project,
+            agent: self.agent,
+            user: None,
+            caller: Caller::Key(self.key),
+        }
+    }
+}
+
+/// Who makes a request: the principal of its `access_session` (and
+/// `create_session`) decision. A person is also the principal of the
+/// request's tool decisions; a key's requests decide those for the
+/// session's agent.
+#[derive(Debug, Clone, Copy)]
+pub enum Caller<'a> {
+    /// A daemon key (`Gateway::ApiKey`).
+    Key(KeyFacts<'a>),
+    /// A person with a bearer token (`Gateway::User`).
+    User(&'a CheckedUser),
+}
+
+impl Caller<'_> {
+    /// The caller's uid.
+    pub fn uid(&self) -> Uid {
+        match self {
+            Caller::Key(key) => Kind::ApiKey.uid(key.id),
+            Caller::User(user) => user.uid(),
+        }
+    }
+}
+
+/// What decisions inside a session know, whoever calls: the session's
+/// org, project and agent, the person it acts for, and the caller. Every
+/// person here must be of the session's org (tenant isolation is checked
+/// before; a slice with a person of another org is refused).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionCallFacts<'a> {
+    /// Session id.
+    pub session_id: &'a str,
+    /// The session's org.
+    pub org: OrgFacts<'a>,
+    /// The session's project.
+    pub project: ProjectFacts<'a>,
+    /// The session's agent (for a person's session, the agent standing
+    /// for their MCP client application).
+    pub agent: AgentFacts<'a>,
+    /// The person the session acts for (`Session.user`), when it was
+    /// opened for one.
+    pub user: Option<&'a CheckedUser>,
+    /// Who makes the request.
+    pub caller: Caller<'a>,
 }
 
 /// A tool as the PEP sees it.
@@ -220,6 +280,75 @@ fn agent_entities(a: &AgentFacts<'_>, out: &mut Vec<Value>) {
     ));
 }
 
+/// A person's groups (children of their org) and the person (child of
+/// their org and of each group, with their mapped claims as tags); a group
+/// already in `groups_seen` is not added again.
+fn user_entities(
+    user: &CheckedUser,
+    groups_seen: &mut std::collections::HashSet<String>,
+    out: &mut Vec<Value>,
+) {
+    let facts = user.facts();
+    let mut parents = Vec::with_capacity(1 + facts.groups.len());
+    parents.push(parent(Kind::Org, &facts.org));
+    for group in &facts.groups {
+        parents.push(parent(Kind::Group, group));
+        if groups_seen.insert(group.clone()) {
+            out.push(entity(
+                Kind::Group,
+                group,
+                json!({}),
+                vec![parent(Kind::Org, &facts.org)],
+            ));
+        }
+    }
+    let mut attrs = serde_json::Map::with_capacity(6);
+    attrs.insert("org".into(), entity_ref(Kind::Org, &facts.org));
+    attrs.insert("label".into(), user.id().into());
+    attrs.insert("issuer".into(), facts.issuer.as_str().into());
+    attrs.insert("subject".into(), facts.subject.as_str().into());
+    attrs.insert("name".into(), facts.name.as_str().into());
+    if let Some(email) = &facts.email {
+        attrs.insert("email".into(), email.as_str().into());
+    }
+    out.push(json!({
+        "uid": parent(Kind::User, user.id()),
+        "attrs": attrs,
+        "parents": parents,
+        "tags": facts.tags,
+    }));
+}
+
+/// The entities of who calls and of the person a session acts for (each
+/// person once), refusing a person of another org than `org_id`.
+fn caller_entities(
+    org_id: &str,
+    caller: &Caller<'_>,
+    user: Option<&CheckedUser>,
+    out: &mut Vec<Value>,
+) -> Result<(), EntitySliceError> {
+    let mut groups = std::collections::HashSet::new();
+    let mut people: Vec<&CheckedUser> = Vec::new();
+    match caller {
+        Caller::Key(key) => out.push(key_entity(key)),
+        Caller::User(person) => people.push(person),
+    }
+    if let Some(person) = user
+        && !people.iter().any(|p| p.id() == person.id())
+    {
+        people.push(person);
+    }
+    for person in people {
+        if person.facts().org != org_id {
+            return Err(EntitySliceError(SliceProblem::OtherOrg {
+                user: person.id().to_string(),
+            }));
+        }
+        user_entities(person, &mut groups, out);
+    }
+    Ok(())
+}
+
 fn key_entity(k: &KeyFacts<'_>) -> Value {
     entity(
         Kind::ApiKey,
@@ -254,17 +383,28 @@ fn tool_entities(tools: &[ToolEntity], out: &mut Vec<Value>) {
     }
 }
 
-/// An entity slice Cedar refuses under the bundle's schema (the decision
-/// that needed it fails closed).
+/// An entity slice that cannot be built: Cedar refuses it under the
+/// bundle's schema, or it would hold a person of another org (the
+/// decision that needed it fails closed).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build entities: {0}")]
-pub struct EntitySliceError(#[source] super::ParseEntitiesError);
+pub struct EntitySliceError(#[source] SliceProblem);
+
+#[derive(Debug, thiserror::Error)]
+enum SliceProblem {
+    #[error(transparent)]
+    Parse(super::ParseEntitiesError),
+    #[error("person `{user}` is not of the session's org")]
+    OtherOrg { user: String },
+}
 
 /// Parses and hashes a slice.
 pub fn finish(bundle: &PolicyBundle, values: Vec<Value>) -> Result<EntitySlice, EntitySliceError> {
     let value = Value::Array(values);
     let text = value.to_string();
-    let entities = bundle.parse_entities(&value).map_err(EntitySliceError)?;
+    let entities = bundle
+        .parse_entities(&value)
+        .map_err(|e| EntitySliceError(SliceProblem::Parse(e)))?;
     Ok(EntitySlice {
         entities,
         hash: hex::encode(Sha256::digest(text.as_bytes())),
@@ -303,17 +443,35 @@ pub fn session_slice_with_remotes(
     peers: &[PeerEntity],
     servers: &[McpServerEntity],
 ) -> Result<EntitySlice, EntitySliceError> {
+    session_slice_for_call(bundle, &facts.call(), tools, peers, servers)
+}
+
+/// [`session_slice_with_remotes`] for any caller: a key-authenticated
+/// request's facts ([`SessionFacts::call`]) give exactly the same slice;
+/// a person's adds them (their groups, their tags) and the person the
+/// session acts for, as `Session.user`.
+pub fn session_slice_for_call(
+    bundle: &PolicyBundle,
+    facts: &SessionCallFacts<'_>,
+    tools: &[ToolEntity],
+    peers: &[PeerEntity],
+    servers: &[McpServerEntity],
+) -> Result<EntitySlice, EntitySliceError> {
     let mut values = vec![org_entity(&facts.org), project_entity(&facts.project)];
     agent_entities(&facts.agent, &mut values);
-    values.push(key_entity(&facts.key));
+    caller_entities(facts.org.id, &facts.caller, facts.user, &mut values)?;
+    let mut session = json!({
+        "org": entity_ref(Kind::Org, facts.org.id),
+        "project": entity_ref(Kind::Project, facts.project.id),
+        "agent": entity_ref(Kind::Agent, facts.agent.id),
+    });
+    if let (Some(user), Value::Object(attrs)) = (facts.user, &mut session) {
+        attrs.insert("user".into(), entity_ref(Kind::User, user.id()));
+    }
     values.push(entity(
         Kind::Session,
         facts.session_id,
-        json!({
-            "org": entity_ref(Kind::Org, facts.org.id),
-            "project": entity_ref(Kind::Project, facts.project.id),
-            "agent": entity_ref(Kind::Agent, facts.agent.id),
-        }),
+        session,
         vec![parent(Kind::Project, facts.project.id)],
     ));
     tool_entities(tools, &mut values);
@@ -400,10 +558,51 @@ pub fn create_session_slice(
     agent: &AgentFacts<'_>,
     key: &KeyFacts<'_>,
 ) -> Result<EntitySlice, EntitySliceError> {
+    create_session_slice_for(bundle, org, project, agent, &Caller::Key(*key))
+}
+
+/// [`create_session_slice`] for any caller: a person (of `org`) opening a
+/// session brings their groups and tags.
+pub fn create_session_slice_for(
+    bundle: &PolicyBundle,
+    org: &OrgFacts<'_>,
+    project: &ProjectFacts<'_>,
+    agent: &AgentFacts<'_>,
+    caller: &Caller<'_>,
+) -> Result<EntitySlice, EntitySliceError> {
     let mut values = vec![org_entity(org), project_entity(project)];
     agent_entities(agent, &mut values);
-    values.push(key_entity(key));
+    caller_entities(org.id, caller, None, &mut values)?;
     finish(bundle, values)
+}
+
+/// The context of a `create_session` decision: `{agent, time}`, with the
+/// token's `token` and `client` when a person opens the session.
+pub fn create_session_context(agent_id: &str, time: &str, token: Option<&CheckedToken>) -> Value {
+    let mut context = serde_json::Map::with_capacity(4);
+    context.insert("agent".into(), entity_ref(Kind::Agent, agent_id));
+    context.insert("time".into(), datetime_value(time));
+    if let Some(token) = token {
+        insert_token(&mut context, token);
+    }
+    Value::Object(context)
+}
+
+/// Adds `token` (and `client`, when the token names one) to a context:
+/// the attributes of a token-authenticated request.
+pub fn insert_token(context: &mut serde_json::Map<String, Value>, token: &CheckedToken) {
+    let facts = token.facts();
+    let mut record = serde_json::Map::with_capacity(4);
+    record.insert("issuer".into(), facts.issuer.as_str().into());
+    record.insert("audience".into(), facts.audience.clone().into());
+    record.insert("scopes".into(), facts.scopes.clone().into());
+    record.insert("expiresAt".into(), datetime_value(token.expires_at()));
+    context.insert("token".into(), Value::Object(record));
+    if let Some(id) = &facts.client_id {
+        let mut client = serde_json::Map::with_capacity(1);
+        client.insert("id".into(), id.as_str().into());
+        context.insert("client".into(), Value::Object(client));
+    }
 }
 
 /// Only the calling key (a child of its org): what a refusal decided
@@ -413,6 +612,18 @@ pub fn key_slice(
     key: &KeyFacts<'_>,
 ) -> Result<EntitySlice, EntitySliceError> {
     finish(bundle, vec![key_entity(key)])
+}
+
+/// Only the calling person (a child of their org and groups, with their
+/// groups): what a refusal decided before any session is known to belong
+/// to the person's org may show.
+pub fn user_slice(
+    bundle: &PolicyBundle,
+    user: &CheckedUser,
+) -> Result<EntitySlice, EntitySliceError> {
+    let mut values = Vec::new();
+    user_entities(user, &mut std::collections::HashSet::new(), &mut values);
+    finish(bundle, values)
 }
 
 /// A knowledge-graph node as `read_node` sees it.
@@ -651,5 +862,233 @@ mod tests {
             hex::encode(Sha256::digest(expected.as_bytes())),
             "the hash is of the text"
         );
+    }
+
+    fn person(subject: &str, org: &str, groups: &[&str]) -> CheckedUser {
+        super::super::identity::UserFacts {
+            org: org.into(),
+            issuer: "https://idp.test".into(),
+            subject: subject.into(),
+            name: subject.to_uppercase(),
+            email: None,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            tags: [("department".to_string(), "finance".to_string())].into(),
+        }
+        .checked()
+        .unwrap()
+    }
+
+    /// The slice of a person's request holds the person (their org and
+    /// groups as parents, their claims as tags), their groups, and the
+    /// session's `user`; the key's entity is not there.
+    #[test]
+    fn a_persons_slice_holds_them_their_groups_and_the_sessions_user() {
+        let (entitlements, roles) = (Vec::new(), Vec::new());
+        let alice = person("alice", "acme", &["sre"]);
+        let facts = SessionCallFacts {
+            session_id: "s-1",
+            org: OrgFacts {
+                id: "acme",
+                plan: "team",
+                entitlements: &entitlements,
+            },
+            project: ProjectFacts {
+                org_id: "acme",
+                id: "web",
+                memory_enabled: true,
+                graph_enabled: false,
+            },
+            agent: AgentFacts {
+                org_id: "acme",
+                id: "claude",
+                name: "Claude",
+                roles: &roles,
+            },
+            user: Some(&alice),
+            caller: Caller::User(&alice),
+        };
+        let slice = session_slice_for_call(&bundle(), &facts, &[], &[], &[]).unwrap();
+        let expected = concat!(
+            r#"[{"uid":{"type":"Gateway::Org","id":"acme"},"attrs":{"plan":"team","entitlements":[]},"parents":[]},"#,
+            r#"{"uid":{"type":"Gateway::Project","id":"web"},"attrs":{"memoryEnabled":true,"graphEnabled":false},"parents":[{"type":"Gateway::Org","id":"acme"}]},"#,
+            r#"{"uid":{"type":"Gateway::Agent","id":"claude"},"attrs":{"name":"Claude"},"parents":[{"type":"Gateway::Org","id":"acme"}]},"#,
+            r#"{"uid":{"type":"Gateway::Group","id":"sre"},"attrs":{},"parents":[{"type":"Gateway::Org","id":"acme"}]},"#,
+            r#"{"uid":{"type":"Gateway::User","id":"https://idp.test|alice"},"attrs":{"org":{"__entity":{"type":"Gateway::Org","id":"acme"}},"label":"https://idp.test|alice","issuer":"https://idp.test","subject":"alice","name":"ALICE"},"parents":[{"type":"Gateway::Org","id":"acme"},{"type":"Gateway::Group","id":"sre"}],"tags":{"department":"finance"}},"#,
+            r#"{"uid":{"type":"Gateway::Session","id":"s-1"},"attrs":{"org":{"__entity":{"type":"Gateway::Org","id":"acme"}},"project":{"__entity":{"type":"Gateway::Project","id":"web"}},"agent":{"__entity":{"type":"Gateway::Agent","id":"claude"}},"user":{"__entity":{"type":"Gateway::User","id":"https://idp.test|alice"}}},"parents":[{"type":"Gateway::Project","id":"web"}]}]"#,
+        );
+        assert_eq!(&*slice.json, expected);
+        assert_eq!(facts.caller.uid(), alice.uid());
+
+        // Another person of the org calling: both people, their shared
+        // group once.
+        let bob = person("bob", "acme", &["sre", "dev"]);
+        let both = SessionCallFacts {
+            caller: Caller::User(&bob),
+            ..facts
+        };
+        let slice = session_slice_for_call(&bundle(), &both, &[], &[], &[]).unwrap();
+        assert_eq!(
+            slice
+                .json
+                .matches(r#"{"uid":{"type":"Gateway::Group","id":"sre"}"#)
+                .count(),
+            1
+        );
+        assert_eq!(
+            slice
+                .json
+                .matches(r#"{"uid":{"type":"Gateway::User""#)
+                .count(),
+            2
+        );
+
+        // A person of another org never joins the slice.
+        let carol = person("carol", "globex", &["sre"]);
+        for other in [
+            SessionCallFacts {
+                caller: Caller::User(&carol),
+                ..facts
+            },
+            SessionCallFacts {
+                user: Some(&carol),
+                ..facts
+            },
+        ] {
+            let err = session_slice_for_call(&bundle(), &other, &[], &[], &[]).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "cannot build entities: person `https://idp.test|carol` is not of the session's org"
+            );
+        }
+        let err = create_session_slice_for(
+            &bundle(),
+            &facts.org,
+            &facts.project,
+            &facts.agent,
+            &Caller::User(&carol),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("not of the session's org"),
+            "{err}"
+        );
+    }
+
+    /// A token-authenticated request's contexts carry `token` and `client`,
+    /// and Cedar accepts them for every action.
+    #[test]
+    fn a_tokens_context_carries_token_and_client() {
+        let bundle = bundle();
+        let token = super::super::identity::TokenFacts {
+            issuer: "https://idp.test".into(),
+            audience: vec!["https://gw.test/api/mcp".into()],
+            scopes: vec!["mcp:tools".into()],
+            expires_at: 1_795_000_000,
+            client_id: Some("desktop".into()),
+        }
+        .checked()
+        .unwrap();
+        let expected = concat!(
+            r#"{"session":{"__entity":{"type":"Gateway::Session","id":"s-1"}},"time":{"__extn":{"fn":"datetime","arg":"2026-11-22T08:00:00.000Z"}},"#,
+            r#""token":{"issuer":"https://idp.test","audience":["https://gw.test/api/mcp"],"scopes":["mcp:tools"],"expiresAt":{"__extn":{"fn":"datetime","arg":"2026-11-18T11:06:40Z"}}},"#,
+            r#""client":{"id":"desktop"}}"#,
+        );
+        let ctx =
+            bundle.prepare_session_context_with_token("s-1", "2026-11-22T08:00:00.000Z", &token);
+        assert_eq!(ctx.text(), expected);
+        assert!(ctx.cedar().is_ok());
+        // Not the plain shape: no verdict of it is reused from the memo.
+        assert_eq!(ctx.session_and_time(), None);
+        let tool = bundle.prepare_tool_context_with_token(
+            super::super::Action::CallTool,
+            "t",
+            "s-1",
+            "2026-11-22T08:00:00.000Z",
+            &json!({}),
+            None,
+            &token,
+        );
+        assert_eq!(tool.text(), expected);
+        let create = create_session_context("claude", "2026-11-22T08:00:00.000Z", Some(&token));
+        let create = bundle.prepare_context(super::super::Action::CreateSession, create);
+        assert!(create.cedar().is_ok(), "{:?}", create.cedar());
+        assert!(create.text().contains(r#""client":{"id":"desktop"}"#));
+        // Without a client, no `client`; a key's `create_session` context
+        // is what it always was.
+        let mut no_client = token.facts().clone();
+        no_client.client_id = None;
+        let no_client = no_client.checked().unwrap();
+        let ctx = bundle.prepare_session_context_with_token(
+            "s-1",
+            "2026-11-22T08:00:00.000Z",
+            &no_client,
+        );
+        assert!(!ctx.text().contains("client") && ctx.cedar().is_ok());
+        assert_eq!(
+            create_session_context("claude", "t", None).to_string(),
+            json!({ "agent": entity_ref(Kind::Agent, "claude"), "time": datetime_value("t") })
+                .to_string()
+        );
+    }
+
+    /// Whatever strings an identity provider sends within the limits, a
+    /// person's slice builds and Cedar reads the values back unchanged:
+    /// a tag named like one of Cedar's JSON escapes (`__entity`, `__extn`,
+    /// `__expr`) is a tag like any other.
+    #[test]
+    fn hostile_claims_within_the_limits_always_build() {
+        let odd = [
+            "",
+            "__entity",
+            "__extn",
+            "__expr",
+            "quo\"te",
+            "back\\slash",
+            "nul\0",
+            "\u{1}ctl",
+            "line\nbreak",
+            "|",
+            "a|b",
+            "\u{202E}rtl",
+            "é ü ✓",
+            "{\"__entity\":1}",
+        ];
+        let facts = super::super::identity::UserFacts {
+            org: "acme".into(),
+            issuer: "https://idp.test".into(),
+            subject: "s|\"x\"".into(),
+            name: odd.concat(),
+            email: Some("\u{0}".into()),
+            groups: odd.iter().map(|g| g.to_string()).collect(),
+            tags: odd.iter().map(|k| (k.to_string(), k.to_string())).collect(),
+        }
+        .checked()
+        .unwrap();
+        let policies = vec![super::super::PolicyFile {
+            path: "p.cedar".into(),
+            text: r#"@id("tags") permit (principal is Gateway::User, action, resource)
+                when { principal.hasTag("__entity") && principal.getTag("__entity") == "__entity"
+                    && principal.hasTag("__extn") && principal.getTag("__extn") == "__extn" && principal in Gateway::Group::"{\"__entity\":1}" };"#
+                .into(),
+        }];
+        let bundle = super::super::load::bundle_from_sources(
+            "schemas/gateway.cedarschema",
+            SCHEMA,
+            policies,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+        let slice = user_slice(&bundle, &facts).unwrap();
+        let ctx = bundle.prepare_context(
+            super::super::Action::CreateSession,
+            create_session_context("claude", "2026-11-22T08:00:00Z", None),
+        );
+        let verdict = bundle.decide(
+            &facts.uid(),
+            super::super::Action::CreateSession,
+            &Kind::Project.uid("web"),
+            &ctx,
+            &slice.entities,
+        );
+        assert!(verdict.allowed, "{verdict:?}");
     }
 }

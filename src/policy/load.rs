@@ -182,18 +182,8 @@ pub fn effective_schema(
     let base_json = fragment.to_json_value().map_err(|e| {
         PolicyLoadError::single(schema_file, format!("cannot read the schema: {e}"))
     })?;
-    let existing: Vec<String> = Some(&base_json)
-        .and_then(|v| {
-            v.as_object().map(|namespaces| {
-                namespaces
-                    .values()
-                    .filter_map(|ns| ns.get("actions").and_then(|a| a.as_object()))
-                    .flat_map(|a| a.keys().cloned())
-                    .collect()
-            })
-        })
-        .unwrap_or_default();
-    let generated = schema_gen::generate(tools, &existing);
+    let base = super::group_shapes::SchemaBase::of(&base_json);
+    let generated = schema_gen::generate(tools, &base);
     if generated.text.is_empty() {
         return Ok((schema_text.to_string(), generated));
     }
@@ -517,6 +507,41 @@ mod tests {
             path: path.into(),
             text: text.into(),
         }]
+    }
+
+    /// The vocabulary is a contract: policies written for keys and agents
+    /// before people could sign in still validate now that `User` is a
+    /// principal of every action (reading `principal.org`, `.label` and
+    /// `.name`), typed tool actions included.
+    #[test]
+    fn policies_written_before_people_still_validate() {
+        let tools = [schema_gen::ToolSchema {
+            name: "notes.write".into(),
+            group: crate::policy::Action::CallTool,
+            input_schema: serde_json::json!({"type":"object","required":["content"],"properties":{"content":{"type":"string"}}}),
+            dropped: None,
+        }];
+        let (effective, _) = effective_schema("s", SCHEMA, &tools).unwrap();
+        let policies = r#"
+            @id("k1") permit (principal, action == Gateway::Action::"access_session", resource)
+            when { principal.org == resource.org && principal.label like "ci-*" && principal in Gateway::Org::"acme" };
+            @id("k2") permit (principal, action == Gateway::Action::"create_session", resource)
+            when { resource in principal.org && context.agent.name == "claude" && principal.label != "" && context.time > datetime("2020-01-01") };
+            @id("a1") permit (principal in Gateway::Role::"deployers", action in [Gateway::Action::"view_tool", Gateway::Action::"call_tool", Gateway::Action::"a2a_invoke"], resource)
+            when { principal.name == "claude" && principal == context.session.agent && context.session.org.plan == "team" };
+            @id("a2") forbid (principal, action == Gateway::Action::"read_node", resource)
+            when { resource.type == "Secret" && principal.name like "bot-*" };
+            @id("a3") forbid (principal, action == Gateway::Action::"notes.write", resource)
+            when { context.args.content like "*secret*" && principal.name == "x" };
+            @id("a4") permit (principal is Gateway::Agent, action in [Gateway::Action::"read_resource", Gateway::Action::"get_prompt", Gateway::Action::"write_node"], resource)
+            when { principal.name == "x" && context.session.agent.name == "x" };
+            @id("a5") forbid (principal, action in [Gateway::Action::"call_tool"], resource)
+            when { context has usage && context.usage.callsLastMinute > 5 };
+        "#;
+        let bundle = bundle_from_sources("s", &effective, file("old.cedar", policies))
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert_eq!(bundle.policy_ids.len(), 7);
+        assert!(bundle.warnings.is_empty(), "{:?}", bundle.warnings);
     }
 
     #[test]

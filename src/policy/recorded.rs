@@ -371,4 +371,194 @@ mod tests {
         not_datetime["time"]["__extn"]["fn"] = "decimal".into();
         assert_eq!(session_shape(&not_datetime, false), None);
     }
+
+    /// A person's decisions, recorded as the trail records them (uids as
+    /// text, the context's text, the slice's JSON), replay to the verdicts
+    /// they had live: the person's groups and tags are in the snapshot,
+    /// the token's scopes in the context, typed tool calls included.
+    #[test]
+    fn a_persons_decisions_replay_to_their_live_verdicts() {
+        use super::super::entities::{self, Caller, SessionCallFacts};
+        use super::super::identity::{CheckedUser, TokenFacts, UserFacts};
+        use super::super::{Kind, PolicyFile, load, schema_gen::ToolSchema};
+
+        let tools = [ToolSchema {
+            name: "notes.write".into(),
+            group: Action::CallTool,
+            input_schema: serde_json::json!({"type":"object","properties":{"content":{"type":"string"}}}),
+            dropped: None,
+        }];
+        let base = include_str!("../../schemas/gateway.cedarschema");
+        let (schema, _) = load::effective_schema("s", base, &tools).unwrap();
+        let policies = r#"
+            @id("sessions-of-own-org")
+            permit (principal, action == Gateway::Action::"access_session", resource)
+            when { principal.org == resource.org };
+
+            @id("finance-sre-use-tools")
+            permit (
+              principal is Gateway::User,
+              action in [Gateway::Action::"view_tool", Gateway::Action::"call_tool"],
+              resource
+            )
+            when {
+              principal in Gateway::Group::"sre" &&
+              principal.hasTag("department") && principal.getTag("department") == "finance"
+            };
+
+            @id("writes-need-the-write-scope")
+            forbid (principal, action in [Gateway::Action::"call_tool"], resource)
+            unless { context has token && context.token.scopes.contains("mcp:write") };
+        "#;
+        let files = vec![PolicyFile {
+            path: "p.cedar".into(),
+            text: policies.into(),
+        }];
+        let bundle = load::bundle_from_sources("s", &schema, files)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert!(bundle.typed.contains_key("notes.write"));
+
+        let person = |subject: &str, department: &str| -> CheckedUser {
+            UserFacts {
+                org: "acme".into(),
+                issuer: "https://idp.test".into(),
+                subject: subject.into(),
+                name: subject.into(),
+                email: None,
+                groups: vec!["sre".into()],
+                tags: [("department".to_string(), department.to_string())].into(),
+            }
+            .checked()
+            .unwrap()
+        };
+        let token = |scopes: &[&str]| {
+            TokenFacts {
+                issuer: "https://idp.test".into(),
+                audience: vec!["https://gw.test".into()],
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                expires_at: 1_795_000_000,
+                client_id: Some("desktop".into()),
+            }
+            .checked()
+            .unwrap()
+        };
+        let (alice, bob) = (person("alice", "finance"), person("bob", "sales"));
+        let (read, write) = (token(&["mcp:tools"]), token(&["mcp:tools", "mcp:write"]));
+        let tool = entities::ToolEntity {
+            name: "notes.write".into(),
+            group: "memory".into(),
+            kind: "memory".into(),
+            read_only: false,
+            peer: None,
+            upstream: None,
+        };
+        let time = "2026-11-22T08:00:00.000Z";
+        let args = serde_json::json!({"content": "hello"});
+        let notes = Kind::Tool.uid("notes.write");
+        // (who, token, action, expected verdict)
+        let cases = [
+            (&alice, &read, Action::AccessSession, true),
+            (&alice, &read, Action::ViewTool, true),
+            (&alice, &read, Action::CallTool, false),
+            (&alice, &write, Action::CallTool, true),
+            (&bob, &read, Action::ViewTool, false),
+            (&bob, &write, Action::CallTool, false),
+        ];
+        for (who, token, action, expected) in cases {
+            let session_id = format!("s-{}", who.facts().subject);
+            let (entitlements, roles) = (Vec::new(), Vec::new());
+            let facts = SessionCallFacts {
+                session_id: &session_id,
+                org: entities::OrgFacts {
+                    id: "acme",
+                    plan: "team",
+                    entitlements: &entitlements,
+                },
+                project: entities::ProjectFacts {
+                    org_id: "acme",
+                    id: "web",
+                    memory_enabled: true,
+                    graph_enabled: false,
+                },
+                agent: entities::AgentFacts {
+                    org_id: "acme",
+                    id: "claude",
+                    name: "Claude",
+                    roles: &roles,
+                },
+                user: Some(who),
+                caller: Caller::User(who),
+            };
+            let slice = entities::session_slice_for_call(
+                &bundle,
+                &facts,
+                std::slice::from_ref(&tool),
+                &[],
+                &[],
+            )
+            .unwrap();
+            let (resource, context) = match action {
+                Action::AccessSession => (
+                    Kind::Session.uid(&session_id),
+                    bundle.prepare_session_context_with_token(&session_id, time, token),
+                ),
+                Action::CallTool => (
+                    notes.clone(),
+                    bundle.prepare_tool_context_with_token(
+                        action,
+                        "notes.write",
+                        &session_id,
+                        time,
+                        &args,
+                        None,
+                        token,
+                    ),
+                ),
+                _ => (
+                    notes.clone(),
+                    bundle.prepare_session_context_with_token(&session_id, time, token),
+                ),
+            };
+            let principal = who.uid();
+            let live = bundle.decide_in_session(
+                (&principal, action, &resource),
+                &context,
+                &slice.entities,
+                &slice.verdicts,
+            );
+            let label = format!("{} {}", who.id(), action.name());
+            assert_eq!(live.allowed, expected, "{label}: {live:?}");
+            assert!(live.errors.is_empty(), "{label}: {live:?}");
+
+            let recorded = RecordedRequest::parse(
+                &principal.text(),
+                action.name(),
+                &resource.text(),
+                context.text(),
+            )
+            .unwrap();
+            let snapshot = bundle.parse_recorded_entities(&slice.json).unwrap();
+            for _ in 0..2 {
+                let replayed = bundle.decide_recorded_reusing(&recorded, &snapshot);
+                assert_eq!(
+                    (replayed.allowed, &replayed.reasons, &replayed.errors),
+                    (live.allowed, &live.reasons, &live.errors),
+                    "{label}"
+                );
+            }
+            let shared = SharedContext::parse(context.text()).unwrap();
+            let replayed = shared
+                .decide(
+                    &bundle,
+                    (principal.clone(), action.name(), resource.clone()),
+                    &snapshot,
+                )
+                .unwrap();
+            assert_eq!(
+                (replayed.allowed, &replayed.reasons),
+                (live.allowed, &live.reasons),
+                "{label}"
+            );
+        }
+    }
 }

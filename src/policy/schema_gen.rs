@@ -36,6 +36,7 @@ use std::fmt::Write as _;
 use cedar_policy::{EntityUid, RestrictedExpression, SchemaFragment};
 use serde_json::{Map, Value, json};
 
+use super::group_shapes::{GroupShape, SchemaBase};
 use super::{Action, NAMESPACE, cedar_names};
 
 /// Deepest nesting of arrays and objects mapped into Cedar types.
@@ -66,9 +67,11 @@ pub struct Generated {
     pub notes: Vec<String>,
 }
 
-/// Generates typed actions for `tools`; `existing_actions` are action ids the
-/// base schema already declares (never redeclared).
-pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated {
+/// Generates typed actions for `tools`, each applying to what its group
+/// action in `base` applies to ([`super::group_shapes`]); action ids
+/// `base` already declares are never redeclared.
+pub fn generate(tools: &[ToolSchema], base: &SchemaBase) -> Generated {
+    let existing_actions = &base.actions;
     let mut out = Generated::default();
     let mut body = String::new();
     let mut sorted: Vec<&ToolSchema> = tools.iter().collect();
@@ -117,7 +120,7 @@ pub fn generate(tools: &[ToolSchema], existing_actions: &[String]) -> Generated 
         for n in notes {
             out.notes.push(format!("`{}`: {n}", tool.name));
         }
-        let action = action_text(tool, &args);
+        let action = action_text(tool, &args, &base.shape(tool.group));
         if let Err(e) = declares_only(&action, &tool.name) {
             out.notes.push(format!(
                 "`{}`: its typed action is not valid Cedar ({e}); not typed",
@@ -209,9 +212,10 @@ pub fn agreeing(tools: Vec<ToolSchema>) -> (Vec<ToolSchema>, Vec<String>) {
 }
 
 /// The declaration of one tool's typed action (its `context.args` type
-/// is `args`); a dropped one carries the [`DROPPED`] annotation, whose
-/// text is one of the fixed notes.
-fn action_text(tool: &ToolSchema, args: &str) -> String {
+/// is `args`, its principals and optional context attributes its group's
+/// `shape`); a dropped one carries the [`DROPPED`] annotation, whose text
+/// is one of the fixed notes.
+fn action_text(tool: &ToolSchema, args: &str, shape: &GroupShape) -> String {
     let mut text = String::new();
     if let Some(reason) = &tool.dropped {
         let note = if reason == UNLISTED_NOTE {
@@ -221,11 +225,16 @@ fn action_text(tool: &ToolSchema, args: &str) -> String {
         };
         let _ = writeln!(text, "  @{DROPPED}(\"{note}\")");
     }
+    let mut extras = String::new();
+    for (name, ty) in &shape.extras {
+        let _ = write!(extras, ", {name}?: {ty}");
+    }
     let _ = write!(
         text,
-        "  action {} in [{}] appliesTo {{\n    principal: [Agent],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args}, usage?: {{ callsLastMinute: Long, agentCallsLastMinute: Long, orgCallsLastMinute: Long }} }},\n  }};\n",
+        "  action {} in [{}] appliesTo {{\n    principal: [{}],\n    resource: [Tool],\n    context: {{ session: Session, time: datetime, args: {args}, usage?: {{ callsLastMinute: Long, agentCallsLastMinute: Long, orgCallsLastMinute: Long }}{extras} }},\n  }};\n",
         quote(&tool.name),
-        tool.group.name()
+        tool.group.name(),
+        shape.principals.join(", "),
     );
     text
 }
@@ -650,7 +659,7 @@ mod tests {
                     "any":{"oneOf":[{"type":"string"}]}
                 }}),
             )],
-            &[],
+            &SchemaBase::default(),
         );
         assert!(
             g.text.contains("action \"deploy\" in [call_tool]"),
@@ -876,7 +885,7 @@ mod tests {
                 tool("call_tool", json!({"type":"object"})),
                 tool("scalar", json!({"type":"string"})),
             ],
-            &[],
+            &SchemaBase::default(),
         );
         assert!(g.text.is_empty());
         assert_eq!(g.notes.len(), 2, "{:?}", g.notes);

@@ -328,3 +328,63 @@ fn decision_name(d: Decision) -> &'static str {
         Decision::Deny => "deny",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// The shipped policies pass their own tests, with the built-in tools
+    /// typed as at start-up.
+    #[test]
+    fn the_shipped_policy_tests_pass() {
+        let catalog = crate::tools::catalog::Catalog::builtin().unwrap();
+        let (_, report) = crate::lifecycle::load_candidate(
+            &root().join("schemas/gateway.cedarschema"),
+            &root().join("policies"),
+            &crate::lifecycle::tool_schemas(&catalog),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.failed(), 0, "{:?}", report.failures());
+        let people = report
+            .outcomes
+            .iter()
+            .filter(|o| o.name.contains("person"))
+            .count();
+        assert!(people >= 15, "the cases for people ran: {people}");
+    }
+
+    /// Rules on a person's groups, tags and token scopes, decided with the
+    /// shipped set (`tests/fixtures/people`).
+    #[test]
+    fn group_tag_and_scope_rules_decide_as_written() {
+        let schema = std::fs::read_to_string(root().join("schemas/gateway.cedarschema")).unwrap();
+        let mut files = super::super::load::read_policy_files(&root().join("policies")).unwrap();
+        let fixture = root().join("tests/fixtures/people");
+        files.extend(super::super::load::read_policy_files(&fixture).unwrap());
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let bundle = super::super::load::bundle_from_sources("gateway.cedarschema", &schema, files)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        let mut report = TestReport::default();
+        run_file(&bundle, &fixture.join("people.json"), &mut report);
+        assert_eq!(report.outcomes.len(), 7);
+        assert_eq!(report.failed(), 0, "{:?}", report.failures());
+        let denied: Vec<&str> = report
+            .outcomes
+            .iter()
+            .filter(|o| o.decision.as_deref() == Some("deny"))
+            .flat_map(|o| o.reasons.iter().map(String::as_str))
+            .collect();
+        assert_eq!(
+            denied,
+            [
+                "destructive-upstream-tools-for-sre-only",
+                "file-reads-for-finance-only",
+                "memory-writes-need-the-write-scope"
+            ]
+        );
+    }
+}

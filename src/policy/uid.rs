@@ -128,6 +128,8 @@ mod tests {
             for uid in [
                 super::super::Kind::Tool.uid(id),
                 super::super::Kind::Agent.uid(id),
+                super::super::Kind::User.uid(id),
+                super::super::Kind::Group.uid(id),
             ] {
                 assert_eq!(uid.text(), uid.to_string(), "{id}");
             }
