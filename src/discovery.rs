@@ -18,28 +18,6 @@ use crate::mcp::{protocol, sse};
 /// Path of the descriptor.
 pub const PATH: &str = "/.well-known/mcp.json";
 
-/// The base URL to advertise: the configured public URL, else the `Host`
-/// the client used when it is an allowed one, else the listen address.
-pub fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
-    if gw.config.public_url.is_some() {
-        return gw.config.base_url();
-    }
-    let allowed = &gw.config.http.allowed_hosts;
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            let name = crate::mcp::admission::host_name(h);
-            allowed
-                .iter()
-                .any(|a| a == "*" || a.eq_ignore_ascii_case(name))
-        });
-    match host {
-        Some(h) => format!("http://{h}"),
-        None => gw.config.base_url(),
-    }
-}
-
 /// The descriptor for `base`.
 pub fn descriptor(base: &str) -> Value {
     let endpoint = format!("{base}/api/mcp/{{sessionId}}");
@@ -91,7 +69,7 @@ pub fn descriptor(base: &str) -> Value {
 
 /// `GET /.well-known/mcp.json`.
 pub async fn well_known(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let body = descriptor(&base_url(&gw, &headers));
+    let body = descriptor(&crate::mcp::public_url::base_url(&gw, &headers));
     let mut resp = (StatusCode::OK, body.to_string()).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -38,6 +38,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod modern;
 pub mod protocol;
+pub mod public_url;
 pub mod relay;
 pub mod resource_metadata;
 pub mod router;

@@ -124,13 +124,7 @@ fn strip_port(origin: &str) -> &str {
     origin.get(..after_scheme + end).unwrap_or(origin)
 }
 
-/// `host:port` → `host` (IPv6 in brackets kept with brackets).
-pub fn host_name(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.find(']').and_then(|i| host.get(..=i)).unwrap_or(host);
-    }
-    host.split(':').next().unwrap_or(host)
-}
+pub use super::public_url::host_name;
 
 /// The `MCP-Protocol-Version` header: absent, or a supported version.
 fn header_version(headers: &HeaderMap) -> Result<Option<String>, McpError> {

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use super::jsonrpc::{self, Id, RpcError};
 use super::protocol;
 use super::streams::OpenError;
+use crate::gateway::ResolveError;
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
 use crate::upstream::wire::UPSTREAM_ERROR;
 
@@ -620,6 +621,25 @@ impl McpError {
             _ => {}
         }
         resp
+    }
+}
+
+impl McpError {
+    /// The answer to a request that could not be tied to a session.
+    pub fn resolving(e: ResolveError) -> McpError {
+        match e {
+            ResolveError::Credential(_) | ResolveError::UnknownKey => {
+                McpError::Unauthenticated(e.to_string())
+            }
+            ResolveError::NoSession(_) => McpError::SessionNotFound(e.to_string()),
+            ResolveError::CrossOrg(_) | ResolveError::Entities(_) => {
+                McpError::Forbidden(e.to_string())
+            }
+            ResolveError::Store(err) => {
+                tracing::error!(error = %err, "store failure while resolving a session");
+                McpError::StorageUnavailable
+            }
+        }
     }
 }
 
