@@ -7,14 +7,17 @@
 //! process; changes made by another process (the CLI) show within
 //! `cache_ttl_secs`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
+use sha2::Digest;
 
 use crate::a2a::A2a;
 use crate::auth::{self, PresentedKey};
 use crate::config::Config;
+use crate::identity::person::Person;
 use crate::policy::entities::{self, EntitySlice};
 use crate::policy::{Pep, PolicyBundle};
 use crate::store::tenants::{self, ApiKey, SessionTenant};
@@ -31,6 +34,9 @@ const CACHE_CAPACITY: u64 = 100_000;
 pub struct SessionView {
     /// Session, org, project, agent.
     pub tenant: SessionTenant,
+    /// The person calling, for a token-authenticated request (`key` is then
+    /// their stand-in: [`Person::caller_id`]).
+    pub person: Option<Arc<Person>>,
     /// The key this view was built for (the `access_session` principal).
     pub key: ApiKey,
     /// Tools the org and project enable (before Cedar `view_tool`):
@@ -266,7 +272,29 @@ impl Gateway {
         key: &ApiKey,
         bundle: &PolicyBundle,
     ) -> Result<Arc<SessionView>, ResolveError> {
-        let cache_key = (session_id.to_string(), key.id.clone());
+        self.view_for(session_id, ViewCaller::Key(key), bundle)
+            .await
+    }
+
+    /// The cached view of `session_id` for a person: the session must be of
+    /// their org and opened for them.
+    pub async fn person_view(
+        &self,
+        session_id: &str,
+        person: &Arc<Person>,
+        bundle: &PolicyBundle,
+    ) -> Result<Arc<SessionView>, ResolveError> {
+        self.view_for(session_id, ViewCaller::Person(person), bundle)
+            .await
+    }
+
+    async fn view_for(
+        &self,
+        session_id: &str,
+        caller: ViewCaller<'_>,
+        bundle: &PolicyBundle,
+    ) -> Result<Arc<SessionView>, ResolveError> {
+        let cache_key = (session_id.to_string(), caller.cache_id());
         if let Some(view) = self.views.get(&cache_key)
             && view.slice.schema_hash == bundle.schema_hash
         {
@@ -278,14 +306,43 @@ impl Gateway {
             .read(move |c| tenants::load_session_tenant(c, &sid))
             .await?
             .ok_or_else(|| ResolveError::NoSession(session_id.to_string()))?;
-        if tenant.session.org_id != key.org_id {
-            tracing::warn!(
-                session = %session_id, key = %key.id, key_org = %key.org_id,
-                "cross-org session access refused"
-            );
-            return Err(ResolveError::CrossOrg(session_id.to_string()));
+        caller.check_isolation(&tenant)?;
+        let (tools, aliases, remotes) = self.session_tools(&tenant).await?;
+        let key = caller.key();
+        let facts = session_facts(&tenant, &key);
+        let mut call_facts = facts.call();
+        if let ViewCaller::Person(person) = &caller {
+            call_facts.user = Some(&person.user);
+            call_facts.caller = entities::Caller::User(&person.user);
         }
-        let mut tools = self.catalog.for_session(&tenant);
+        let slice = entities::session_slice_for_call(
+            bundle,
+            &call_facts,
+            &remotes.tools,
+            &remotes.peers,
+            &remotes.servers,
+        )
+        .map_err(ResolveError::Entities)?;
+        let view = Arc::new(SessionView {
+            person: caller.person(),
+            tenant,
+            key,
+            tools,
+            aliases,
+            slice,
+            listings: Default::default(),
+        });
+        self.views.insert(cache_key, Arc::clone(&view));
+        Ok(view)
+    }
+
+    /// The tools a session may see (built-in, its org's A2A peers', its
+    /// org's upstream servers'), their aliases and the remote entities.
+    async fn session_tools(
+        &self,
+        tenant: &SessionTenant,
+    ) -> Result<(Vec<Arc<dyn ToolAdapter>>, HashMap<String, String>, Remotes), ResolveError> {
+        let mut tools = self.catalog.for_session(tenant);
         let peers = self.a2a.org(&tenant.org.id).await?;
         tools.extend(crate::a2a::tool::adapters(&peers, &self.a2a));
         let servers = self.upstreams.org(&tenant.org.id).await?;
@@ -297,46 +354,118 @@ impl Gateway {
             }
             tools.push(adapter);
         }
-        let tool_entities: Vec<_> = tools.iter().map(|t| t.spec().entity()).collect();
-        let peer_entities: Vec<_> = peers
-            .peers
-            .iter()
-            .map(|p| entities::PeerEntity {
-                slug: p.slug.clone(),
-                url: p.base_url.clone(),
-                name: p.name.clone(),
-                org_id: p.org_id.clone(),
-            })
-            .collect();
-        let server_entities: Vec<_> = servers
-            .healthy
-            .iter()
-            .map(|s| entities::McpServerEntity {
-                slug: s.slug.clone(),
-                url: s.url.clone(),
-                transport: s.transport.clone(),
-                org_id: s.org_id.clone(),
-            })
-            .collect();
-        let facts = session_facts(&tenant, key);
-        let slice = entities::session_slice_with_remotes(
-            bundle,
-            &facts,
-            &tool_entities,
-            &peer_entities,
-            &server_entities,
-        )
-        .map_err(ResolveError::Entities)?;
-        let view = Arc::new(SessionView {
-            tenant,
-            key: key.clone(),
-            tools,
-            aliases: peers.aliases.clone(),
-            slice,
-            listings: Default::default(),
-        });
-        self.views.insert(cache_key, Arc::clone(&view));
-        Ok(view)
+        let remotes = Remotes {
+            tools: tools.iter().map(|t| t.spec().entity()).collect(),
+            peers: peers
+                .peers
+                .iter()
+                .map(|p| entities::PeerEntity {
+                    slug: p.slug.clone(),
+                    url: p.base_url.clone(),
+                    name: p.name.clone(),
+                    org_id: p.org_id.clone(),
+                })
+                .collect(),
+            servers: servers
+                .healthy
+                .iter()
+                .map(|s| entities::McpServerEntity {
+                    slug: s.slug.clone(),
+                    url: s.url.clone(),
+                    transport: s.transport.clone(),
+                    org_id: s.org_id.clone(),
+                })
+                .collect(),
+        };
+        Ok((tools, peers.aliases.clone(), remotes))
+    }
+}
+
+/// The tool, peer and server entities of a session's slice.
+struct Remotes {
+    tools: Vec<entities::ToolEntity>,
+    peers: Vec<entities::PeerEntity>,
+    servers: Vec<entities::McpServerEntity>,
+}
+
+/// Who a session view is built for.
+enum ViewCaller<'a> {
+    /// A daemon key.
+    Key(&'a ApiKey),
+    /// A person, by their access token.
+    Person(&'a Arc<Person>),
+}
+
+impl ViewCaller<'_> {
+    /// The caller's part of the view cache's key: the key id, or the
+    /// person and every claim their entities hold.
+    fn cache_id(&self) -> String {
+        match self {
+            ViewCaller::Key(key) => key.id.clone(),
+            ViewCaller::Person(p) => {
+                let facts = p.user.facts();
+                let token = p.token.facts();
+                let parts = serde_json::json!([
+                    p.user.id(),
+                    facts.name,
+                    facts.email,
+                    facts.groups,
+                    facts.tags,
+                    token.scopes,
+                    token.client_id,
+                    token.audience,
+                    p.token.expires_at()
+                ]);
+                let digest = sha2::Sha256::digest(parts.to_string().as_bytes());
+                format!("person:{}", hex::encode(digest))
+            }
+        }
+    }
+
+    /// Tenant isolation: a key's org owns the session; a person's session
+    /// is of their org and was opened for them.
+    fn check_isolation(&self, tenant: &SessionTenant) -> Result<(), ResolveError> {
+        let (org, own) = match self {
+            ViewCaller::Key(key) => (key.org_id.as_str(), true),
+            ViewCaller::Person(p) => {
+                let own = tenant.session.user_id.as_deref() == Some(p.user.id());
+                (p.org(), own)
+            }
+        };
+        if tenant.session.org_id != org || !own {
+            tracing::warn!(session = %tenant.session.id, caller_org = %org,
+                "session access refused: not the caller's session");
+            return Err(ResolveError::CrossOrg(tenant.session.id.clone()));
+        }
+        Ok(())
+    }
+
+    /// The key the view is kept for: the daemon key, or the person's
+    /// stand-in for per-caller bookkeeping (streams, rate limits).
+    fn key(&self) -> ApiKey {
+        match self {
+            ViewCaller::Key(key) => (*key).clone(),
+            ViewCaller::Person(p) => stand_in_key(p),
+        }
+    }
+
+    fn person(&self) -> Option<Arc<Person>> {
+        match self {
+            ViewCaller::Key(_) => None,
+            ViewCaller::Person(p) => Some(Arc::clone(p)),
+        }
+    }
+}
+
+/// A person's stand-in for per-caller bookkeeping (rate limits, streams,
+/// cached views): an id no daemon key has ([`Person::caller_id`]), their
+/// org, their name.
+pub fn stand_in_key(person: &Person) -> ApiKey {
+    ApiKey {
+        id: person.caller_id(),
+        org_id: person.org().to_string(),
+        label: person.user.facts().name.clone(),
+        created_at: String::new(),
     }
 }
 

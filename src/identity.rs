@@ -25,6 +25,7 @@ pub mod fetch;
 pub mod introspect;
 pub mod jwt;
 pub mod keys;
+pub mod person;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

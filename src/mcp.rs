@@ -37,6 +37,7 @@ pub mod initialize;
 pub mod jsonrpc;
 pub mod listen;
 pub mod modern;
+pub mod people;
 pub mod protocol;
 pub mod public_url;
 pub mod relay;

@@ -29,6 +29,7 @@ use super::{cost, protocol};
 use crate::audit::tool_list::ToolListGuard;
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
+use crate::identity::person::Person;
 use crate::policy::entities::{self, KeyFacts};
 use crate::policy::{Action, Kind, PolicyBundle, PreparedContext, Uid};
 use crate::rate_limits::{Limited, Subjects};
@@ -325,9 +326,32 @@ impl Call {
         )
     }
 
-    /// The session's agent, principal of its tool decisions.
+    /// The principal of the request's tool decisions: the person calling
+    /// (a token-authenticated request), else the session's agent.
     pub fn agent_uid(&self) -> Uid {
-        Kind::Agent.uid(&self.view.tenant.agent.id)
+        match &self.view.person {
+            Some(person) => person.user.uid(),
+            None => Kind::Agent.uid(&self.view.tenant.agent.id),
+        }
+    }
+
+    /// The principal of the request's `access_session`: the person, else
+    /// the daemon key.
+    pub fn caller_uid(&self) -> Uid {
+        match &self.view.person {
+            Some(person) => person.user.uid(),
+            None => Kind::ApiKey.uid(&self.view.key.id),
+        }
+    }
+
+    /// Whose calls the agent-level rate limits and `context.usage` count:
+    /// the person's (every person's session has the same agent), else the
+    /// session's agent's.
+    pub fn actor_id(&self) -> &str {
+        match &self.view.person {
+            Some(_) => &self.view.key.id,
+            None => &self.view.tenant.agent.id,
+        }
     }
 
     /// What tool adapters see of this request.
@@ -377,14 +401,7 @@ pub async fn prepare(
     messages: &[Message],
 ) -> Result<Call, McpError> {
     let session_id = target.session_id.as_str();
-    let key = match credential::caller(gw, headers, &target.path).await? {
-        Caller::Key(key) => key,
-        Caller::Person(_) => {
-            return Err(McpError::Forbidden(
-                "people's sessions are opened at /mcp/{org}/{project}".into(),
-            ));
-        }
-    };
+    let caller = credential::caller(gw, headers, &target.path).await?;
     // Every request of a session records decisions: with the trail's disk
     // below its minimum, refuse before anything is decided or written.
     gw.store
@@ -392,15 +409,35 @@ pub async fn prepare(
         .check()
         .map_err(|low| McpError::InsufficientStorage(low.0))?;
     let bundle = gw.pep.current();
-    let view = match gw.session_view(session_id, &key, &bundle).await {
-        Ok(view) => view,
-        Err(ResolveError::CrossOrg(_)) => {
-            return Err(refuse_cross_org(gw, &bundle, &key, session_id, messages).await);
-        }
-        Err(e) => return Err(resolve_error(e)),
-    };
     let time = crate::ids::now_rfc3339();
-    let context = bundle.prepare_session_context(session_id, &time);
+    let (view, context) = match caller {
+        Caller::Key(key) => {
+            let view = match gw.session_view(session_id, &key, &bundle).await {
+                Ok(view) => view,
+                Err(ResolveError::CrossOrg(_)) => {
+                    let refused = refuse_cross_org(gw, &bundle, (&key, None), session_id, messages);
+                    return Err(refused.await);
+                }
+                Err(e) => return Err(McpError::resolving(e)),
+            };
+            (view, bundle.prepare_session_context(session_id, &time))
+        }
+        Caller::Person(identity) => {
+            let person = credential::person(gw, identity)?;
+            let view = match gw.person_view(session_id, &person, &bundle).await {
+                Ok(view) => view,
+                Err(ResolveError::CrossOrg(_)) => {
+                    let key = crate::gateway::stand_in_key(&person);
+                    let caller = (&key, Some(person.as_ref()));
+                    return Err(refuse_cross_org(gw, &bundle, caller, session_id, messages).await);
+                }
+                Err(e) => return Err(McpError::resolving(e)),
+            };
+            let context =
+                bundle.prepare_session_context_with_token(session_id, &time, &person.token);
+            (view, context)
+        }
+    };
     let version = header_version
         .or_else(|| gw.negotiated(&view))
         .unwrap_or_else(|| protocol::DEFAULT_WITHOUT_HEADER.to_string());
@@ -448,7 +485,7 @@ pub async fn charge(call: &Call, cost: u32) -> Result<(), McpError> {
     let tenant = &call.view.tenant;
     let who = Subjects {
         org: &tenant.org.id,
-        agent: Some(&tenant.agent.id),
+        agent: Some(call.actor_id()),
         key: &call.view.key.id,
     };
     let Err(limited) = limits.spend(who, cost).await else {
@@ -524,7 +561,7 @@ async fn record_rate_refusal(call: &Call, limited: &Limited) -> Result<String, M
 pub async fn admit(call: &Call) -> Result<(), McpError> {
     let session_id = call.view.tenant.session.id.as_str();
     let decided = call.decide(
-        &Kind::ApiKey.uid(&call.view.key.id),
+        &call.caller_uid(),
         Action::AccessSession,
         &Kind::Session.uid(session_id),
         &call.context,
@@ -559,7 +596,7 @@ pub async fn admit(call: &Call) -> Result<(), McpError> {
 async fn refuse_cross_org(
     gw: &Gateway,
     bundle: &PolicyBundle,
-    key: &ApiKey,
+    (key, person): (&ApiKey, Option<&Person>),
     session_id: &str,
     messages: &[Message],
 ) -> McpError {
@@ -586,6 +623,7 @@ async fn refuse_cross_org(
         notes,
         outcome,
         trace: None,
+        person,
     };
     match record_refusal(gw, bundle, key, refusal).await {
         Ok(decision_id) => match limited {
@@ -616,6 +654,9 @@ pub struct Refusal<'a> {
     pub outcome: Option<serde_json::Value>,
     /// The caller's trace context.
     pub trace: Option<&'a TraceContext>,
+    /// The person calling, for a token-authenticated request (the record's
+    /// principal; `key` is their stand-in).
+    pub person: Option<&'a Person>,
 }
 
 /// Records a refusal durably and returns its decision id. The record is
@@ -629,22 +670,35 @@ pub async fn record_refusal(
     key: &ApiKey,
     refusal: Refusal<'_>,
 ) -> Result<String, McpError> {
-    let facts = KeyFacts {
-        org_id: &key.org_id,
-        id: &key.id,
-        label: &key.label,
-    };
-    let slice = entities::key_slice(bundle, &facts)
-        .map_err(|e| resolve_error(ResolveError::Entities(e)))?;
     let time = crate::ids::now_rfc3339();
     let session_id = refusal.session_id;
+    let (slice, principal, context) = match refusal.person {
+        Some(person) => (
+            entities::user_slice(bundle, &person.user),
+            person.user.uid(),
+            bundle.prepare_session_context_with_token(session_id, &time, &person.token),
+        ),
+        None => {
+            let facts = KeyFacts {
+                org_id: &key.org_id,
+                id: &key.id,
+                label: &key.label,
+            };
+            (
+                entities::key_slice(bundle, &facts),
+                Kind::ApiKey.uid(&key.id),
+                bundle.prepare_session_context(session_id, &time),
+            )
+        }
+    };
+    let slice = slice.map_err(|e| McpError::resolving(ResolveError::Entities(e)))?;
     let mut decided = audit::decide(
         bundle,
         &slice,
-        &Kind::ApiKey.uid(&key.id),
+        &principal,
         Action::AccessSession,
         &Kind::Session.uid(session_id),
-        &bundle.prepare_session_context(session_id, &time),
+        &context,
         Scope {
             org_id: Some(&key.org_id),
             session_id: refusal.in_session.then_some(session_id),
@@ -686,18 +740,4 @@ async fn spend_without_session(
     };
     let cost = u32::try_from(messages.len().max(1)).unwrap_or(u32::MAX);
     gw.rate_limits.spend(who, cost).await.err()
-}
-
-pub(super) fn resolve_error(e: ResolveError) -> McpError {
-    match e {
-        ResolveError::Credential(_) | ResolveError::UnknownKey => {
-            McpError::Unauthenticated(e.to_string())
-        }
-        ResolveError::NoSession(_) => McpError::SessionNotFound(e.to_string()),
-        ResolveError::CrossOrg(_) | ResolveError::Entities(_) => McpError::Forbidden(e.to_string()),
-        ResolveError::Store(err) => {
-            tracing::error!(error = %err, "store failure while resolving a session");
-            McpError::StorageUnavailable
-        }
-    }
 }

@@ -20,6 +20,7 @@ use crate::auth::CredentialError;
 use crate::gateway::Gateway;
 use crate::identity::Identity;
 use crate::identity::challenge::{self, ChallengeError};
+use crate::identity::person::Person;
 use crate::store::tenants::ApiKey;
 
 /// The authenticated caller of a request.
@@ -38,15 +39,15 @@ pub async fn caller(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<Cal
             .authenticate(&key)
             .await
             .map(Caller::Key)
-            .map_err(super::call::resolve_error),
+            .map_err(McpError::resolving),
         Err(e) if !gw.identities.enabled() => Err(McpError::Unauthenticated(e.to_string())),
         Err(CredentialError::Missing) => Err(challenged(gw, headers, path, None)),
-        Err(CredentialError::Malformed) => person(gw, headers, path).await,
+        Err(CredentialError::Malformed) => token_caller(gw, headers, path).await,
     }
 }
 
 /// The person a non-key bearer token stands for.
-async fn person(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<Caller, McpError> {
+async fn token_caller(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<Caller, McpError> {
     let Some(token) = crate::auth::bearer_token(headers) else {
         let why = "the `Authorization` header must be `Bearer <token>`";
         return Err(challenged(
@@ -56,7 +57,7 @@ async fn person(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<Caller,
             Some((ChallengeError::InvalidRequest, why)),
         ));
     };
-    let endpoint = format!("{}{path}", crate::discovery::base_url(gw, headers));
+    let endpoint = format!("{}{path}", super::public_url::base_url(gw, headers));
     let mut audiences = vec![endpoint.as_str()];
     if let Some(resource) = &gw.identities.config().resource {
         audiences.push(resource);
@@ -74,6 +75,15 @@ async fn person(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<Caller,
             ))
         }
     }
+}
+
+/// The person a validated token names, or 403 when the token gives no org
+/// or its claims exceed the vocabulary's bounds.
+pub fn person(gw: &Gateway, identity: Arc<Identity>) -> Result<Arc<Person>, McpError> {
+    let scopes = gw.identities.scopes(&identity);
+    Person::new(identity, scopes)
+        .map(Arc::new)
+        .map_err(|e| McpError::Forbidden(e.to_string()))
 }
 
 /// Refuses a request whose query string carries `access_token`.

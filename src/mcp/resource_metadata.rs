@@ -28,7 +28,7 @@ pub async fn root(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respons
     if !gw.identities.enabled() {
         return not_found();
     }
-    let base = crate::discovery::base_url(&gw, &headers);
+    let base = super::public_url::base_url(&gw, &headers);
     let resource = gw.identities.config().resource.clone().unwrap_or(base);
     document(&gw, &resource)
 }
@@ -42,13 +42,13 @@ pub async fn endpoint(
     if !gw.identities.enabled() || !is_mcp_endpoint(&path) {
         return not_found();
     }
-    let base = crate::discovery::base_url(&gw, &headers);
+    let base = super::public_url::base_url(&gw, &headers);
     document(&gw, &format!("{base}/{path}"))
 }
 
 /// The URL of the metadata for the endpoint at `path` (used in challenges).
 pub fn url_for(gw: &Gateway, headers: &HeaderMap, path: &str) -> String {
-    challenge::metadata_url(&crate::discovery::base_url(gw, headers), path)
+    challenge::metadata_url(&super::public_url::base_url(gw, headers), path)
 }
 
 fn document(gw: &Gateway, resource: &str) -> Response {

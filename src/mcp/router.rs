@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 
-use super::{sse, streamable};
+use super::{people, sse, streamable};
 use crate::gateway::Gateway;
 
 /// `POST|GET|DELETE /api/mcp/{sessionId}`, `GET …/sse`, `POST …/messages`.
@@ -17,6 +17,12 @@ pub fn routes() -> Router<Arc<Gateway>> {
             post(streamable::post_endpoint)
                 .get(streamable::get_endpoint)
                 .delete(streamable::delete_endpoint),
+        )
+        .route(
+            "/mcp/{org}/{project}",
+            post(people::post_endpoint)
+                .get(streamable::get_endpoint)
+                .delete(people::delete_endpoint),
         )
         .route("/api/mcp/{session_id}/sse", get(sse::open_stream))
         .route("/api/mcp/{session_id}/messages", post(sse::post_message))

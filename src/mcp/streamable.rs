@@ -47,6 +47,19 @@ pub async fn post_endpoint(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, McpError> {
+    post_at(gw, Target::session(&session_id), admitted, headers, body).await
+}
+
+/// A POST to the endpoint of `target` (a session's own, or a person's
+/// project URL once it found their session).
+pub async fn post_at(
+    gw: Arc<Gateway>,
+    target: Target,
+    admitted: AdmittedPost,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, McpError> {
+    let session_id = target.session_id.as_str();
     let messages = read_messages(&gw, body).await?;
     let id = era::single_id(&messages);
     let version = match admitted.version {
@@ -56,20 +69,13 @@ pub async fn post_endpoint(
     let body = match era::classify(&headers, messages) {
         Ok(Classified::Legacy(body)) => body,
         Ok(Classified::Modern(request)) => {
-            return Ok(modern::serve(&gw, &Target::session(&session_id), &headers, *request).await);
+            return Ok(modern::serve(&gw, &target, &headers, *request).await);
         }
         Err(refused) => return Ok(refused.modern_response(id.as_ref())),
     };
-    let mut call = resolve(
-        &gw,
-        &Target::session(&session_id),
-        &headers,
-        version,
-        &body.messages,
-    )
-    .await?;
+    let mut call = resolve(&gw, &target, &headers, version, &body.messages).await?;
     call.trace = era::legacy_trace(&body);
-    if let Err(refused) = check_session_header(&gw, &headers, &session_id).await {
+    if let Err(refused) = check_session_header(&gw, &headers, session_id).await {
         call.flush_deferred().await;
         return Err(refused);
     }
@@ -83,10 +89,10 @@ pub async fn post_endpoint(
     }
     let initialized = initialize && initialized(&responses);
     if initialized {
-        resume(&gw, &session_id).await;
+        resume(&gw, session_id).await;
     }
     let text = jsonrpc::body(&responses, body.batch);
-    Ok(respond(&headers, &session_id, initialized, text))
+    Ok(respond(&headers, session_id, initialized, text))
 }
 
 /// `GET /api/mcp/{sessionId}`: no server-initiated stream is offered
@@ -184,17 +190,21 @@ pub async fn delete_endpoint(
     admitted: Admitted,
     headers: HeaderMap,
 ) -> Result<Response, McpError> {
+    delete_at(gw, Target::session(&session_id), admitted, headers).await
+}
+
+/// A DELETE of the MCP session of `target`.
+pub async fn delete_at(
+    gw: Arc<Gateway>,
+    target: Target,
+    admitted: Admitted,
+    headers: HeaderMap,
+) -> Result<Response, McpError> {
     if admitted.version.as_deref().is_some_and(protocol::is_modern) {
         return Err(McpError::StatelessOnly);
     }
-    let call = resolve(
-        &gw,
-        &Target::session(&session_id),
-        &headers,
-        admitted.version,
-        &[],
-    )
-    .await?;
+    let session_id = target.session_id.clone();
+    let call = resolve(&gw, &target, &headers, admitted.version, &[]).await?;
     let refused = check_session_header(&gw, &headers, &session_id).await;
     call.flush_deferred().await;
     refused?;

@@ -314,22 +314,37 @@ async fn decide(
 fn tool_context(call: &Call, spec: &ToolSpec, args: &Value) -> Option<PreparedContext> {
     let bundle = &call.bundle;
     let session = &call.view.tenant.session;
+    let mut usage = None;
     if bundle.usage_reads.any() {
-        let usage = call
+        let counted = call
             .gw
             .rate_limits
             .usage
-            .call(&session.org_id, &session.agent_id, &spec.name);
+            .call(&session.org_id, call.actor_id(), &spec.name);
         if bundle.tool_reads_usage(spec.action, &spec.name) {
-            return Some(bundle.prepare_tool_context_with_usage(
-                spec.action,
-                &spec.name,
-                &session.id,
-                &call.time,
-                args,
-                &usage,
-            ));
+            usage = Some(counted);
         }
+    }
+    if let Some(person) = &call.view.person {
+        return Some(bundle.prepare_tool_context_with_token(
+            spec.action,
+            &spec.name,
+            &session.id,
+            &call.time,
+            args,
+            usage.as_ref(),
+            &person.token,
+        ));
+    }
+    if let Some(usage) = usage {
+        return Some(bundle.prepare_tool_context_with_usage(
+            spec.action,
+            &spec.name,
+            &session.id,
+            &call.time,
+            args,
+            &usage,
+        ));
     }
     bundle.typed_tool_context(spec.action, &spec.name, &session.id, &call.time, args)
 }

@@ -1,0 +1,219 @@
+//! A person's MCP endpoint: `/mcp/{org}/{project}`.
+//!
+//! A person adds this URL to their MCP client and nothing else: the client
+//! finds the identity provider through the 401 challenge and the
+//! protected-resource metadata, signs the person in, and comes back with an
+//! access token issued for this URL. The gateway then finds the person's
+//! session in that project, or opens it (decided by `create_session`, the
+//! person as principal, and recorded), and serves the request as the
+//! session's own endpoint would: the same admission, `access_session`,
+//! methods, decisions and trail. The session's own URL,
+//! `/api/mcp/{sessionId}`, keeps working for the person's tokens too.
+//!
+//! Refusals: a daemon key here is 403 (keys name their session's URL); a
+//! token whose org is not `{org}` is 403 and recorded as a denied
+//! `access_session` in the person's org; an unknown project is 404.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::json;
+
+use super::admission::{Admitted, AdmittedPost};
+use super::call::{Refusal, Target, record_refusal};
+use super::credential::{self, Caller};
+use super::error::McpError;
+use super::streamable;
+use crate::audit::{self, Scope};
+use crate::gateway::{Gateway, stand_in_key};
+use crate::identity::person::Person;
+use crate::policy::entities::{self, AgentFacts, OrgFacts, ProjectFacts};
+use crate::policy::{Action, Kind};
+use crate::store::people::{self, PEOPLE_AGENT, PEOPLE_AGENT_NAME};
+use crate::store::{WriteOp, tenants};
+
+/// `POST /mcp/{org}/{project}`.
+pub async fn post_endpoint(
+    State(gw): State<Arc<Gateway>>,
+    Path((org, project)): Path<(String, String)>,
+    admitted: AdmittedPost,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, McpError> {
+    let target = person_target(&gw, &headers, &org, &project).await?;
+    streamable::post_at(gw, target, admitted, headers, body).await
+}
+
+/// `DELETE /mcp/{org}/{project}`: ends the person's MCP session there.
+pub async fn delete_endpoint(
+    State(gw): State<Arc<Gateway>>,
+    Path((org, project)): Path<(String, String)>,
+    admitted: Admitted,
+    headers: HeaderMap,
+) -> Result<Response, McpError> {
+    let target = person_target(&gw, &headers, &org, &project).await?;
+    streamable::delete_at(gw, target, admitted, headers).await
+}
+
+/// The person's session in the project, found or opened.
+async fn person_target(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    org: &str,
+    project: &str,
+) -> Result<Target, McpError> {
+    let path = format!("/mcp/{org}/{project}");
+    let identity = match credential::caller(gw, headers, &path).await? {
+        Caller::Person(identity) => identity,
+        Caller::Key(_) => {
+            return Err(McpError::Forbidden(
+                "daemon keys use their session's URL, /api/mcp/{sessionId}".into(),
+            ));
+        }
+    };
+    let person = credential::person(gw, identity)?;
+    if person.org() != org {
+        return Err(refuse_other_org(gw, &person, &path).await);
+    }
+    gw.store
+        .space()
+        .check()
+        .map_err(|low| McpError::InsufficientStorage(low.0))?;
+    let (o, p, u) = (
+        org.to_string(),
+        project.to_string(),
+        person.user.id().to_string(),
+    );
+    let found = gw
+        .store
+        .read(move |c| people::find_session(c, &o, &p, &u))
+        .await
+        .map_err(|_| McpError::StorageUnavailable)?;
+    let session_id = match found {
+        Some(id) => id,
+        None => open_session(gw, &person, org, project).await?,
+    };
+    Ok(Target { session_id, path })
+}
+
+/// A token of another org at this org's URL: 403, recorded in the
+/// person's own org as a denied `access_session` of what they asked for.
+async fn refuse_other_org(gw: &Gateway, person: &Person, path: &str) -> McpError {
+    let bundle = gw.pep.current();
+    let key = stand_in_key(person);
+    let refusal = Refusal {
+        session_id: path,
+        in_session: false,
+        refused_by: "tenant_isolation",
+        notes: json!({ "reason": "the person's organization is not the one this URL names" }),
+        outcome: None,
+        trace: None,
+        person: Some(person),
+    };
+    match record_refusal(gw, &bundle, &key, refusal).await {
+        Ok(decision_id) => McpError::Forbidden(format!(
+            "your organization may not use this URL (decision `{decision_id}`)"
+        )),
+        Err(e) => e,
+    }
+}
+
+/// Opens the person's session in the project when Cedar's
+/// `create_session` allows it; the decision is recorded either way.
+async fn open_session(
+    gw: &Gateway,
+    person: &Person,
+    org: &str,
+    project: &str,
+) -> Result<String, McpError> {
+    let (o, p) = (org.to_string(), project.to_string());
+    let (org_row, project_row) = gw
+        .store
+        .read(move |c| Ok((tenants::get_org(c, &o)?, tenants::get_project(c, &o, &p)?)))
+        .await
+        .map_err(|_| McpError::StorageUnavailable)?;
+    let (Some(org_row), Some(project_row)) = (org_row, project_row) else {
+        return Err(McpError::SessionNotFound(format!(
+            "project `{project}` not found in organization `{org}`"
+        )));
+    };
+    let bundle = gw.pep.current();
+    let roles = Vec::new();
+    let slice = entities::create_session_slice_for(
+        &bundle,
+        &OrgFacts {
+            id: &org_row.id,
+            plan: &org_row.plan,
+            entitlements: &org_row.entitlements,
+        },
+        &ProjectFacts {
+            org_id: &project_row.org_id,
+            id: &project_row.id,
+            memory_enabled: project_row.memory_enabled,
+            graph_enabled: project_row.graph_enabled,
+        },
+        &AgentFacts {
+            org_id: &org_row.id,
+            id: PEOPLE_AGENT,
+            name: PEOPLE_AGENT_NAME,
+            roles: &roles,
+        },
+        &entities::Caller::User(&person.user),
+    )
+    .map_err(|e| McpError::Forbidden(format!("session creation is not authorized: {e}")))?;
+    let time = crate::ids::now_rfc3339();
+    let context = bundle.prepare_context(
+        Action::CreateSession,
+        entities::create_session_context(PEOPLE_AGENT, &time, Some(&person.token)),
+    );
+    let decided = audit::decide(
+        &bundle,
+        &slice,
+        &person.user.uid(),
+        Action::CreateSession,
+        &Kind::Project.uid(project),
+        &context,
+        Scope {
+            org_id: Some(org),
+            session_id: None,
+        },
+        &time,
+    );
+    if !decided.allowed() {
+        let (decision_id, advice) = (decided.id().to_string(), decided.verdict.advice.clone());
+        commit(gw, decided.finish_default()).await?;
+        return Err(McpError::AccessDenied {
+            decision_id,
+            advice,
+        });
+    }
+    let (o, p, u) = (
+        org.to_string(),
+        project.to_string(),
+        person.user.id().to_string(),
+    );
+    let opened = gw
+        .store
+        .read(move |c| people::open_session(c, &o, &p, &u))
+        .await;
+    let outcome = match &opened {
+        Ok(id) => json!({ "status": "completed", "sessionId": id }),
+        Err(e) => json!({ "status": "failed", "error": e.to_string() }),
+    };
+    commit(gw, decided.finish(outcome)).await?;
+    opened.map_err(|_| McpError::StorageUnavailable)
+}
+
+async fn commit(
+    gw: &Gateway,
+    record: crate::store::decisions::NewDecision,
+) -> Result<(), McpError> {
+    let op = WriteOp::Decision(Box::new(record));
+    gw.store.writer().submit(vec![op]).await.map_err(|e| {
+        tracing::error!(error = %e, "cannot record a person's session decision");
+        McpError::TrailUnavailable
+    })
+}
