@@ -35,6 +35,7 @@ pub mod descriptor;
 pub mod entries;
 pub mod http;
 pub mod input;
+pub mod oauth_token;
 pub mod own_address;
 pub mod refresh;
 pub mod registry;
