@@ -666,3 +666,6 @@ fn form_encode(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
