@@ -180,7 +180,11 @@ impl Fetcher {
     }
 
     /// The body as a JSON object, read within the bound.
-    async fn json_object(&self, url: &str, mut resp: reqwest::Response) -> Result<Value, FetchError> {
+    async fn json_object(
+        &self,
+        url: &str,
+        mut resp: reqwest::Response,
+    ) -> Result<Value, FetchError> {
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| transport(url, &e))? {
             if body.len() + chunk.len() > self.max_bytes {

@@ -40,11 +40,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::approval::{self, Approval};
+use super::credentials::UpstreamAuth;
 use super::descriptor;
 use super::own_address;
 use super::refresh::{self, apply, taken_names, target};
 use super::registry::{self, Listing, ServerRow};
-use super::credentials::UpstreamAuth;
 use crate::a2a::card;
 use crate::cluster::coherence;
 use crate::error::AppError;

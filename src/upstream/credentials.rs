@@ -25,9 +25,6 @@ pub enum UpstreamAuth {
 /// Why a registration's `auth` is refused (answered as 400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidAuth {
-    /// `type` is neither kind.
-    #[error("`auth.type` must be `bearer` or `{kind}`, not `{0}`", kind = oauth_token::KIND)]
-    UnknownType(String),
     /// A bad bearer source.
     #[error(transparent)]
     Bearer(#[from] AuthError),
@@ -40,9 +37,6 @@ impl UpstreamAuth {
     /// Checks the registration's shape (secrets are read only when needed).
     pub fn validate(&self) -> Result<(), InvalidAuth> {
         match self {
-            UpstreamAuth::Bearer(auth) if auth.kind != "bearer" => {
-                Err(InvalidAuth::UnknownType(auth.kind.clone()))
-            }
             UpstreamAuth::Bearer(auth) => Ok(auth.validate()?),
             UpstreamAuth::ClientCredentials(client) => Ok(client.validate()?),
         }
@@ -79,19 +73,24 @@ impl Serialize for UpstreamAuth {
 }
 
 impl<'de> Deserialize<'de> for UpstreamAuth {
-    /// `type` chooses the shape; any `type` but the client credentials one
-    /// is read as a bearer source (whose check names a wrong `type`).
+    /// `type` chooses the shape: the client credentials one, else a bearer
+    /// source (`bearer`, or no `type`: refused as missing); any other
+    /// `type` is refused naming both.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
         let value = Value::deserialize(deserializer)?;
-        let kind = value.get("type").and_then(Value::as_str);
-        if kind == Some(oauth_token::KIND) {
-            ClientCredentials::deserialize(value)
+        match value.get("type").and_then(Value::as_str) {
+            Some(oauth_token::KIND) => ClientCredentials::deserialize(value)
                 .map(UpstreamAuth::ClientCredentials)
-                .map_err(serde::de::Error::custom)
-        } else {
-            PeerAuth::deserialize(value)
+                .map_err(D::Error::custom),
+            Some("bearer") | None => PeerAuth::deserialize(value)
                 .map(UpstreamAuth::Bearer)
-                .map_err(serde::de::Error::custom)
+                .map_err(D::Error::custom),
+            Some(other) => Err(D::Error::custom(format!(
+                "`auth.type` must be `bearer` or `{}`, not `{}`",
+                oauth_token::KIND,
+                other.chars().take(100).collect::<String>()
+            ))),
         }
     }
 }
@@ -127,9 +126,11 @@ mod tests {
         let missing = json!({"type": "oauth-client-credentials", "issuer": "https://idp.example"});
         let err = serde_json::from_value::<UpstreamAuth>(missing).unwrap_err();
         assert!(err.to_string().contains("clientId"), "{err}");
-        let basic: UpstreamAuth =
-            serde_json::from_value(json!({"type": "basic", "secretEnv": "X"})).unwrap();
-        let err = basic.validate().unwrap_err().to_string();
-        assert!(err.contains("oauth-client-credentials"), "{err}");
+        let basic = json!({"type": "basic", "secretEnv": "X"});
+        let err = serde_json::from_value::<UpstreamAuth>(basic).unwrap_err();
+        assert!(
+            err.to_string().contains("oauth-client-credentials"),
+            "{err}"
+        );
     }
 }

@@ -195,7 +195,10 @@ async fn a_refusal_names_the_servers_error_never_the_secret_and_is_not_asked_aga
     for form in secret_forms(&client.client_id, SECRET) {
         assert!(!first.contains(&form), "{form} in {first}");
     }
-    assert!(first.contains("[secret]"), "the echoed secret is blanked: {first}");
+    assert!(
+        first.contains("[secret]"),
+        "the echoed secret is blanked: {first}"
+    );
     for _ in 0..20 {
         let again = tokens.token("up", &client).await.unwrap_err().to_string();
         assert_eq!(again, first);
@@ -235,7 +238,10 @@ async fn another_registration_under_the_same_id_starts_afresh() {
     let tokens = source();
     let first = tokens.token("up", &server.client(None)).await.unwrap();
     let other = tokens.token("up", &server.client(Some("mcp:read"))).await;
-    assert_eq!((first.as_str(), other.unwrap().as_str()), ("token-1", "token-2"));
+    assert_eq!(
+        (first.as_str(), other.unwrap().as_str()),
+        ("token-1", "token-2")
+    );
     tokens.forget("up");
     let again = tokens.token("up", &server.client(Some("mcp:read"))).await;
     assert_eq!(again.unwrap(), "token-3");
@@ -336,11 +342,26 @@ fn registrations_are_checked_field_by_field() {
         c.validate().unwrap_err()
     };
     use ClientCredentialsError as E;
-    assert!(matches!(with(|c| c.issuer = "ftp://idp".into()), E::Issuer(_)));
-    assert!(matches!(with(|c| c.issuer = "idp.example".into()), E::Issuer(_)));
-    assert!(matches!(with(|c| c.issuer = "https://idp/?x=1".into()), E::Issuer(_)));
-    assert!(matches!(with(|c| c.resource = "/mcp".into()), E::Resource(_)));
-    assert!(matches!(with(|c| c.resource = "https://t/mcp#x".into()), E::Resource(_)));
+    assert!(matches!(
+        with(|c| c.issuer = "ftp://idp".into()),
+        E::Issuer(_)
+    ));
+    assert!(matches!(
+        with(|c| c.issuer = "idp.example".into()),
+        E::Issuer(_)
+    ));
+    assert!(matches!(
+        with(|c| c.issuer = "https://idp/?x=1".into()),
+        E::Issuer(_)
+    ));
+    assert!(matches!(
+        with(|c| c.resource = "/mcp".into()),
+        E::Resource(_)
+    ));
+    assert!(matches!(
+        with(|c| c.resource = "https://t/mcp#x".into()),
+        E::Resource(_)
+    ));
     assert_eq!(with(|c| c.client_id = String::new()), E::ClientId);
     assert_eq!(with(|c| c.secret_env = "A-B".into()), E::SecretEnv);
     assert_eq!(with(|c| c.secret_env = String::new()), E::SecretEnv);
