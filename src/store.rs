@@ -158,6 +158,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         25,
         include_str!("store/migrations/0025_person_sessions.sql"),
     ),
+    (26, include_str!("store/migrations/0026_upstream_oauth.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -232,6 +233,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         25,
         include_str!("store/migrations/postgres/0025_person_sessions.sql"),
+    ),
+    (
+        26,
+        include_str!("store/migrations/postgres/0026_upstream_oauth.sql"),
     ),
 ];
 

@@ -11,6 +11,9 @@
 //!   [`standing`];
 //! - [`stdio`]: the stdio transport, a child process per server declared
 //!   in the config file ([`declared`]), stored in the registry by [`sync`];
+//! - [`credentials`]: what an upstream is sent as its bearer token: read
+//!   from where it is registered, or the gateway's own token obtained from
+//!   an authorization server ([`oauth_token`]);
 //! - [`adapter`]: an upstream tool as a [`crate::tools::ToolAdapter`];
 //! - [`admin`]: the operator API under `/admin/orgs/{org}/mcp-servers`;
 //! - [`refresh`]: listing again (operator, timer, `list_changed`), held
@@ -30,11 +33,13 @@ pub mod admin;
 pub mod approval;
 pub mod caps;
 pub mod client;
+pub mod credentials;
 pub mod declared;
 pub mod descriptor;
 pub mod entries;
 pub mod http;
 pub mod input;
+pub mod oauth_token;
 pub mod own_address;
 pub mod refresh;
 pub mod registry;
@@ -58,6 +63,7 @@ use crate::tools::Relay;
 use client::{ClientError, Endpoint, Outgoing, Session, Transport};
 use declared::Declared;
 use http::Http;
+use oauth_token::TokenSource;
 use registry::{Listing, OrgUpstreams, PinnedTool, ServerTarget};
 use stdio::StdioServer;
 
@@ -94,6 +100,9 @@ pub enum UpstreamError {
     /// A `[[upstreams]]` declaration is invalid.
     #[error("{0}")]
     Declared(String),
+    /// The HTTP client of token requests could not be built.
+    #[error("cannot build the HTTP client of upstream token requests: {0}")]
+    Tokens(reqwest::Error),
 }
 
 /// The upstream runtime.
@@ -102,6 +111,9 @@ pub struct Upstreams {
     store: Store,
     /// Outbound HTTP (connection pool shared by every upstream).
     pub http: Http,
+    /// The gateway's own tokens for upstreams registered with an OAuth
+    /// client.
+    tokens: Arc<TokenSource>,
     orgs: Cache<String, Arc<OrgUpstreams>>,
     sessions: Cache<String, Arc<Mutex<Option<Session>>>>,
     slots: Cache<String, Arc<Semaphore>>,
@@ -136,6 +148,7 @@ impl Upstreams {
         .map_err(UpstreamError::Declared)?;
         let http = Http::new(MAX_CONCURRENT_PER_UPSTREAM, Duration::from_secs(10))
             .map_err(UpstreamError::Client)?;
+        let tokens = Arc::new(TokenSource::new().map_err(UpstreamError::Tokens)?);
         let (list_changed, rx) = tokio::sync::mpsc::channel(LIST_CHANGED_QUEUE);
         for d in declared.values() {
             d.server.announce_to(&d.id, list_changed.clone());
@@ -146,6 +159,7 @@ impl Upstreams {
             list_changed_rx: std::sync::Mutex::new(Some(rx)),
             store,
             http,
+            tokens,
             orgs: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
@@ -236,11 +250,12 @@ impl Upstreams {
         self.orgs.invalidate_all();
     }
 
-    /// Forgets the session of a deleted upstream.
+    /// Forgets the session (and token) of a deleted upstream.
     pub fn forget(&self, server_id: &str) {
         self.standing_streams().remove(server_id);
         self.sessions.invalidate(server_id);
         self.slots.invalidate(server_id);
+        self.tokens.forget(server_id);
     }
 
     /// Calls `tools/call` on the upstream within its slots and timeout,
@@ -311,13 +326,27 @@ impl Upstreams {
         if target.transport == registry::STDIO {
             return self.stdio_for(target)?.request(method, params).await;
         }
-        let bearer = bearer(target)?;
+        let bearer = self.bearer(target).await?;
         let ep = Endpoint {
             url: &target.endpoint,
             transport: transport(target),
             bearer: bearer.as_deref(),
             max_bytes: MAX_RESPONSE_BYTES,
         };
+        let answer = self.in_session(target, ep, method, params, out).await;
+        self.note_refusal(target, bearer.as_deref(), &answer);
+        answer
+    }
+
+    /// The request in the upstream's session (see [`Upstreams::request`]).
+    async fn in_session(
+        &self,
+        target: &ServerTarget,
+        ep: Endpoint<'_>,
+        method: &str,
+        params: Value,
+        out: Outgoing<'_>,
+    ) -> Result<Value, ClientError> {
         let cell = self
             .sessions
             .get_with(target.id.clone(), || Arc::new(Mutex::new(None)));
@@ -329,6 +358,36 @@ impl Upstreams {
                 client::request(&self.http, ep, &fresh, method, params, out).await
             }
             other => other,
+        }
+    }
+
+    /// The upstream's credential, read (or obtained) now; one that cannot
+    /// be had fails the call before anything is sent upstream.
+    async fn bearer(&self, target: &ServerTarget) -> Result<Option<String>, ClientError> {
+        let Some(auth) = &target.auth else {
+            return Ok(None);
+        };
+        let token = auth.token(&target.id, &self.tokens).await.map_err(|e| {
+            ClientError::Transport(format!(
+                "cannot authenticate to upstream `{}`: {e}",
+                target.slug
+            ))
+        })?;
+        Ok(Some(token))
+    }
+
+    /// An upstream answering 401 to the token it was sent may have that
+    /// token replaced (`oauth_token.rs`, "Refused tokens").
+    fn note_refusal<T>(
+        &self,
+        target: &ServerTarget,
+        bearer: Option<&str>,
+        answer: &Result<T, ClientError>,
+    ) {
+        if let (Err(ClientError::Status(401)), Some(auth), Some(token)) =
+            (answer, &target.auth, bearer)
+        {
+            auth.rejected(&target.id, token, &self.tokens);
         }
     }
 
@@ -372,6 +431,7 @@ impl Upstreams {
             session_id: session.id.clone(),
             version: session.version.clone(),
             auth: target.auth.clone(),
+            tokens: Arc::clone(&self.tokens),
             max_bytes: MAX_RESPONSE_BYTES,
             server_id: target.id.clone(),
             announce: self.list_changed.clone(),
@@ -438,14 +498,16 @@ impl Upstreams {
             .await?;
             return Ok((tools, version));
         }
-        let bearer = bearer(target)?;
+        let bearer = self.bearer(target).await?;
         let ep = Endpoint {
             url: &target.endpoint,
             transport: transport(target),
             bearer: bearer.as_deref(),
             max_bytes: MAX_RESPONSE_BYTES,
         };
-        let session = client::initialize(&self.http, ep).await?;
+        let session = client::initialize(&self.http, ep).await;
+        self.note_refusal(target, bearer.as_deref(), &session);
+        let session = session?;
         let (http, open) = (&self.http, &session);
         let tools = list_pages(
             move |params| {
@@ -489,20 +551,6 @@ where
         }
     }
     Ok(tools)
-}
-
-/// The upstream's credential, read now; one that cannot be read fails the
-/// call before anything is sent.
-fn bearer(target: &ServerTarget) -> Result<Option<String>, ClientError> {
-    match &target.auth {
-        None => Ok(None),
-        Some(auth) => auth.resolve().map(Some).map_err(|e| {
-            ClientError::Transport(format!(
-                "cannot authenticate to upstream `{}`: {e}",
-                target.slug
-            ))
-        }),
-    }
 }
 
 /// The registered transport.

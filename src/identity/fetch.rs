@@ -124,17 +124,51 @@ impl Fetcher {
         client: (&str, Option<&str>),
         form: &[(&str, &str)],
     ) -> Result<Value, FetchError> {
+        let resp = self.send_form(url, client, form).await?;
+        self.json_body(url, resp).await
+    }
+
+    /// POSTs a form like [`Fetcher::post_form`]; the status and the JSON
+    /// object answered with it, whatever the status (an OAuth endpoint
+    /// explains a refusal in a JSON body, RFC 6749 §5.2). A refusal whose
+    /// body is not such an object is [`FetchError::Status`].
+    pub async fn post_form_answer(
+        &self,
+        url: &str,
+        client: (&str, Option<&str>),
+        form: &[(&str, &str)],
+    ) -> Result<(u16, Value), FetchError> {
+        let resp = self.send_form(url, client, form).await?;
+        let status = resp.status().as_u16();
+        match self.json_object(url, resp).await {
+            Ok(doc) => Ok((status, doc)),
+            // A refusal without a usable body is told by its status.
+            Err(FetchError::Invalid { .. } | FetchError::TooLarge { .. }) if status != 200 => {
+                Err(FetchError::Status {
+                    url: url.to_string(),
+                    status,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn send_form(
+        &self,
+        url: &str,
+        client: (&str, Option<&str>),
+        form: &[(&str, &str)],
+    ) -> Result<reqwest::Response, FetchError> {
         let request = self
             .http
             .post(url)
             .basic_auth(client.0, client.1)
             .form(form);
-        let resp = request.send().await.map_err(|e| transport(url, &e))?;
-        self.json_body(url, resp).await
+        request.send().await.map_err(|e| transport(url, &e))
     }
 
     /// The body of a 200 answer as a JSON object, read within the bound.
-    async fn json_body(&self, url: &str, mut resp: reqwest::Response) -> Result<Value, FetchError> {
+    async fn json_body(&self, url: &str, resp: reqwest::Response) -> Result<Value, FetchError> {
         let status = resp.status().as_u16();
         if status != 200 {
             return Err(FetchError::Status {
@@ -142,6 +176,15 @@ impl Fetcher {
                 status,
             });
         }
+        self.json_object(url, resp).await
+    }
+
+    /// The body as a JSON object, read within the bound.
+    async fn json_object(
+        &self,
+        url: &str,
+        mut resp: reqwest::Response,
+    ) -> Result<Value, FetchError> {
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| transport(url, &e))? {
             if body.len() + chunk.len() > self.max_bytes {

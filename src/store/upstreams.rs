@@ -1,12 +1,15 @@
 //! Registered upstream MCP servers (`mcp_servers`).
 //!
 //! Rows here are plain columns: the tool definitions are their JSON text
-//! and the credential source is the two names it may be kept under.
+//! and the credential source is the two names a bearer token may be kept
+//! under, or an OAuth client registration (`oauth_*`) whose secret is
+//! named the same way.
 //! `upstream::registry` turns them into its typed rows and back, so this
 //! file needs nothing from the upstream module.
 //!
 //! **Architecture Invariant:** only the *name* of an upstream credential
-//! (an environment variable or a file path) is ever stored, never its value.
+//! (an environment variable or a file path) is ever stored, never its value
+//! (nor a token obtained with it).
 
 use super::StoreError;
 use super::db::{Conn, Row};
@@ -33,6 +36,9 @@ pub struct StoredUpstream {
     pub secret_env: Option<String>,
     /// Absolute path of a file holding the upstream's bearer token.
     pub secret_file: Option<String>,
+    /// The gateway's OAuth client registration for the upstream's token
+    /// (none: the bearer token above, if any).
+    pub oauth: Option<StoredOAuthClient>,
     /// Budget of one call, in milliseconds.
     pub timeout_ms: i64,
     /// Whether tools first seen after the first listing are exposed at
@@ -55,6 +61,22 @@ pub struct StoredUpstream {
     pub created_at: String,
 }
 
+/// An upstream's OAuth client credentials registration, column for
+/// column: the secret's variable name, never the secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOAuthClient {
+    /// The authorization server's issuer.
+    pub issuer: String,
+    /// The gateway's client id there.
+    pub client_id: String,
+    /// Environment variable holding the client secret.
+    pub secret_env: String,
+    /// Scopes asked for.
+    pub scope: Option<String>,
+    /// The upstream's resource identifier (RFC 8707).
+    pub resource: String,
+}
+
 /// What a listing found, as it is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListingRecord<'a> {
@@ -71,10 +93,31 @@ pub enum ListingRecord<'a> {
     Invalid(&'a str),
 }
 
-const COLUMNS: &str = "id, org_id, slug, name, transport, url, prefix, secret_env, secret_file, timeout_ms, approve_new_tools, tools, protocol_version, health, last_error, checked_at, created_at, hold_first_listing";
+const COLUMNS: &str = "id, org_id, slug, name, transport, url, prefix, secret_env, secret_file, timeout_ms, approve_new_tools, tools, protocol_version, health, last_error, checked_at, created_at, hold_first_listing, oauth_issuer, oauth_client_id, oauth_secret_env, oauth_scope, oauth_resource";
+
+/// The OAuth columns (from index 18), when the row has a complete one.
+fn oauth(r: &Row) -> Result<Option<StoredOAuthClient>, StoreError> {
+    let issuer: Option<String> = r.get(18)?;
+    let client_id: Option<String> = r.get(19)?;
+    let secret_env: Option<String> = r.get(20)?;
+    let resource: Option<String> = r.get(22)?;
+    let (Some(issuer), Some(client_id), Some(secret_env), Some(resource)) =
+        (issuer, client_id, secret_env, resource)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(StoredOAuthClient {
+        issuer,
+        client_id,
+        secret_env,
+        scope: r.get(21)?,
+        resource,
+    }))
+}
 
 fn row(r: &Row) -> Result<StoredUpstream, StoreError> {
     Ok(StoredUpstream {
+        oauth: oauth(r)?,
         id: r.get(0)?,
         org_id: r.get(1)?,
         slug: r.get(2)?,
@@ -139,8 +182,9 @@ pub fn upsert_declared(conn: &mut Conn, u: &StoredUpstream) -> Result<(), StoreE
 /// Inserts every column of `u`, followed by `on_conflict` (empty: a plain
 /// insert).
 fn write_row(conn: &mut Conn, u: &StoredUpstream, on_conflict: &str) -> Result<(), StoreError> {
+    let oauth = u.oauth.as_ref();
     conn.execute(
-        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18){on_conflict}"),
+        &format!("INSERT INTO mcp_servers ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23){on_conflict}"),
         params![
             u.id,
             u.org_id,
@@ -160,6 +204,11 @@ fn write_row(conn: &mut Conn, u: &StoredUpstream, on_conflict: &str) -> Result<(
             u.checked_at,
             u.created_at,
             u.hold_first_listing,
+            oauth.map(|o| &o.issuer),
+            oauth.map(|o| &o.client_id),
+            oauth.map(|o| &o.secret_env),
+            oauth.and_then(|o| o.scope.as_ref()),
+            oauth.map(|o| &o.resource),
         ],
     )?;
     Ok(())

@@ -2,7 +2,8 @@
 //! admin token):
 //!
 //! - `POST /orgs/{org}/mcp-servers {name, transport, url, auth?,
-//!   timeoutMs?, prefix?, approveNewTools?}` initializes a session with
+//!   timeoutMs?, prefix?, approveNewTools?}` (`auth` a bearer token's
+//!   source or an OAuth client, `credentials.rs`) initializes a session with
 //!   the upstream and lists its tools, then stores the registration with
 //!   its health (an unreachable upstream is stored as `unreachable`,
 //!   without tools; one answering something that is not MCP is refused
@@ -39,12 +40,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::approval::{self, Approval};
+use super::credentials::UpstreamAuth;
 use super::descriptor;
 use super::own_address;
 use super::refresh::{self, apply, taken_names, target};
 use super::registry::{self, Listing, ServerRow};
 use crate::a2a::card;
-use crate::a2a::registry::PeerAuth;
 use crate::cluster::coherence;
 use crate::error::AppError;
 use crate::gateway::Gateway;
@@ -119,8 +120,11 @@ pub struct RegisterServer {
     pub args: Option<Value>,
     /// Refused like `command`.
     pub env: Option<Value>,
-    /// Where the bearer credential for the upstream is found.
-    pub auth: Option<PeerAuth>,
+    /// The upstream's credential: a bearer token's source
+    /// (`{"type": "bearer", "secretEnv" | "secretFile"}`) or the gateway's
+    /// OAuth client (`{"type": "oauth-client-credentials", "issuer",
+    /// "clientId", "secretEnv", "scope"?, "resource"}`).
+    pub auth: Option<UpstreamAuth>,
     /// Budget of one call, in milliseconds (default 30,000).
     pub timeout_ms: Option<u64>,
     /// Tool name prefix (default: the slug).

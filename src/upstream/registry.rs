@@ -3,8 +3,9 @@
 //! pinned hashes, and the per-org tool set built from the healthy rows.
 //!
 //! **Architecture Invariant:** an upstream credential is stored only as the
-//! *name* of an environment variable or file ([`PeerAuth`], shared with
-//! A2A peers); its value is read when a request needs it.
+//! *name* of an environment variable or file ([`UpstreamAuth`]: a bearer
+//! token as for A2A peers, or an OAuth client whose secret is named so);
+//! its value is read when a request needs it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,13 +14,15 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::credentials::UpstreamAuth;
+use super::oauth_token::{self, ClientCredentials};
 use crate::a2a::registry::PeerAuth;
 use crate::policy::Action;
 use crate::policy::entities::UpstreamToolFacts;
 use crate::policy::schema_gen::ToolSchema;
 use crate::store::StoreError;
 use crate::store::db::Conn;
-use crate::store::upstreams::{self, ListingRecord, StoredUpstream};
+use crate::store::upstreams::{self, ListingRecord, StoredOAuthClient, StoredUpstream};
 use crate::tools::ToolSpec;
 
 /// The Streamable HTTP transport.
@@ -412,7 +415,7 @@ pub struct ServerRow {
     /// Tool name prefix (`<prefix>.<tool>`).
     pub prefix: String,
     /// Where the credential is found.
-    pub auth: Option<PeerAuth>,
+    pub auth: Option<UpstreamAuth>,
     /// Budget of one call.
     pub timeout_ms: u64,
     /// Whether tools first seen after the first listing are offered at
@@ -507,6 +510,14 @@ impl ServerRow {
         v
     }
 
+    /// The bearer token source, when the credential is one.
+    fn bearer(&self) -> Option<&PeerAuth> {
+        match &self.auth {
+            Some(UpstreamAuth::Bearer(auth)) => Some(auth),
+            _ => None,
+        }
+    }
+
     fn to_stored(&self) -> StoredUpstream {
         StoredUpstream {
             id: self.id.clone(),
@@ -516,8 +527,18 @@ impl ServerRow {
             transport: self.transport.clone(),
             url: self.url.clone(),
             prefix: self.prefix.clone(),
-            secret_env: self.auth.as_ref().and_then(|a| a.secret_env.clone()),
-            secret_file: self.auth.as_ref().and_then(|a| a.secret_file.clone()),
+            secret_env: self.bearer().and_then(|a| a.secret_env.clone()),
+            secret_file: self.bearer().and_then(|a| a.secret_file.clone()),
+            oauth: match &self.auth {
+                Some(UpstreamAuth::ClientCredentials(c)) => Some(StoredOAuthClient {
+                    issuer: c.issuer.clone(),
+                    client_id: c.client_id.clone(),
+                    secret_env: c.secret_env.clone(),
+                    scope: c.scope.clone(),
+                    resource: c.resource.clone(),
+                }),
+                _ => None,
+            },
             timeout_ms: i64::try_from(self.timeout_ms).unwrap_or(i64::MAX),
             approve_new_tools: self.approve_new_tools,
             hold_first_listing: self.hold_first_listing,
@@ -538,11 +559,22 @@ fn tools_text(tools: &[PinnedTool]) -> String {
 impl From<StoredUpstream> for ServerRow {
     /// A stored row; definitions that no longer parse read as none.
     fn from(r: StoredUpstream) -> ServerRow {
-        let auth = (r.secret_env.is_some() || r.secret_file.is_some()).then(|| PeerAuth {
+        let bearer = (r.secret_env.is_some() || r.secret_file.is_some()).then(|| PeerAuth {
             kind: "bearer".into(),
             secret_env: r.secret_env,
             secret_file: r.secret_file,
         });
+        let auth = match r.oauth {
+            Some(o) => Some(UpstreamAuth::ClientCredentials(ClientCredentials {
+                kind: oauth_token::KIND.into(),
+                issuer: o.issuer,
+                client_id: o.client_id,
+                secret_env: o.secret_env,
+                scope: o.scope,
+                resource: o.resource,
+            })),
+            None => bearer.map(UpstreamAuth::Bearer),
+        };
         let tools = serde_json::from_str::<Value>(&r.tools)
             .ok()
             .and_then(|v| v.as_array().cloned())
@@ -729,7 +761,7 @@ pub struct ServerTarget {
     /// `streamable-http` or `sse`.
     pub transport: String,
     /// Credential source.
-    pub auth: Option<PeerAuth>,
+    pub auth: Option<UpstreamAuth>,
     /// Budget of one call.
     pub timeout: Duration,
 }

@@ -30,15 +30,17 @@
 //!   `subscriptions/listen` is not opened here): the background refresh
 //!   covers those servers.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::header::ACCEPT;
 use tokio::sync::mpsc;
 
+use super::credentials::UpstreamAuth;
+use super::oauth_token::TokenSource;
 use super::wire::{
     ClientError, event_end, event_message, is_event_stream, is_list_changed, too_large, transport,
 };
-use crate::a2a::registry::PeerAuth;
 use crate::mcp::protocol;
 
 /// First delay before a stream is opened again.
@@ -68,7 +70,9 @@ pub struct Params {
     /// The negotiated protocol version.
     pub version: String,
     /// The upstream's credential source, read at each connect.
-    pub auth: Option<PeerAuth>,
+    pub auth: Option<UpstreamAuth>,
+    /// Where an OAuth client's token comes from.
+    pub tokens: Arc<TokenSource>,
     /// Largest event accepted, in bytes.
     pub max_bytes: usize,
     /// The upstream's row id, announced on `list_changed`.
@@ -157,19 +161,26 @@ async fn connect(p: &Params, last_event_id: Option<&str>) -> Result<reqwest::Res
     if let Some(id) = last_event_id {
         req = req.header("Last-Event-ID", id);
     }
+    let mut token = None;
     if let Some(auth) = &p.auth {
-        let token = auth.resolve().map_err(|e| {
+        let bearer = auth.token(&p.server_id, &p.tokens).await.map_err(|e| {
             Refused::Failed(ClientError::Transport(format!(
                 "cannot authenticate to the upstream: {e}"
             )))
         })?;
-        req = req.bearer_auth(token);
+        req = req.bearer_auth(&bearer);
+        token = Some((auth, bearer));
     }
     let resp = req
         .send()
         .await
         .map_err(|e| Refused::Failed(transport(&e)))?;
     let status = resp.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED
+        && let Some((auth, bearer)) = token
+    {
+        auth.rejected(&p.server_id, &bearer, &p.tokens);
+    }
     if status == reqwest::StatusCode::NOT_FOUND && p.session_id.is_some() {
         return Err(Refused::Expired);
     }

@@ -90,6 +90,8 @@ pub struct Options {
     /// Tokens for resources starting with it are opaque.
     pub opaque_resource_prefix: Option<String>,
     pub console_redirect_uris: Option<Vec<String>>,
+    /// `cg-service`'s secret instead of [`SERVICE`]'s.
+    pub service_secret: Option<String>,
     /// Show the HTML sign-in form when a request has no `login_hint`.
     pub login_page: bool,
 }
@@ -112,6 +114,9 @@ impl Options {
         }
         if let Some(v) = &self.console_redirect_uris {
             set("consoleRedirectUris", json!(v));
+        }
+        if let Some(v) = &self.service_secret {
+            set("serviceSecret", json!(v));
         }
         config
     }

@@ -25,13 +25,17 @@
 //   resource). The opaque prefix is allowed even outside `resourcePrefixes`.
 // - `consoleRedirectUris` (array, default ["http://127.0.0.1/console/callback"]):
 //   the `cg-console` client's redirect URIs (exact match: a web client).
+// - `serviceSecret` (string, default "cg-service-secret"): the secret of the
+//   `cg-service` client (a test whose gateway reads it from a variable of
+//   its own environment gives that variable's value).
 // - `loginPage` (boolean, default false): when false, every sign-in is
 //   answered without a browser, for the user named by the authorization
 //   request's `login_hint` (alice when absent). When true, a request without
 //   `login_hint` shows an HTML form (a `username` field and a "Sign in"
 //   button) that signs that user in; with `login_hint` it stays headless.
 //
-// Clients: `cg-service` (secret `cg-service-secret`, client_credentials),
+// Clients: `cg-service` (secret `cg-service-secret` unless `serviceSecret`
+// says otherwise, client_credentials),
 // `cg-ide` (public native, authorization code + PKCE + refresh tokens,
 // redirect `http://127.0.0.1/callback` at any port, RFC 8252 §7.3),
 // `cg-console` (secret `cg-console-secret`, authorization code + PKCE),
@@ -78,6 +82,7 @@ const DEFAULTS = {
   resourcePrefixes: ['http://127.0.0.1:'],
   opaqueResourcePrefix: undefined,
   consoleRedirectUris: ['http://127.0.0.1/console/callback'],
+  serviceSecret: 'cg-service-secret',
   loginPage: false,
 };
 
@@ -103,6 +108,7 @@ function loadConfig(infoFile, configFile) {
   config.keysFile ??= `${infoFile}.jwks.json`;
   if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) fail('`port` must be 0..65535');
   if (!Number.isInteger(config.accessTokenTtl) || config.accessTokenTtl <= 0) fail('`accessTokenTtl` must be a positive integer');
+  if (typeof config.serviceSecret !== 'string' || config.serviceSecret === '') fail('`serviceSecret` must be a non-empty string');
   for (const key of ['resourcePrefixes', 'consoleRedirectUris']) {
     if (!Array.isArray(config[key]) || !config[key].every((v) => typeof v === 'string')) fail(`\`${key}\` must be an array of strings`);
   }
@@ -153,7 +159,7 @@ function clients(config) {
   return [
     {
       client_id: 'cg-service',
-      client_secret: 'cg-service-secret',
+      client_secret: config.serviceSecret,
       grant_types: ['client_credentials'],
       response_types: [],
     },
