@@ -22,6 +22,7 @@ pub mod challenge;
 pub mod claims;
 pub mod config;
 pub mod fetch;
+pub mod id_token;
 pub mod introspect;
 pub mod jwt;
 pub mod keys;

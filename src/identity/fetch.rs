@@ -117,6 +117,13 @@ impl Fetcher {
         Ok((self.json_body(url, resp).await?, max_age))
     }
 
+    /// GETs a JSON object with a bearer token (an OpenID userinfo request).
+    pub async fn get_json_bearer(&self, url: &str, token: &str) -> Result<Value, FetchError> {
+        let resp = self.http.get(url).bearer_auth(token).send().await;
+        let resp = resp.map_err(|e| transport(url, &e))?;
+        self.json_body(url, resp).await
+    }
+
     /// POSTs a form with HTTP basic client authentication; the JSON answer.
     pub async fn post_form(
         &self,
