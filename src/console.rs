@@ -15,6 +15,7 @@ mod decision;
 mod error;
 mod filters;
 mod jobs;
+pub mod oidc;
 mod overview;
 mod peers;
 mod policies;
