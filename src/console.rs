@@ -20,6 +20,7 @@ mod overview;
 mod peers;
 mod policies;
 mod replay;
+mod role;
 mod templates;
 mod trail;
 mod whatif;

@@ -26,7 +26,7 @@ use axum::http::{Extensions, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ConsoleState;
 use super::error::ConsoleError;
@@ -46,15 +46,7 @@ const MAX_LOGIN_FORMS: u64 = 10_000;
 /// Most sign-ins kept at once (the oldest are dropped beyond it).
 const MAX_SIGN_INS: u64 = 10_000;
 
-/// What a signed-in viewer may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Everything, changes included.
-    Admin,
-    /// Reading, replays and what-ifs; never a change.
-    Auditor,
-}
+pub use super::role::Role;
 
 /// One sign-in.
 #[derive(Debug)]
