@@ -14,7 +14,9 @@
 //! Every failure (an unknown, spent or forged state, another browser, the
 //! provider's `error=access_denied`, a failed exchange, a refused ID
 //! token, a person in none of the groups) answers a page saying why and
-//! opens no session; the binding cookie is cleared either way.
+//! opens no session. The binding cookie is cleared when its sign-in ends,
+//! well or not; a callback naming a state not under way leaves it, as it
+//! may belong to a sign-in still going on in this browser.
 
 use std::sync::Arc;
 
@@ -63,20 +65,24 @@ pub async fn callback(
     headers: HeaderMap,
     query: Result<Query<Callback>, QueryRejection>,
 ) -> Response {
-    let clear = console.sessions.idp_cookie("", 0);
-    let mut response = match (relying_party(&gw), query) {
-        (Err(e), _) => e.into_response(),
-        (_, Err(e)) => ConsoleError::BadRequest(e.body_text()).into_response(),
-        (Ok(party), Ok(Query(answer))) => {
-            let browser = auth::cookie(&headers, auth::IDP_COOKIE);
-            match party.finish(&answer, browser).await {
-                Ok(signed_in) => signed_in_page(&console, signed_in),
-                Err(e) => ConsoleError::from(e).into_response(),
-            }
+    let party = match relying_party(&gw) {
+        Ok(party) => party,
+        Err(e) => return e.into_response(),
+    };
+    let answer = match query {
+        Ok(Query(answer)) => answer,
+        Err(e) => return ConsoleError::BadRequest(e.body_text()).into_response(),
+    };
+    let browser = auth::cookie(&headers, auth::IDP_COOKIE);
+    let (mut response, ended) = match party.finish(&answer, browser).await {
+        Ok(signed_in) => (signed_in_page(&console, signed_in), true),
+        Err(e) => {
+            let ended = !matches!(e, SignInError::UnknownState);
+            (ConsoleError::from(e).into_response(), ended)
         }
     };
-    if let Ok(value) = clear.parse() {
-        response.headers_mut().append(SET_COOKIE, value);
+    if ended && let Ok(clear) = console.sessions.idp_cookie("", 0).parse() {
+        response.headers_mut().append(SET_COOKIE, clear);
     }
     response
 }

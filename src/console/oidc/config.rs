@@ -2,6 +2,8 @@
 //! (authorization code + PKCE), and the groups the provider names for them
 //! decide whether they are admins or auditors. Off by default.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 use crate::identity::{AuthConfig, IssuerConfig};
@@ -28,7 +30,10 @@ pub struct OidcConfig {
     /// The environment variable holding the client's secret (read at
     /// start-up; the gateway refuses to start without it). Not a
     /// `CEDARGATE_*` name: those are configuration keys.
-    pub client_secret_env: String,
+    pub client_secret_env: Option<String>,
+    /// Or: a file holding it (a mounted secret; one trailing newline is
+    /// ignored). Exactly one of the two is set.
+    pub client_secret_file: Option<PathBuf>,
     /// The redirect URI registered at the provider; default
     /// `<public_url>/console/callback`.
     pub redirect_uri: Option<String>,
@@ -52,7 +57,8 @@ impl Default for OidcConfig {
             issuer: String::new(),
             display_name: None,
             client_id: String::new(),
-            client_secret_env: String::new(),
+            client_secret_env: None,
+            client_secret_file: None,
             redirect_uri: None,
             scopes: ["openid", "profile", "email", "groups"]
                 .map(String::from)
@@ -129,16 +135,34 @@ impl OidcConfig {
                 "`redirect_uri` (default `<public_url>/console/callback`) is not an http(s) URL",
             );
         }
-        if self.client_secret_env.is_empty() {
-            return refuse("`client_secret_env` must name the variable holding the client secret");
+        self.client_secret()
+    }
+
+    /// The client secret, from its variable or its file.
+    fn client_secret(&self) -> Result<String, OidcConfigError> {
+        let secret = match (&self.client_secret_env, &self.client_secret_file) {
+            (Some(var), None) => std::env::var(var).map_err(|_| {
+                OidcConfigError(format!(
+                    "the environment variable `{var}` (`client_secret_env`) is not set"
+                ))
+            })?,
+            (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                OidcConfigError(format!(
+                    "cannot read `client_secret_file` `{}`: {e}",
+                    path.display()
+                ))
+            })?,
+            _ => {
+                return Err(OidcConfigError(
+                    "set exactly one of `client_secret_env` and `client_secret_file`".into(),
+                ));
+            }
+        };
+        let secret = secret.strip_suffix('\n').unwrap_or(&secret);
+        if secret.is_empty() {
+            return Err(OidcConfigError("the client secret is empty".into()));
         }
-        match std::env::var(&self.client_secret_env) {
-            Ok(secret) if !secret.is_empty() => Ok(secret),
-            _ => Err(OidcConfigError(format!(
-                "the environment variable `{}` (`client_secret_env`) is not set",
-                self.client_secret_env
-            ))),
-        }
+        Ok(secret.to_string())
     }
 }
 
@@ -150,7 +174,7 @@ mod tests {
         OidcConfig {
             issuer: "https://idp.example.com/tenant".into(),
             client_id: "console".into(),
-            client_secret_env: "PATH".into(),
+            client_secret_env: Some("PATH".into()),
             admin_groups: vec!["sre".into()],
             ..OidcConfig::default()
         }
@@ -209,7 +233,7 @@ mod tests {
     fn unusable_settings_are_refused_with_the_key_named() {
         let base = "http://127.0.0.1:8080";
         assert!(config().check(base).is_ok(), "PATH is always set");
-        let cases: [(OidcConfig, &str); 6] = [
+        let cases: [(OidcConfig, &str); 8] = [
             (
                 OidcConfig {
                     issuer: "idp.example.com".into(),
@@ -240,22 +264,57 @@ mod tests {
             ),
             (
                 OidcConfig {
-                    client_secret_env: String::new(),
+                    client_secret_env: None,
                     ..config()
                 },
-                "`client_secret_env`",
+                "exactly one of `client_secret_env` and `client_secret_file`",
             ),
             (
                 OidcConfig {
-                    client_secret_env: "CG_TEST_SURELY_UNSET_VARIABLE".into(),
+                    client_secret_file: Some("/nonexistent/secret".into()),
+                    ..config()
+                },
+                "exactly one of",
+            ),
+            (
+                OidcConfig {
+                    client_secret_env: Some("CG_TEST_SURELY_UNSET_VARIABLE".into()),
                     ..config()
                 },
                 "`CG_TEST_SURELY_UNSET_VARIABLE`",
+            ),
+            (
+                OidcConfig {
+                    client_secret_env: None,
+                    client_secret_file: Some("/nonexistent/secret".into()),
+                    ..config()
+                },
+                "`/nonexistent/secret`",
             ),
         ];
         for (c, named) in cases {
             let err = c.check(base).unwrap_err().to_string();
             assert!(err.contains(named), "{err}");
         }
+    }
+
+    #[test]
+    fn a_secret_file_is_read_without_its_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let c = OidcConfig {
+            client_secret_env: None,
+            client_secret_file: Some(path.clone()),
+            ..config()
+        };
+        assert_eq!(c.check("http://h").unwrap(), "s3cret");
+        std::fs::write(&path, "\n").unwrap();
+        assert!(
+            c.check("http://h")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
     }
 }

@@ -387,7 +387,7 @@ mod tests {
         let config = OidcConfig {
             issuer: "https://idp.example.com".into(),
             client_id: "console".into(),
-            client_secret_env: "PATH".into(),
+            client_secret_env: Some("PATH".into()),
             admin_groups: vec!["sre".into()],
             auditor_groups: vec!["audit".into(), "sre-oncall".into()],
             ..OidcConfig::default()
