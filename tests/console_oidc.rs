@@ -147,7 +147,7 @@ impl Browser {
     /// their account), following redirects until the provider sends the
     /// browser back to `/console/callback`; answers that URL without
     /// visiting it.
-    async fn to_callback(&mut self, base: &str, user: &str) -> Url {
+    async fn follow_to_callback(&mut self, base: &str, user: &str) -> Url {
         let (_, page) = self.page(&format!("{base}/console/login")).await;
         assert!(page.contains("Sign in with Example SSO"), "{page}");
         let mut at = Url::parse(&format!("{base}/console/login/idp")).unwrap();
@@ -195,7 +195,7 @@ impl Browser {
 
     /// A whole sign-in of `user`.
     async fn sign_in(&mut self, base: &str, user: &str) -> Landed {
-        let callback = self.to_callback(base, user).await;
+        let callback = self.follow_to_callback(base, user).await;
         self.land(callback).await
     }
 
@@ -391,7 +391,7 @@ async fn a_replayed_forged_or_other_browsers_state_opens_no_session() {
 
     // Forged: a state this gateway never issued, with a real code.
     let mut forger = Browser::new();
-    let callback = forger.to_callback(&g.base, "alice").await;
+    let callback = forger.follow_to_callback(&g.base, "alice").await;
     let mut forged = callback.clone();
     let pairs: Vec<(String, String)> = callback
         .query_pairs()
@@ -415,7 +415,7 @@ async fn a_replayed_forged_or_other_browsers_state_opens_no_session() {
 
     // Another browser: a victim handed the attacker's callback URL.
     let mut attacker = Browser::new();
-    let callback = attacker.to_callback(&g.base, "bob").await;
+    let callback = attacker.follow_to_callback(&g.base, "bob").await;
     let mut victim = Browser::new();
     let landed = victim.land(callback).await;
     assert_eq!(landed.status, StatusCode::FORBIDDEN, "{}", landed.page);
