@@ -413,6 +413,26 @@ async fn a_replayed_forged_or_other_browsers_state_opens_no_session() {
     let landed = forger.land(callback).await;
     assert_eq!(landed.status, StatusCode::OK, "{}", landed.page);
 
+    // An answer without the `iss` the provider says it always sends
+    // (RFC 9207: a mix-up with another provider).
+    let mut mixed = Browser::new();
+    let callback = mixed.follow_to_callback(&g.base, "alice").await;
+    assert!(
+        callback.query_pairs().any(|(k, _)| k == "iss"),
+        "{callback}"
+    );
+    let mut stripped = callback.clone();
+    let pairs: Vec<(String, String)> = callback
+        .query_pairs()
+        .filter(|(k, _)| k != "iss")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    stripped.query_pairs_mut().clear().extend_pairs(pairs);
+    let landed = mixed.land(stripped).await;
+    assert_eq!(landed.status, StatusCode::FORBIDDEN, "{}", landed.page);
+    assert!(landed.page.contains("its `iss`"), "{}", landed.page);
+    assert!(!mixed.signed_in());
+
     // Another browser: a victim handed the attacker's callback URL.
     let mut attacker = Browser::new();
     let callback = attacker.follow_to_callback(&g.base, "bob").await;

@@ -47,6 +47,11 @@ impl ProviderMetadata {
         self.doc.get(name)?.as_str().map(str::to_string)
     }
 
+    /// Whether a boolean of the document is `true` (absent: false).
+    pub fn flag(&self, name: &str) -> bool {
+        self.doc.get(name).and_then(Value::as_bool) == Some(true)
+    }
+
     /// The key set's URL (required).
     pub fn jwks_uri(&self) -> Result<String, FetchError> {
         self.endpoint("jwks_uri")

@@ -8,7 +8,8 @@
 //! the state must name a sign-in started here and not finished (it is
 //! spent whatever comes next), the browser must be the one that started
 //! it (its binding cookie), an `iss` parameter (RFC 9207) must be the
-//! issuer, and an `error` from the provider ends it. The code is then
+//! issuer (and must be there when the provider's metadata says it always
+//! is), and an `error` from the provider ends it. The code is then
 //! exchanged at the token endpoint with the verifier (HTTP basic client
 //! authentication), the ID token checked (`identity::id_token`: signature
 //! with the issuer's published keys, `iss`, `aud` = the client id, `exp`,
@@ -79,8 +80,9 @@ pub enum SignInError {
     /// The binding cookie is missing or belongs to another sign-in.
     #[error("this sign-in was started in another browser or tab: sign in again")]
     OtherBrowser,
-    /// The callback came from another issuer (RFC 9207 `iss`).
-    #[error("the sign-in answer names another issuer than `{0}`")]
+    /// The callback came from another issuer, or does not name the
+    /// issuer that says it always does (RFC 9207 `iss`).
+    #[error("the sign-in answer does not come from `{0}` (its `iss`)")]
     WrongIssuer(String),
     /// The provider answered with an error (`access_denied`, …).
     #[error("the identity provider did not sign you in: {error}{}", description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
@@ -188,11 +190,6 @@ impl RelyingParty {
         &self.label
     }
 
-    /// The sign-ins under way.
-    pub fn pending(&self) -> &Pending {
-        &self.pending
-    }
-
     /// Starts a sign-in: the authorization request to send the browser to.
     pub async fn begin(&self) -> Result<Begun, SignInError> {
         let endpoint = self.endpoint("authorization_endpoint").await?;
@@ -230,7 +227,7 @@ impl RelyingParty {
         if !browser.is_some_and(|b| crate::auth::tokens_equal(b, &flow.browser)) {
             return Err(SignInError::OtherBrowser);
         }
-        self.check_answer(callback)?;
+        self.check_answer(callback, self.iss_required().await)?;
         let code = callback.code.as_deref().ok_or(SignInError::NoCode)?;
         let tokens = self.exchange(code, &flow.verifier).await?;
         let id_token = tokens
@@ -253,13 +250,21 @@ impl RelyingParty {
         Ok(SignedIn { identity, role })
     }
 
-    /// The callback's `iss` and `error`.
-    fn check_answer(&self, callback: &Callback) -> Result<(), SignInError> {
-        if callback
-            .iss
-            .as_deref()
-            .is_some_and(|iss| iss != self.issuer.issuer)
-        {
+    /// Whether the provider says its answers carry `iss` (RFC 9207
+    /// `authorization_response_iss_parameter_supported`); then one without
+    /// it is refused.
+    async fn iss_required(&self) -> bool {
+        let metadata = self.fetcher.metadata(&self.issuer.issuer).await;
+        metadata.is_ok_and(|m| m.flag("authorization_response_iss_parameter_supported"))
+    }
+
+    /// The callback's `iss` (required when `iss_required`) and `error`.
+    fn check_answer(&self, callback: &Callback, iss_required: bool) -> Result<(), SignInError> {
+        let wrong = match callback.iss.as_deref() {
+            Some(iss) => iss != self.issuer.issuer,
+            None => iss_required,
+        };
+        if wrong {
             return Err(SignInError::WrongIssuer(self.issuer.issuer.clone()));
         }
         if let Some(error) = &callback.error {
@@ -436,7 +441,7 @@ mod tests {
             ..Callback::default()
         };
         assert!(matches!(
-            p.check_answer(&answer),
+            p.check_answer(&answer, false),
             Err(SignInError::WrongIssuer(_))
         ));
         let answer = Callback {
@@ -445,9 +450,14 @@ mod tests {
             iss: Some("https://idp.example.com".into()),
             ..Callback::default()
         };
-        let err = p.check_answer(&answer).unwrap_err().to_string();
+        let err = p.check_answer(&answer, true).unwrap_err().to_string();
         assert!(err.contains("access_denied (the user said no)"), "{err}");
-        assert!(p.check_answer(&Callback::default()).is_ok());
+        assert!(p.check_answer(&Callback::default(), false).is_ok());
+        let unnamed = p.check_answer(&Callback::default(), true);
+        assert!(
+            matches!(unnamed, Err(SignInError::WrongIssuer(_))),
+            "a provider that names itself always must name itself here"
+        );
     }
 
     #[tokio::test]
