@@ -404,7 +404,7 @@ fn console_line(config: &Config) -> String {
     if crate::console::enabled(config) {
         format!("Console URL: {}{}", config.base_url(), crate::console::PATH)
     } else {
-        "Console: off (set CEDARGATE_ADMIN_TOKEN or CEDARGATE_AUDITOR_TOKEN to serve it at /console)"
+        "Console: off (set CEDARGATE_ADMIN_TOKEN or CEDARGATE_AUDITOR_TOKEN, or [console.oidc], to serve it at /console)"
             .into()
     }
 }

@@ -226,6 +226,13 @@ pub struct ConsoleConfig {
     /// Directory whose subdirectories are the candidate policy sets the
     /// console offers (default `{data_dir}/candidates`).
     pub candidates_dir: Option<PathBuf>,
+    /// Whether the admin and auditor tokens sign in to the console (the
+    /// token form). `false`: the form is gone and a token sign-in is
+    /// refused (403), so only `[console.oidc]` signs people in; the admin
+    /// token still opens the admin API.
+    pub shared_tokens: bool,
+    /// Sign-in with an OpenID provider (`[console.oidc]`); off by default.
+    pub oidc: Option<crate::console::oidc::config::OidcConfig>,
 }
 
 impl Default for ConsoleConfig {
@@ -236,6 +243,8 @@ impl Default for ConsoleConfig {
             replay_max_window_hours: 31 * 24,
             replay_jobs: 2,
             candidates_dir: None,
+            shared_tokens: true,
+            oidc: None,
         }
     }
 }

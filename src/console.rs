@@ -2,11 +2,13 @@
 //! security teams over the decision trail, replay and what-if, the policy
 //! set, and the remote tools. Decisions are in `src/console/README.md`.
 //!
-//! The console is served only when `admin_token` or `auditor_token` is
-//! set; without either, `/console` is not routed at all (404), like
-//! `/admin`. Reading needs a sign-in (either token); changing anything
-//! (reload, approving held upstream tools) needs the admin token, a CSRF
-//! token, and is recorded in the trail.
+//! The console is served only when someone can sign in: with
+//! `admin_token` or `auditor_token` (unless `console.shared_tokens` is
+//! off), or with the identity provider of `[console.oidc]`; otherwise
+//! `/console` is not routed at all (404), like `/admin`. Reading needs a
+//! sign-in (a token, or a person in `admin_groups` or `auditor_groups`);
+//! changing anything (reload, approving held upstream tools) needs an
+//! admin, a CSRF token, and is recorded in the trail with who did it.
 
 mod auth;
 mod candidates;
@@ -14,11 +16,14 @@ mod chart;
 mod decision;
 mod error;
 mod filters;
+mod idp;
 mod jobs;
+pub mod oidc;
 mod overview;
 mod peers;
 mod policies;
 mod replay;
+mod role;
 mod templates;
 mod trail;
 mod whatif;
@@ -58,11 +63,11 @@ pub(crate) struct ConsoleState {
     jobs: jobs::Jobs,
 }
 
-/// Whether the console is served: a non-empty admin or auditor token.
+/// Whether the console is served: someone can sign in, with a shared
+/// token (a non-empty admin or auditor token, `console.shared_tokens` on)
+/// or with the identity provider (`[console.oidc]`).
 pub fn enabled(config: &Config) -> bool {
-    [&config.admin_token, &config.auditor_token]
-        .iter()
-        .any(|t| t.as_deref().is_some_and(|t| !t.is_empty()))
+    auth::shared_tokens_enabled(config) || config.console.oidc.is_some()
 }
 
 /// The console's routes, to be nested under [`PATH`].
@@ -75,6 +80,8 @@ pub fn routes(config: &Config) -> Router<Arc<Gateway>> {
         .route("/", get(overview::page))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", post(auth::logout))
+        .route("/login/idp", get(idp::start))
+        .route("/callback", get(idp::callback))
         .route("/decisions/{id}", get(decision::page))
         .route("/replay", get(replay::form).post(replay::start))
         .route("/replay/{job}", get(replay::status))

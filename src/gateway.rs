@@ -98,6 +98,9 @@ pub enum GatewayError {
     /// `[auth]` is refused.
     #[error(transparent)]
     Auth(#[from] crate::identity::AuthConfigError),
+    /// `[console.oidc]` is refused.
+    #[error(transparent)]
+    ConsoleSignIn(#[from] crate::console::oidc::config::OidcConfigError),
 }
 
 /// Shared gateway state.
@@ -134,6 +137,9 @@ pub struct Gateway {
     /// Identity providers whose access tokens are accepted, and the tokens
     /// already validated.
     pub identities: crate::identity::Identities,
+    /// The console's client at its identity provider and the sign-ins
+    /// under way (`[console.oidc]`; none when unset).
+    pub console_idp: Option<crate::console::oidc::relying_party::RelyingParty>,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
@@ -153,6 +159,24 @@ fn auth_config(config: &Config) -> crate::identity::AuthConfig {
         auth.resource = Some(config.base_url());
     }
     auth
+}
+
+/// The console's identity provider client, when `[console.oidc]` is set.
+fn console_idp(
+    config: &Config,
+) -> Result<
+    Option<crate::console::oidc::relying_party::RelyingParty>,
+    crate::console::oidc::config::OidcConfigError,
+> {
+    let Some(oidc) = &config.console.oidc else {
+        return Ok(None);
+    };
+    let party = crate::console::oidc::relying_party::RelyingParty::new(
+        oidc,
+        &config.auth,
+        &config.base_url(),
+    )?;
+    Ok(Some(party))
 }
 
 impl Gateway {
@@ -201,6 +225,7 @@ impl Gateway {
             ),
             guesses: crate::guesses::throttle::Throttle::new(&config.credential_guesses),
             identities: crate::identity::Identities::new(&auth_config(&config))?,
+            console_idp: console_idp(&config)?,
             config,
             store,
             pep,

@@ -13,6 +13,10 @@
 //! configured resource: a token for another project's URL is refused even
 //! when its signature is good.
 //!
+//! `id_token` serves the other side: the console as an OpenID Connect
+//! relying party checks the ID tokens of its sign-ins with the same keys
+//! and rules (`src/console/oidc/`).
+//!
 //! This module knows nothing of HTTP responses or the store: the MCP
 //! admission maps [`TokenError`] to a 401 challenge (`src/mcp/error.rs`)
 //! and the policy module turns an identity into Cedar entities.
@@ -22,6 +26,7 @@ pub mod challenge;
 pub mod claims;
 pub mod config;
 pub mod fetch;
+pub mod id_token;
 pub mod introspect;
 pub mod jwt;
 pub mod keys;

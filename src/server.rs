@@ -66,6 +66,9 @@ pub enum StartError {
     /// The admin or auditor token is too short, or they are equal.
     #[error("{0}")]
     Tokens(#[from] crate::auth::OperatorTokenError),
+    /// `[console.oidc]` is misconfigured (or its client secret unset).
+    #[error(transparent)]
+    ConsoleSignIn(#[from] crate::console::oidc::config::OidcConfigError),
     /// `[audit]` retention is misconfigured.
     #[error("audit retention: {0}")]
     Retention(String),
@@ -87,6 +90,9 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         config.auditor_token.as_deref(),
     )?;
     maintenance::retention_enabled(&config.audit).map_err(StartError::Retention)?;
+    if let Some(oidc) = &config.console.oidc {
+        oidc.check(&config.base_url())?;
+    }
     let catalog = Catalog::builtin()?;
     // Opening may talk to a database server with a blocking client.
     let (url, options) = (config.database_url(), config.store_options());

@@ -296,6 +296,16 @@ async fn every_route_by_who_asks() {
     let resp = admin.post("/console/policies/reload", &[]).await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     assert_eq!(console_records(&g).await, ["console:reload_policies"]);
+    let notes = g
+        .decisions()
+        .await
+        .into_iter()
+        .find(|d| d.record.action == "console:reload_policies")
+        .unwrap()
+        .record
+        .notes;
+    let notes: serde_json::Value = serde_json::from_str(&notes).unwrap();
+    assert_eq!(notes["operator"], json!({"token": "admin"}), "{notes}");
     let (_, html) = admin.get("/console/policies").await;
     assert!(html.contains("(console): unchanged"), "{html}");
     // An approval of a server that does not exist changes nothing.

@@ -6,6 +6,11 @@
 //! id, replays a candidate without the forbid and sees the flip, and
 //! checks the auditor can neither reload nor approve. Screenshots of each
 //! page are kept under `target/console-screenshots/`.
+//!
+//! A second test signs a person in with a real OpenID provider
+//! (`tests/oidc/provider.mjs` showing its HTML sign-in form):
+//! `tests/console/browser_oidc.mjs` clicks "Sign in with …", fills the
+//! provider's form and lands on the overview signed in as Alice, an admin.
 
 #![allow(
     clippy::unwrap_used,
@@ -19,6 +24,8 @@ mod common;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use cedargate::console::oidc::config::OidcConfig;
+use common::oidc::{CONSOLE, OidcProvider, Options};
 use common::{ADMIN_TOKEN, TestGateway, repo};
 use serde_json::json;
 
@@ -109,4 +116,63 @@ async fn an_auditor_and_an_admin_in_a_real_browser() {
             .all(|d| !d.record.action.starts_with("console:"))
     );
     drop(policy_dir);
+}
+
+#[tokio::test]
+async fn a_person_signs_in_with_the_identity_provider_in_a_real_browser() {
+    let setup = repo().join("tests/console/setup.sh");
+    if !common::setup::install_once(&SETUP, &setup, "playwright-core and chromium")
+        || !common::oidc::installed()
+    {
+        return;
+    }
+    let provider = OidcProvider::start(Options {
+        login_page: true,
+        ..Options::default()
+    })
+    .await;
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("console-secret");
+    std::fs::write(&secret_file, CONSOLE.secret.unwrap()).unwrap();
+    let issuer = provider.issuer.clone();
+    let g = TestGateway::start_with(|c| {
+        c.console.shared_tokens = false;
+        c.console.oidc = Some(OidcConfig {
+            issuer,
+            display_name: Some("Example SSO".into()),
+            client_id: CONSOLE.id.into(),
+            client_secret_file: Some(secret_file),
+            admin_groups: vec!["sre".into()],
+            ..OidcConfig::default()
+        });
+    })
+    .await;
+    provider
+        .set_console_redirects(&[&format!("{}/console/callback", g.base)])
+        .await;
+    let (base, issuer) = (g.base.clone(), provider.issuer.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(repo().join("tests/console/browser_oidc.mjs"))
+            .env("CG_BASE", base)
+            .env("CG_ISSUER", issuer)
+            .env("CG_SHOTS", repo().join("target/console-screenshots"))
+            .env("CG_USER", "alice")
+            .env("CG_EXPECT_PERSON", "Alice Example (alice@example.com)")
+            .env("CG_EXPECT_ROLE", "admin")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let log = format!(
+        "{}\n{}\nprovider:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        provider.log()
+    );
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("console oidc browser checks passed"), "{log}");
+    let shot = repo().join("target/console-screenshots/oidc-03-overview.png");
+    assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
 }

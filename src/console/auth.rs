@@ -1,8 +1,11 @@
-//! Console sign-in: the admin token or the read-only auditor token, traded
-//! for a session cookie (`HttpOnly`, `SameSite=Strict`, `Path=/console`,
-//! `Secure` when `public_url` is https, `Max-Age` of
-//! `console.session_ttl_secs`). Sign-ins are kept in this instance's
-//! memory, bounded in number and lifetime; signing out forgets one at once.
+//! Console sign-in: the admin token or the read-only auditor token (unless
+//! `console.shared_tokens` is off), or a person the identity provider
+//! signed in (`super::idp`), traded for a session cookie (`HttpOnly`,
+//! `SameSite=Strict`, `Path=/console`, `Secure` when `public_url` is
+//! https, `Max-Age` of `console.session_ttl_secs`): both ways open the
+//! sign-in through [`Sessions::open`]. Sign-ins are kept in this
+//! instance's memory, bounded in number and lifetime; signing out forgets
+//! one at once.
 //!
 //! Every POST carries the sign-in's CSRF token as the `csrf` form field
 //! ([`Posted`]); the sign-in form itself carries a one-time token bound to
@@ -30,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ConsoleState;
 use super::error::ConsoleError;
+use super::oidc::config::OidcConfig;
 use crate::config::ConsoleConfig;
 use crate::gateway::Gateway;
 use crate::guesses::throttle::Class;
@@ -46,14 +50,24 @@ const MAX_LOGIN_FORMS: u64 = 10_000;
 /// Most sign-ins kept at once (the oldest are dropped beyond it).
 const MAX_SIGN_INS: u64 = 10_000;
 
-/// What a signed-in viewer may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Everything, changes included.
-    Admin,
-    /// Reading, replays and what-ifs; never a change.
-    Auditor,
+pub use super::role::Role;
+
+/// The binding cookie of a sign-in with the identity provider under way
+/// (`SameSite=Lax`: the provider's redirect back is a cross-site
+/// navigation, which a `Strict` cookie would not follow).
+pub const IDP_COOKIE: &str = "cg_console_idp";
+
+/// A person the identity provider signed in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Person {
+    /// The issuer, as its tokens name it.
+    pub issuer: String,
+    /// Their subject at that issuer.
+    pub subject: String,
+    /// Display name.
+    pub name: String,
+    /// Email, when the provider gave one.
+    pub email: Option<String>,
 }
 
 /// One sign-in.
@@ -61,6 +75,8 @@ pub enum Role {
 struct SignIn {
     role: Role,
     csrf: String,
+    /// Who, when the identity provider signed them in (none for a token).
+    person: Option<Arc<Person>>,
 }
 
 /// The sign-ins of this instance.
@@ -92,11 +108,35 @@ impl Sessions {
     }
 
     fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
+        self.cookie_with(name, value, max_age, "Strict")
+    }
+
+    fn cookie_with(&self, name: &str, value: &str, max_age: u64, same_site: &str) -> String {
         let secure = if self.secure { "; Secure" } else { "" };
         format!(
-            "{name}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}",
+            "{name}={value}; Path={}; HttpOnly; SameSite={same_site}; Max-Age={max_age}{secure}",
             super::PATH
         )
+    }
+
+    /// The `Set-Cookie` of a sign-in with the identity provider's binding
+    /// (an empty `value` with `max_age` 0 clears it).
+    pub fn idp_cookie(&self, value: &str, max_age: u64) -> String {
+        self.cookie_with(IDP_COOKIE, value, max_age, "Lax")
+    }
+
+    /// Signs a viewer in with `role` (and `person`, when the identity
+    /// provider named one): the session cookie's `Set-Cookie`. Token and
+    /// identity-provider sign-ins both come through here, so they get the
+    /// same cookie, lifetime and CSRF token.
+    pub fn open(&self, role: Role, person: Option<Person>) -> Result<String, ConsoleError> {
+        let (Ok(id), Ok(csrf)) = (crate::ids::random_hex(32), crate::ids::random_hex(32)) else {
+            return Err(ConsoleError::Render);
+        };
+        let person = person.map(Arc::new);
+        self.live
+            .insert(id.clone(), Arc::new(SignIn { role, csrf, person }));
+        Ok(self.cookie(COOKIE_NAME, &id, self.ttl.as_secs()))
     }
 }
 
@@ -107,6 +147,8 @@ pub struct Viewer {
     pub role: Role,
     /// The CSRF token every form of theirs carries.
     pub csrf: String,
+    /// Who, when the identity provider signed them in.
+    pub person: Option<Arc<Person>>,
 }
 
 impl Viewer {
@@ -117,7 +159,7 @@ impl Viewer {
 }
 
 /// The value of cookie `name`, if sent.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(COOKIE)
         .iter()
@@ -150,6 +192,7 @@ impl FromRequestParts<Arc<Gateway>> for Viewer {
             Some(s) => Ok(Viewer {
                 role: s.role,
                 csrf: s.csrf.clone(),
+                person: s.person.clone(),
             }),
             None if parts.method == Method::GET => Err(ConsoleError::SignIn),
             None => Err(ConsoleError::Forbidden("sign in first".into())),
@@ -206,27 +249,49 @@ impl<T: DeserializeOwned + Send> FromRequest<Arc<Gateway>> for AdminPosted<T> {
     async fn from_request(req: Request, gw: &Arc<Gateway>) -> Result<Self, Self::Rejection> {
         let posted = Posted::<T>::from_request(req, gw).await?;
         if !posted.viewer.is_admin() {
-            return Err(ConsoleError::Forbidden(
-                "the auditor token is read-only: this needs the admin token".into(),
-            ));
+            let why = match posted.viewer.person {
+                None => "the auditor token is read-only: this needs the admin token",
+                Some(_) => "auditors only read: this needs an admin (one of `admin_groups`)",
+            };
+            return Err(ConsoleError::Forbidden(why.into()));
         }
         Ok(AdminPosted(posted))
     }
 }
 
-/// `GET /console/login`: the form, with a fresh double-submit token.
-pub async fn login_form(Extension(console): Extension<Arc<ConsoleState>>) -> Response {
-    login_page(&console, StatusCode::OK, None)
+/// `GET /console/login`: the identity provider's button when
+/// `[console.oidc]` is set, and the token form (with a fresh double-submit
+/// token) unless `console.shared_tokens` is off.
+pub async fn login_form(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    Extension(console): Extension<Arc<ConsoleState>>,
+) -> Response {
+    login_page(&gw, &console, StatusCode::OK, None)
 }
 
-fn login_page(console: &ConsoleState, status: StatusCode, error: Option<&str>) -> Response {
+fn login_page(
+    gw: &Gateway,
+    console: &ConsoleState,
+    status: StatusCode,
+    error: Option<&str>,
+) -> Response {
+    let idp = gw.config.console.oidc.as_ref().map(OidcConfig::label);
+    if !shared_tokens_enabled(&gw.config) {
+        let page = super::templates::render::<ConsoleError>(
+            "login.html",
+            minijinja::context! { idp, tokens => false },
+        );
+        return page.map_or_else(IntoResponse::into_response, |html| {
+            (status, html).into_response()
+        });
+    }
     let Ok(token) = crate::ids::random_hex(16) else {
         return ConsoleError::Render.into_response();
     };
     console.sessions.forms.insert(token.clone(), ());
     let page = super::templates::render::<ConsoleError>(
         "login.html",
-        minijinja::context! { csrf => token, error },
+        minijinja::context! { csrf => token, error, idp, tokens => true },
     );
     match page {
         Ok(html) => (
@@ -242,6 +307,14 @@ fn login_page(console: &ConsoleState, status: StatusCode, error: Option<&str>) -
             .into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Whether `config` lets a shared token sign in to the console.
+pub fn shared_tokens_enabled(config: &crate::config::Config) -> bool {
+    config.console.shared_tokens
+        && [&config.admin_token, &config.auditor_token]
+            .iter()
+            .any(|t| t.as_deref().is_some_and(|t| !t.is_empty()))
 }
 
 /// The sign-in form.
@@ -262,6 +335,12 @@ pub async fn login(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    if !shared_tokens_enabled(&gw.config) {
+        return ConsoleError::Forbidden(
+            "signing in with a shared token is turned off (`console.shared_tokens = false`): sign in with the identity provider".into(),
+        )
+        .into_response();
+    }
     let client = guesses::client_of(&extensions);
     if let Err(t) = guesses::admit(&gw, Class::Operator, client, Entry::Console).await {
         return throttled(&t);
@@ -280,23 +359,19 @@ pub async fn login(
         if let Err(t) = guesses::failed(&gw, Class::Operator, client, Entry::Console).await {
             return throttled(&t);
         }
-        return login_page(&console, StatusCode::UNAUTHORIZED, Some("wrong token"));
+        return login_page(&gw, &console, StatusCode::UNAUTHORIZED, Some("wrong token"));
     };
     guesses::succeeded(&gw, Class::Operator, client);
-    let (Ok(id), Ok(csrf)) = (crate::ids::random_hex(32), crate::ids::random_hex(32)) else {
-        return ConsoleError::Render.into_response();
+    let session_cookie = match console.sessions.open(role, None) {
+        Ok(cookie) => cookie,
+        Err(e) => return e.into_response(),
     };
-    console
-        .sessions
-        .live
-        .insert(id.clone(), Arc::new(SignIn { role, csrf }));
     tracing::info!(role = ?role, "console: signed in");
-    let ttl = console.sessions.ttl.as_secs();
     (
         StatusCode::SEE_OTHER,
         [
             (LOCATION, super::PATH.to_string()),
-            (SET_COOKIE, console.sessions.cookie(COOKIE_NAME, &id, ttl)),
+            (SET_COOKIE, session_cookie),
         ],
     )
         .into_response()

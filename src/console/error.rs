@@ -35,6 +35,10 @@ pub enum ConsoleError {
         /// Whole seconds until a sign-in is checked again.
         retry_after_secs: u64,
     },
+    /// The identity provider could not be reached or answered something
+    /// unusable (502).
+    #[error("{0}")]
+    Provider(String),
     /// The store failed.
     #[error("the store failed")]
     Store(#[from] StoreError),
@@ -55,6 +59,7 @@ impl ConsoleError {
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::TooMuch(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ConsoleError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ConsoleError::Provider(_) => StatusCode::BAD_GATEWAY,
             ConsoleError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ConsoleError::Store(_) | ConsoleError::Render | ConsoleError::Internal => {
                 StatusCode::INTERNAL_SERVER_ERROR

@@ -135,7 +135,12 @@ pub async fn page(
 
 /// What every page shows about the viewer.
 pub fn viewer_ctx(viewer: &Viewer) -> minijinja::Value {
-    minijinja::context! { role => viewer.role, csrf => viewer.csrf, admin => viewer.is_admin() }
+    minijinja::context! {
+        role => viewer.role,
+        csrf => viewer.csrf,
+        admin => viewer.is_admin(),
+        person => viewer.person.as_deref(),
+    }
 }
 
 /// The actions a filter may name: Cedar's, then the console's own.

@@ -204,6 +204,7 @@ pub async fn approve(
     super::trail::record(
         &gw,
         super::trail::Action {
+            by: &posted.viewer,
             verb: "approve_tools",
             org: Some(&org),
             resource: format!("Gateway::McpServer::\"{}\"", row.slug),

@@ -75,7 +75,7 @@ pub async fn page(
 /// result).
 pub async fn reload(
     State(gw): State<Arc<Gateway>>,
-    _admin: AdminPosted<Empty>,
+    AdminPosted(posted): AdminPosted<Empty>,
 ) -> Result<Response, ConsoleError> {
     let before = gw.pep.current().hash.clone();
     let attempt = match crate::lifecycle::reload::reload(&gw, "console").await {
@@ -84,6 +84,7 @@ pub async fn reload(
     super::trail::record(
         &gw,
         super::trail::Action {
+            by: &posted.viewer,
             verb: "reload_policies",
             org: None,
             resource: format!("Gateway::PolicySet::\"{before}\""),

@@ -21,6 +21,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("base.html", include_str!("templates/base.html")),
     ("error.html", include_str!("templates/error.html")),
     ("login.html", include_str!("templates/login.html")),
+    ("signed_in.html", include_str!("templates/signed_in.html")),
     ("overview.html", include_str!("templates/overview.html")),
     ("decision.html", include_str!("templates/decision.html")),
     ("replay.html", include_str!("templates/replay.html")),

@@ -2,13 +2,17 @@
 //! upstream tool definitions) are chained into the decision trail as
 //! operator records: action `console:<verb>`, principal
 //! `Gateway::Console::"admin"`, the form's inputs as context, an empty
-//! entity snapshot, the active policy hash, decision `allow` (the admin
-//! token allowed it) and the action's result as outcome. They verify and
-//! export like every record; replay skips them (no Cedar decision).
+//! entity snapshot, the active policy hash, decision `allow` (an admin
+//! sign-in allowed it) and the action's result as outcome. The notes say
+//! who: `{"via": "console", "operator": …}`, the person the identity
+//! provider signed in (`issuer`, `subject`, `name`, `email`), or
+//! `{"token": "admin"}` for the shared admin token. They verify and export
+//! like every record; replay skips them (no Cedar decision).
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::auth::Viewer;
 use super::error::ConsoleError;
 use crate::gateway::Gateway;
 use crate::store::WriteOp;
@@ -19,6 +23,8 @@ pub const PRINCIPAL: &str = "Gateway::Console::\"admin\"";
 
 /// One console action to record.
 pub struct Action<'a> {
+    /// Who did it.
+    pub by: &'a Viewer,
     /// `reload_policies`, `approve_tools`.
     pub verb: &'a str,
     /// The org it changed, if one.
@@ -50,7 +56,7 @@ pub async fn record(gw: &Gateway, action: Action<'_>) -> Result<String, ConsoleE
         reasons: "[]".into(),
         errors: "[]".into(),
         outcome: action.outcome.to_string(),
-        notes: serde_json::json!({ "via": "console" }).to_string(),
+        notes: serde_json::json!({ "via": "console", "operator": operator(action.by) }).to_string(),
     };
     let id = record.id.clone();
     gw.store
@@ -58,4 +64,17 @@ pub async fn record(gw: &Gateway, action: Action<'_>) -> Result<String, ConsoleE
         .submit(vec![WriteOp::Decision(Box::new(record))])
         .await?;
     Ok(id)
+}
+
+/// Who a record names as its operator.
+fn operator(viewer: &Viewer) -> Value {
+    match &viewer.person {
+        Some(person) => serde_json::json!({
+            "issuer": person.issuer,
+            "subject": person.subject,
+            "name": person.name,
+            "email": person.email,
+        }),
+        None => serde_json::json!({ "token": viewer.role }),
+    }
 }

@@ -47,6 +47,11 @@ impl ProviderMetadata {
         self.doc.get(name)?.as_str().map(str::to_string)
     }
 
+    /// Whether a boolean of the document is `true` (absent: false).
+    pub fn flag(&self, name: &str) -> bool {
+        self.doc.get(name).and_then(Value::as_bool) == Some(true)
+    }
+
     /// The key set's URL (required).
     pub fn jwks_uri(&self) -> Result<String, FetchError> {
         self.endpoint("jwks_uri")
@@ -115,6 +120,13 @@ impl Fetcher {
         let resp = resp.map_err(|e| transport(url, &e))?;
         let max_age = max_age(resp.headers());
         Ok((self.json_body(url, resp).await?, max_age))
+    }
+
+    /// GETs a JSON object with a bearer token (an OpenID userinfo request).
+    pub async fn get_json_bearer(&self, url: &str, token: &str) -> Result<Value, FetchError> {
+        let resp = self.http.get(url).bearer_auth(token).send().await;
+        let resp = resp.map_err(|e| transport(url, &e))?;
+        self.json_body(url, resp).await
     }
 
     /// POSTs a form with HTTP basic client authentication; the JSON answer.

@@ -99,14 +99,14 @@ impl Issuer {
 }
 
 /// RFC 9068 §2.1: `at+jwt`, or the full media type.
-fn is_access_token_type(typ: Option<&str>) -> bool {
+pub(super) fn is_access_token_type(typ: Option<&str>) -> bool {
     typ.is_some_and(|t| {
         t.eq_ignore_ascii_case("at+jwt") || t.eq_ignore_ascii_case("application/at+jwt")
     })
 }
 
 /// The configured algorithm names, each asymmetric.
-fn allowed_algorithms(names: &[String]) -> Result<Vec<Algorithm>, String> {
+pub(super) fn allowed_algorithms(names: &[String]) -> Result<Vec<Algorithm>, String> {
     if names.is_empty() {
         return Err("`algorithms` is empty".into());
     }
@@ -128,7 +128,7 @@ fn allowed_algorithms(names: &[String]) -> Result<Vec<Algorithm>, String> {
 }
 
 /// The token error a failed `jsonwebtoken::decode` stands for.
-fn verification_error(kind: &ErrorKind) -> TokenError {
+pub(super) fn verification_error(kind: &ErrorKind) -> TokenError {
     match kind {
         ErrorKind::ExpiredSignature => TokenError::Expired,
         ErrorKind::ImmatureSignature => TokenError::NotYetValid,

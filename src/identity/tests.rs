@@ -416,3 +416,113 @@ fn only_asymmetric_issuers_start() {
     let err = Identities::new(&config).unwrap_err().to_string();
     assert!(err.contains("only asymmetric"), "{err}");
 }
+
+/// ID tokens of the key server's issuer for client `console`.
+fn id_tokens(issuer: &str) -> id_token::IdTokens {
+    let issuer = IssuerConfig {
+        issuer: issuer.into(),
+        ..IssuerConfig::default()
+    };
+    let fetcher =
+        Arc::new(fetch::Fetcher::new(std::time::Duration::from_secs(2), 64 * 1024).unwrap());
+    id_token::IdTokens::new(&issuer, &AuthConfig::default(), fetcher, "console").unwrap()
+}
+
+fn id_claims(issuer: &str) -> Value {
+    json!({"iss": issuer, "sub": "alice", "aud": "console", "exp": now() + 300,
+           "iat": now(), "nonce": "n-1", "name": "Alice"})
+}
+
+#[tokio::test]
+async fn an_id_token_is_for_its_client_and_its_sign_in_only() {
+    use id_token::IdTokenError;
+    let (_server, issuer, _ids) = started().await;
+    let checker = id_tokens(&issuer);
+    let good = sign(
+        EC1,
+        Algorithm::ES256,
+        Some("k1"),
+        "JWT",
+        &id_claims(&issuer),
+    );
+    let claims = checker.verify(&good, "n-1").await.unwrap();
+    assert_eq!(claims["sub"], "alice");
+    let bad = |edit: &dyn Fn(&mut Value)| {
+        let mut c = id_claims(&issuer);
+        edit(&mut c);
+        sign(EC1, Algorithm::ES256, Some("k1"), "JWT", &c)
+    };
+    let cases: Vec<(String, &str, IdTokenError)> = vec![
+        (good.clone(), "n-2", IdTokenError::Nonce),
+        (
+            bad(&|c| {
+                c.as_object_mut().unwrap().remove("nonce");
+            }),
+            "n-1",
+            IdTokenError::Nonce,
+        ),
+        (
+            bad(&|c| c["aud"] = json!("another-client")),
+            "n-1",
+            TokenError::WrongAudience.into(),
+        ),
+        (
+            bad(&|c| c["aud"] = json!(["console", "another-client"])),
+            "n-1",
+            IdTokenError::AuthorizedParty,
+        ),
+        (
+            bad(&|c| c["azp"] = json!("another-client")),
+            "n-1",
+            IdTokenError::AuthorizedParty,
+        ),
+        (
+            bad(&|c| c["exp"] = json!(now() - 120)),
+            "n-1",
+            TokenError::Expired.into(),
+        ),
+        (
+            bad(&|c| c["iss"] = json!("https://other.example")),
+            "n-1",
+            TokenError::UnknownIssuer.into(),
+        ),
+        (
+            bad(&|c| {
+                c.as_object_mut().unwrap().remove("iat");
+            }),
+            "n-1",
+            TokenError::Claims(ClaimError::Missing("iat".into())).into(),
+        ),
+        (
+            sign(
+                EC1,
+                Algorithm::ES256,
+                Some("k1"),
+                "at+jwt",
+                &id_claims(&issuer),
+            ),
+            "n-1",
+            IdTokenError::AccessToken,
+        ),
+        (
+            sign(
+                RSA,
+                Algorithm::RS256,
+                Some("k1"),
+                "JWT",
+                &id_claims(&issuer),
+            ),
+            "n-1",
+            TokenError::Key(KeyError::UnknownKid("k1".into())).into(),
+        ),
+    ];
+    for (token, nonce, expected) in cases {
+        assert_eq!(checker.verify(&token, nonce).await.unwrap_err(), expected);
+    }
+    // Several audiences are fine when `azp` names this client.
+    let token = bad(&|c| {
+        c["aud"] = json!(["console", "another-client"]);
+        c["azp"] = json!("console");
+    });
+    checker.verify(&token, "n-1").await.unwrap();
+}
