@@ -39,7 +39,7 @@ pub struct Identity {
     pub tags: BTreeMap<String, String>,
     /// The org id the issuer's configuration gives the token, if any.
     pub org: Option<String>,
-    /// `client_id`, else `azp`.
+    /// `client_id`, else `azp`, else `cid`.
     pub client_id: Option<String>,
     /// The scopes the token grants, as it lists them.
     pub granted: Vec<String>,
@@ -79,7 +79,11 @@ pub fn identity(
         .or(optional(claims, "preferred_username")?)
         .or_else(|| email.clone())
         .unwrap_or_else(|| subject.clone());
-    let client_id = optional(claims, "client_id")?.or(optional(claims, "azp")?);
+    // RFC 9068 `client_id`; OpenID's `azp` (Entra ID, Keycloak, Auth0);
+    // Okta's `cid`.
+    let client_id = optional(claims, "client_id")?
+        .or(optional(claims, "azp")?)
+        .or(optional(claims, "cid")?);
     Ok(Identity {
         issuer: issuer.issuer.clone(),
         name,
