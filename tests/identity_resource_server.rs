@@ -194,3 +194,43 @@ async fn without_issuers_the_gateway_stays_keys_only() {
     let (status, challenge) = post(&t.mcp_url, None).await;
     assert_eq!((status, challenge.as_str()), (401, "Bearer"));
 }
+
+#[tokio::test]
+async fn opaque_tokens_are_introspected_and_a_revoked_one_is_refused() {
+    if !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options {
+        opaque_resource_prefix: Some("http://127.0.0.1:".into()),
+        ..Options::default()
+    })
+    .await;
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "cg-gateway-secret\n").unwrap();
+    let issuer = IssuerConfig {
+        issuer: idp.issuer.clone(),
+        org: Some("acme".into()),
+        introspection_client_id: Some("cg-gateway".into()),
+        introspection_secret_file: Some(secret.path().to_path_buf()),
+        ..IssuerConfig::default()
+    };
+    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let redirect = "http://127.0.0.1:49152/callback";
+    let token = idp
+        .sign_in("bob", "cg-ide", "openid mcp:tools", &url, redirect)
+        .await;
+    assert!(!token.access_token.contains('.'), "an opaque token");
+    let (status, _) = post(&url, Some(&format!("Bearer {}", token.access_token))).await;
+    assert_eq!(status, 200);
+
+    let revoked = idp
+        .sign_in("bob", "cg-ide", "openid mcp:tools", &url, redirect)
+        .await;
+    idp.revoke_as(oidc::IDE, &revoked.access_token).await;
+    let (status, challenge) = post(&url, Some(&format!("Bearer {}", revoked.access_token))).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    assert!(challenge.contains("not active"), "{challenge}");
+}

@@ -91,6 +91,9 @@ pub struct IssuerConfig {
     pub introspection_client_id: Option<String>,
     /// Environment variable holding that client's secret.
     pub introspection_secret_env: Option<String>,
+    /// Or a file holding it (trailing whitespace ignored); the variable wins
+    /// when both are set.
+    pub introspection_secret_file: Option<std::path::PathBuf>,
     /// Signature algorithms accepted: asymmetric only (`RS256`, `RS384`,
     /// `RS512`, `PS256`, `PS384`, `PS512`, `ES256`, `ES384`, `EdDSA`).
     pub algorithms: Vec<String>,
@@ -133,6 +136,7 @@ impl Default for IssuerConfig {
             introspection_endpoint: None,
             introspection_client_id: None,
             introspection_secret_env: None,
+            introspection_secret_file: None,
             algorithms: ["RS256", "ES256"].map(String::from).to_vec(),
             audiences: Vec::new(),
             leeway_secs: 60,

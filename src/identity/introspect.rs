@@ -37,11 +37,7 @@ pub async fn identity(
                     TokenError::Provider("the issuer names no introspection endpoint".into())
                 })?,
         };
-        let secret = issuer
-            .config
-            .introspection_secret_env
-            .as_deref()
-            .and_then(|var| std::env::var(var).ok());
+        let secret = client_secret(&issuer.config);
         let form = [("token", token), ("token_type_hint", "access_token")];
         let answer = fetcher
             .post_form(&endpoint, (client_id, secret.as_deref()), &form)
@@ -58,6 +54,21 @@ pub async fn identity(
             "not a JWT, and no issuer introspects tokens".into(),
         ))
     }
+}
+
+/// The gateway's secret at the introspection endpoint: the variable's
+/// value, else the file's (read at each introspection, so a rotated secret
+/// needs no restart).
+fn client_secret(config: &super::IssuerConfig) -> Option<String> {
+    let from_env = config
+        .introspection_secret_env
+        .as_deref()
+        .and_then(|var| std::env::var(var).ok());
+    from_env.or_else(|| {
+        let path = config.introspection_secret_file.as_ref()?;
+        let text = std::fs::read_to_string(path).ok()?;
+        Some(text.trim_end().to_string())
+    })
 }
 
 /// The identity an `active: true` answer describes.
