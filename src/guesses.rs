@@ -23,9 +23,10 @@
 //!   have buckets of their own, so a fleet of daemons with a revoked key
 //!   never throttles the console's sign-in, nor the reverse.
 //! - **What is a guess.** A wrong token or a daemon key whose id is unknown
-//!   or whose secret does not match. A request without a credential, or
-//!   with an `Authorization` header that is not a daemon key at all, is
-//!   refused (401) without a look at the store and spends nothing.
+//!   or whose secret does not match, and, where identity providers are
+//!   configured, an access token the gateway refuses (`invalid_token`:
+//!   forged, expired, for another resource; each costs a signature check).
+//!   A request without a credential is refused (401) and spends nothing.
 //! - **The client address** is the TCP peer of the connection. Behind a
 //!   reverse proxy every client has the proxy's address, so the
 //!   per-address bound applies to all of them together: set it for that,
@@ -199,7 +200,8 @@ pub fn message(t: &Throttled, what: &str) -> String {
 /// handler answers as before.
 pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
     let client = client_of(req.extensions());
-    let entry = if req.uri().path().starts_with("/api/mcp/") {
+    let path = req.uri().path();
+    let entry = if path.starts_with("/api/mcp/") || path.starts_with("/mcp/") {
         Entry::Mcp
     } else {
         Entry::Sessions
@@ -208,7 +210,7 @@ pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Nex
         return throttled(entry, &t);
     }
     let Ok(presented) = crate::auth::bearer_key(req.headers()) else {
-        return next.run(req).await;
+        return access_token(&gw, client, entry, req, next).await;
     };
     match gw.authenticate(&presented).await {
         Ok(_) => {
@@ -223,6 +225,34 @@ pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Nex
         // The store failed: the handler meets it again and answers it.
         Err(_) => next.run(req).await,
     }
+}
+
+/// A request with no daemon key: an access token the gateway refuses
+/// (`invalid_token`) spends like a wrong key, so a flood of forged or
+/// expired tokens meets the same bounds (each costs a signature check or
+/// an introspection); a request with no credential at all spends nothing.
+async fn access_token(
+    gw: &Gateway,
+    client: IpAddr,
+    entry: Entry,
+    req: Request,
+    next: Next,
+) -> Response {
+    let bearer = gw.identities.enabled() && crate::auth::bearer_token(req.headers()).is_some();
+    let resp = next.run(req).await;
+    let refused = resp.status() == axum::http::StatusCode::UNAUTHORIZED
+        && resp
+            .headers()
+            .get(axum::http::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("error=\"invalid_token\""));
+    if bearer
+        && refused
+        && let Err(t) = failed(gw, Class::DaemonKey, client, entry).await
+    {
+        return throttled(entry, &t);
+    }
+    resp
 }
 
 /// The 429 of `entry`, in its own error format.

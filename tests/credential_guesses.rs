@@ -342,3 +342,44 @@ async fn wrong_daemon_keys_are_throttled_on_the_mcp_endpoint_and_sessions() {
         .collect();
     assert_eq!(entries, [("127.0.0.2", "mcp"), ("127.0.0.3", "sessions")]);
 }
+
+#[tokio::test]
+async fn refused_access_tokens_are_throttled_like_wrong_keys() {
+    let g = TestGateway::start_with(|c| {
+        c.credential_guesses = CredentialGuessConfig {
+            per_address_burst: 3,
+            per_address_per_minute: 1,
+            total_burst: 1000,
+            total_per_minute: 1,
+            ..CredentialGuessConfig::default()
+        };
+        // An issuer that is never reached: these tokens fail before any key.
+        c.auth.issuers = vec![cedargate::identity::IssuerConfig {
+            issuer: "https://idp.invalid".into(),
+            org: Some("acme".into()),
+            ..Default::default()
+        }];
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let person_url = format!("{}/mcp/acme/{}", g.base, t.project);
+    let guesser = client_from(4);
+    // No credential at all spends nothing.
+    for _ in 0..5 {
+        let resp = guesser.post(&person_url).body("{}").send().await.unwrap();
+        assert_eq!(resp.status(), 401);
+    }
+    for _ in 0..3 {
+        let (status, body) = mcp_from(&guesser, &person_url, "forged.token.value").await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let (status, body) = mcp_from(&guesser, &person_url, "forged.token.value").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(
+        body["error"]["data"]["limit"], "credential_guesses",
+        "{body}"
+    );
+    // Another address keeps working with its key.
+    let (status, _) = mcp_from(&client_from(5), &t.mcp_url, &t.key).await;
+    assert_eq!(status, 200);
+}
