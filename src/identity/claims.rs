@@ -13,12 +13,11 @@ use serde_json::{Map, Value};
 
 use super::config::IssuerConfig;
 
-/// Most groups a token may carry.
-pub const MAX_GROUPS: usize = 256;
-/// Most scopes a token may carry.
-pub const MAX_SCOPES: usize = 128;
-/// Longest subject, group, scope, client id, org or tag value, in bytes.
-pub const MAX_CLAIM_BYTES: usize = 1024;
+/// The bounds are the Cedar vocabulary's (`policy::identity`): a claim the
+/// entities could not hold is refused here, with the claim's name.
+pub use crate::policy::identity::{
+    MAX_AUDIENCES, MAX_GROUPS, MAX_SCOPES, MAX_VALUE_BYTES as MAX_CLAIM_BYTES,
+};
 
 /// A person (or a client acting on its own) as a validated token shows
 /// them.
@@ -93,7 +92,7 @@ pub fn identity(
         org: org(issuer, claims)?,
         client_id,
         granted: scopes(claims)?,
-        audience: string_list(claims, "aud", MAX_SCOPES)?,
+        audience: string_list(claims, "aud", MAX_AUDIENCES)?,
         expires_at: claims.get("exp").and_then(Value::as_i64).unwrap_or(0),
         jti: optional(claims, "jti")?,
         subject,
