@@ -1,0 +1,114 @@
+//! The official MCP SDK clients, given only a person's project URL, sign in
+//! through the gateway's OAuth metadata with a real OpenID provider and call
+//! a gated tool as that person.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use cedargate::identity::IssuerConfig;
+use common::TestGateway;
+use common::oidc::{self, OidcProvider, Options};
+use common::setup::{clients_dir, clients_installed};
+use serde_json::Value;
+
+/// Runs a client script with a clean proxy environment; its summary line.
+async fn run(program: &str, args: &[&str]) -> Value {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(clients_dir())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    let child = cmd.spawn().unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("the client hung")
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "client failed:\n{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("a summary");
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_signs_a_person_in_from_the_project_url_alone() {
+    if !clients_installed() || !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options::default()).await;
+    let issuer = IssuerConfig {
+        issuer: idp.issuer.clone(),
+        require_at_jwt: true,
+        algorithms: vec!["ES256".into()],
+        org: Some("acme".into()),
+        ..IssuerConfig::default()
+    };
+    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+
+    let summary = run("node", &["ts_oauth_client.mjs", &url, "bob"]).await;
+    assert_eq!(summary["challenged"], true, "{summary}");
+    assert_eq!(
+        summary["authorizationServer"],
+        idp.issuer.as_str(),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["resource"],
+        url.as_str(),
+        "the SDK asks for this URL: {summary}"
+    );
+    assert!(
+        summary["registeredClient"].is_string(),
+        "it registered itself: {summary}"
+    );
+    let tools: Vec<&str> = summary["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"af_memory_recall"), "{summary}");
+    assert_eq!(summary["recall"]["isError"], false, "{summary}");
+
+    // The gateway decided the call as bob, in bob's session.
+    let bob = format!("Gateway::User::\"{}|bob\"", idp.issuer);
+    let decisions = gw.decisions().await;
+    let call = decisions
+        .iter()
+        .find(|d| d.record.action == "af_memory_recall" || d.record.action == "call_tool")
+        .map(|d| d.record.clone())
+        .expect("the call was recorded");
+    assert_eq!(call.principal, bob);
+    assert_eq!(call.decision, "allow");
+    assert_eq!(call.session_id.as_deref(), summary["sessionId"].as_str());
+}
