@@ -112,3 +112,39 @@ async fn the_typescript_sdk_signs_a_person_in_from_the_project_url_alone() {
     assert_eq!(call.decision, "allow");
     assert_eq!(call.session_id.as_deref(), summary["sessionId"].as_str());
 }
+
+#[tokio::test]
+async fn the_python_sdk_signs_a_person_in_from_the_project_url_alone() {
+    if !clients_installed() || !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options::default()).await;
+    let issuer = IssuerConfig {
+        issuer: idp.issuer.clone(),
+        require_at_jwt: true,
+        algorithms: vec!["ES256".into()],
+        org: Some("acme".into()),
+        ..IssuerConfig::default()
+    };
+    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let python = clients_dir().join(".venv/bin/python");
+    let summary = run(
+        python.to_str().unwrap(),
+        &["py_oauth_client.py", &url, "alice"],
+    )
+    .await;
+    assert_eq!(summary["challenged"], true, "{summary}");
+    assert_eq!(summary["resource"], url.as_str(), "{summary}");
+    assert!(summary["registeredClient"].is_string(), "{summary}");
+    assert_eq!(summary["recall"]["isError"], false, "{summary}");
+    let alice = format!("Gateway::User::\"{}|alice\"", idp.issuer);
+    let decisions = gw.decisions().await;
+    assert!(
+        decisions.iter().any(|d| d.record.principal == alice
+            && d.record.decision == "allow"
+            && (d.record.action == "af_memory_recall" || d.record.action == "call_tool")),
+        "the call was decided as alice"
+    );
+}
