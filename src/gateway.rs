@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
-use sha2::Digest;
 
 use crate::a2a::A2a;
 use crate::auth::{self, PresentedKey};
@@ -141,6 +140,9 @@ pub struct Gateway {
     /// under way (`[console.oidc]`; none when unset).
     pub console_idp: Option<crate::console::oidc::relying_party::RelyingParty>,
     keys: Cache<String, Arc<(ApiKey, Vec<u8>)>>,
+    /// A person's session id per (org, project, user), so their URL costs
+    /// no query once their session is known.
+    pub person_sessions: Cache<(String, String, String), String>,
     views: Cache<(String, String), Arc<SessionView>>,
     /// Protocol version each session negotiated at `initialize`, so a
     /// client that omits the header after initializing gets the right
@@ -213,6 +215,10 @@ impl Gateway {
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
                 .build(),
+            person_sessions: Cache::builder()
+                .max_capacity(CACHE_CAPACITY)
+                .time_to_live(ttl)
+                .build(),
             negotiated: Cache::builder().max_capacity(CACHE_CAPACITY).build(),
             changes: tokio::sync::watch::Sender::new(0),
             streams: crate::mcp::streams::Streams::new(config.sse.clone()),
@@ -240,6 +246,7 @@ impl Gateway {
     pub fn invalidate_caches(&self) {
         self.keys.invalidate_all();
         self.views.invalidate_all();
+        self.person_sessions.invalidate_all();
         self.announce_change();
     }
 
@@ -427,23 +434,7 @@ impl ViewCaller<'_> {
     fn cache_id(&self) -> String {
         match self {
             ViewCaller::Key(key) => key.id.clone(),
-            ViewCaller::Person(p) => {
-                let facts = p.user.facts();
-                let token = p.token.facts();
-                let parts = serde_json::json!([
-                    p.user.id(),
-                    facts.name,
-                    facts.email,
-                    facts.groups,
-                    facts.tags,
-                    token.scopes,
-                    token.client_id,
-                    token.audience,
-                    p.token.expires_at()
-                ]);
-                let digest = sha2::Sha256::digest(parts.to_string().as_bytes());
-                format!("person:{}", hex::encode(digest))
-            }
+            ViewCaller::Person(p) => p.view_key().to_string(),
         }
     }
 
@@ -487,7 +478,7 @@ impl ViewCaller<'_> {
 /// org, their name.
 pub fn stand_in_key(person: &Person) -> ApiKey {
     ApiKey {
-        id: person.caller_id(),
+        id: person.caller_id().to_string(),
         org_id: person.org().to_string(),
         label: person.user.facts().name.clone(),
         created_at: String::new(),

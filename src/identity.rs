@@ -172,6 +172,14 @@ impl Identities {
         Ok(identity)
     }
 
+    /// The person `identity` names (built at the token's first request,
+    /// then kept with it).
+    pub fn person(&self, identity: &Identity) -> Result<Arc<person::Person>, person::PersonError> {
+        identity
+            .person
+            .get_or_make(|| person::Person::new(identity, self.scopes(identity)))
+    }
+
     /// The scopes `identity` holds, with `auth.scope_implies` followed.
     pub fn scopes(&self, identity: &Identity) -> BTreeSet<String> {
         identity.scopes(&self.config.scope_implies)

@@ -21,7 +21,7 @@ pub use crate::policy::identity::{
 
 /// A person (or a client acting on its own) as a validated token shows
 /// them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Identity {
     /// `iss`, exactly.
     pub issuer: String,
@@ -48,6 +48,9 @@ pub struct Identity {
     pub expires_at: i64,
     /// `jti`, when present (recorded; the token never is).
     pub jti: Option<String>,
+    /// The person this identity makes, built at its first request and kept
+    /// with the validated token (`Identities::person`).
+    pub(crate) person: super::person::PersonSlot,
 }
 
 /// Why a token's claims cannot make an identity.
@@ -96,6 +99,7 @@ pub fn identity(
         expires_at: claims.get("exp").and_then(Value::as_i64).unwrap_or(0),
         jti: optional(claims, "jti")?,
         subject,
+        person: Default::default(),
     })
 }
 

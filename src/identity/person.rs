@@ -3,7 +3,9 @@
 //! checked facts (the `Gateway::User` principal and `context.token`).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use sha2::{Digest, Sha256};
 
 use super::Identity;
 use crate::policy::identity::{CheckedToken, CheckedUser, IdentityError, TokenFacts, UserFacts};
@@ -11,12 +13,33 @@ use crate::policy::identity::{CheckedToken, CheckedUser, IdentityError, TokenFac
 /// A person calling through the gateway.
 #[derive(Debug, Clone)]
 pub struct Person {
-    /// What the token said.
-    pub identity: Arc<Identity>,
     /// The principal of their decisions.
     pub user: CheckedUser,
     /// `context.token` and `context.client` of their decisions.
     pub token: CheckedToken,
+    /// `jti` of their token, when it has one.
+    pub jti: Option<String>,
+    /// Stand-in id for per-caller bookkeeping ([`Person::caller_id`]).
+    caller_id: String,
+    /// Everything their entities and contexts hold, hashed: the session
+    /// view cache's key for them.
+    view_key: String,
+}
+
+/// Where a validated token keeps the person it makes, so that only its
+/// first request builds them (the slot lives as long as the token's
+/// cache entry).
+#[derive(Debug, Clone, Default)]
+pub struct PersonSlot(Arc<OnceLock<Result<Arc<Person>, PersonError>>>);
+
+impl PersonSlot {
+    /// The person, built by `make` on first use.
+    pub fn get_or_make(
+        &self,
+        make: impl FnOnce() -> Result<Person, PersonError>,
+    ) -> Result<Arc<Person>, PersonError> {
+        self.0.get_or_init(|| make().map(Arc::new)).clone()
+    }
 }
 
 /// Why a valid token cannot call.
@@ -35,7 +58,7 @@ pub enum PersonError {
 impl Person {
     /// The person `identity` names, holding `scopes` (the granted ones and
     /// those they imply).
-    pub fn new(identity: Arc<Identity>, scopes: BTreeSet<String>) -> Result<Person, PersonError> {
+    pub fn new(identity: &Identity, scopes: BTreeSet<String>) -> Result<Person, PersonError> {
         let org = identity.org.clone().ok_or(PersonError::NoOrg)?;
         let user = UserFacts {
             org,
@@ -55,10 +78,17 @@ impl Person {
             client_id: identity.client_id.clone(),
         }
         .checked()?;
+        let caller_id = {
+            let digest = Sha256::digest(user.id().as_bytes());
+            format!("person:{}", hex::encode(&digest[..12]))
+        };
+        let view_key = view_key(&user, &token);
         Ok(Person {
-            identity,
             user,
             token,
+            jti: identity.jti.clone(),
+            caller_id,
+            view_key,
         })
     }
 
@@ -69,9 +99,33 @@ impl Person {
 
     /// A stable id for per-caller bookkeeping (rate limits, streams, cached
     /// views): never a daemon key's id, which is 16 hex characters.
-    pub fn caller_id(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(self.user.id().as_bytes());
-        format!("person:{}", hex::encode(&digest[..12]))
+    pub fn caller_id(&self) -> &str {
+        &self.caller_id
     }
+
+    /// The session view cache's key for this person: a hash of everything
+    /// their entities and contexts hold, so a changed claim builds a new
+    /// view.
+    pub fn view_key(&self) -> &str {
+        &self.view_key
+    }
+}
+
+fn view_key(user: &CheckedUser, token: &CheckedToken) -> String {
+    let (facts, claims) = (user.facts(), token.facts());
+    let parts = serde_json::json!([
+        user.id(),
+        facts.name,
+        facts.email,
+        facts.groups,
+        facts.tags,
+        claims.scopes,
+        claims.client_id,
+        claims.audience,
+        token.expires_at()
+    ]);
+    format!(
+        "person:{}",
+        hex::encode(Sha256::digest(parts.to_string().as_bytes()))
+    )
 }

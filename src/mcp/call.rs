@@ -40,12 +40,21 @@ use crate::tools::Invocation;
 
 /// Where a request arrived: its gateway session, and the path of the MCP
 /// endpoint the client used (the resource an access token must name).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Target {
     /// The gateway session.
     pub session_id: String,
     /// `/api/mcp/{sessionId}`, or a person's `/mcp/{org}/{project}`.
     pub path: String,
+    /// The person a person's URL already authenticated (their token checked
+    /// against that URL), so the prelude does not check it again.
+    pub person: Option<Arc<Person>>,
+}
+
+/// Who a request's credential turned out to be.
+enum Resolved {
+    Key(ApiKey),
+    Person(Arc<Person>),
 }
 
 impl Target {
@@ -54,6 +63,7 @@ impl Target {
         Target {
             session_id: session_id.to_string(),
             path: format!("/api/mcp/{session_id}"),
+            person: None,
         }
     }
 }
@@ -401,7 +411,14 @@ pub async fn prepare(
     messages: &[Message],
 ) -> Result<Call, McpError> {
     let session_id = target.session_id.as_str();
-    let caller = credential::caller(gw, headers, &target.path).await?;
+    // A person's URL already authenticated its caller.
+    let caller = match &target.person {
+        Some(person) => Resolved::Person(Arc::clone(person)),
+        None => match credential::caller(gw, headers, &target.path).await? {
+            Caller::Key(key) => Resolved::Key(key),
+            Caller::Person(identity) => Resolved::Person(credential::person(gw, &identity)?),
+        },
+    };
     // Every request of a session records decisions: with the trail's disk
     // below its minimum, refuse before anything is decided or written.
     gw.store
@@ -411,7 +428,7 @@ pub async fn prepare(
     let bundle = gw.pep.current();
     let time = crate::ids::now_rfc3339();
     let (view, context) = match caller {
-        Caller::Key(key) => {
+        Resolved::Key(key) => {
             let view = match gw.session_view(session_id, &key, &bundle).await {
                 Ok(view) => view,
                 Err(ResolveError::CrossOrg(_)) => {
@@ -422,8 +439,7 @@ pub async fn prepare(
             };
             (view, bundle.prepare_session_context(session_id, &time))
         }
-        Caller::Person(identity) => {
-            let person = credential::person(gw, identity)?;
+        Resolved::Person(person) => {
             let view = match gw.person_view(session_id, &person, &bundle).await {
                 Ok(view) => view,
                 Err(ResolveError::CrossOrg(_)) => {

@@ -79,10 +79,9 @@ async fn token_caller(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<C
 
 /// The person a validated token names, or 403 when the token gives no org
 /// or its claims exceed the vocabulary's bounds.
-pub fn person(gw: &Gateway, identity: Arc<Identity>) -> Result<Arc<Person>, McpError> {
-    let scopes = gw.identities.scopes(&identity);
-    Person::new(identity, scopes)
-        .map(Arc::new)
+pub fn person(gw: &Gateway, identity: &Identity) -> Result<Arc<Person>, McpError> {
+    gw.identities
+        .person(identity)
         .map_err(|e| McpError::Forbidden(e.to_string()))
 }
 

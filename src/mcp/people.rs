@@ -74,7 +74,7 @@ async fn person_target(
             ));
         }
     };
-    let person = credential::person(gw, identity)?;
+    let person = credential::person(gw, &identity)?;
     if person.org() != org {
         return Err(refuse_other_org(gw, &person, &path).await);
     }
@@ -82,21 +82,33 @@ async fn person_target(
         .space()
         .check()
         .map_err(|low| McpError::InsufficientStorage(low.0))?;
-    let (o, p, u) = (
+    let cache_key = (
         org.to_string(),
         project.to_string(),
         person.user.id().to_string(),
     );
-    let found = gw
-        .store
-        .read(move |c| people::find_session(c, &o, &p, &u))
-        .await
-        .map_err(|_| McpError::StorageUnavailable)?;
-    let session_id = match found {
+    let session_id = match gw.person_sessions.get(&cache_key) {
         Some(id) => id,
-        None => open_session(gw, &person, org, project).await?,
+        None => {
+            let (o, p, u) = cache_key.clone();
+            let found = gw
+                .store
+                .read(move |c| people::find_session(c, &o, &p, &u))
+                .await
+                .map_err(|_| McpError::StorageUnavailable)?;
+            let id = match found {
+                Some(id) => id,
+                None => open_session(gw, &person, org, project).await?,
+            };
+            gw.person_sessions.insert(cache_key, id.clone());
+            id
+        }
     };
-    Ok(Target { session_id, path })
+    Ok(Target {
+        session_id,
+        path,
+        person: Some(person),
+    })
 }
 
 /// A token of another org at this org's URL: 403, recorded in the
