@@ -276,8 +276,15 @@ async fn a_step_up_in_a_batch_or_a_stateless_request_answers_the_whole_request_4
     let challenge = answered.challenge.expect("the challenge");
     assert!(attr(&challenge, "scope").contains("mcp:admin"));
     let answers = answered.body.as_array().expect("the batch's answers");
-    assert!(answers[0]["result"]["tools"].is_array(), "{}", answered.body);
-    assert_eq!(answers[1]["error"]["data"]["requiredScopes"][0], "mcp:admin");
+    assert!(
+        answers[0]["result"]["tools"].is_array(),
+        "{}",
+        answered.body
+    );
+    assert_eq!(
+        answers[1]["error"]["data"]["requiredScopes"][0],
+        "mcp:admin"
+    );
 
     // 2026-07-28: one stateless request.
     let mut modern = remember();
@@ -323,14 +330,16 @@ when {{ principal.name == "Bob Builder" }};
     let refused = rpc(&url, &tools_only, initialize()).await;
     assert_eq!(refused.status, 403, "{}", refused.body);
     let challenge = refused.challenge.expect("the challenge");
-    assert_eq!(
-        set(&attr(&challenge, "scope")),
-        set("mcp:tools mcp:read")
-    );
-    let id = refused.body["error"]["data"]["decisionId"].as_str().unwrap();
+    assert_eq!(set(&attr(&challenge, "scope")), set("mcp:tools mcp:read"));
+    let id = refused.body["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap();
     let denied = record(&gw, id).await;
     assert_eq!(denied.action, "access_session");
-    assert_eq!(own_notes(&denied)["stepUp"], json!({"scopes": ["mcp:read"]}));
+    assert_eq!(
+        own_notes(&denied)["stepUp"],
+        json!({"scopes": ["mcp:read"]})
+    );
 
     // Two rules name mcp:admin and mcp:tools; mcp:admin implies mcp:tools,
     // so the challenge asks for mcp:admin alone.
@@ -339,10 +348,7 @@ when {{ principal.name == "Bob Builder" }};
     let refused = rpc(&url, &reader, remember()).await;
     assert_eq!(refused.status, 403, "{}", refused.body);
     let challenge = refused.challenge.expect("the challenge");
-    assert_eq!(
-        set(&attr(&challenge, "scope")),
-        set("mcp:read mcp:admin")
-    );
+    assert_eq!(set(&attr(&challenge, "scope")), set("mcp:read mcp:admin"));
     let scope = format!("openid {}", attr(&challenge, "scope"));
     let admin = token(&idp, "bob", &scope, &url).await;
     let allowed = rpc(&url, &admin, remember()).await;

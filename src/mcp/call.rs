@@ -15,7 +15,10 @@
 //! [`Call::decide`] (so through `audit::decide`) or, for a `tools/list`,
 //! through [`Call::tool_list`] (one record for the list), and its records reach
 //! the writer either with the request's next durable commit or, at the
-//! latest, when the request ends ([`Call::flush_deferred`]).
+//! latest, when the request ends ([`Call::flush_deferred`]). The one
+//! exception authorizes nothing: a step-up's hypothetical re-decision of a
+//! deny with scopes the token lacks (`step_up`), which only shapes the
+//! answer to that recorded deny.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -586,12 +589,7 @@ async fn record_rate_refusal(call: &Call, limited: &Limited) -> Result<String, M
 pub async fn admit(call: &Call) -> Result<(), McpError> {
     let session_id = call.view.tenant.session.id.as_str();
     let (principal, session) = (call.caller_uid(), Kind::Session.uid(session_id));
-    let mut decided = call.decide(
-        &principal,
-        Action::AccessSession,
-        &session,
-        &call.context,
-    );
+    let mut decided = call.decide(&principal, Action::AccessSession, &session, &call.context);
     let allowed = decided.allowed();
     let step_up = if allowed {
         None

@@ -128,7 +128,9 @@ mod tests {
         );
         assert_eq!(
             parse("https://api.example/write!#$%&'()*+,-./[]^_`{|}~"),
-            Ok(vec!["https://api.example/write!#$%&'()*+,-./[]^_`{|}~".to_string()])
+            Ok(vec![
+                "https://api.example/write!#$%&'()*+,-./[]^_`{|}~".to_string()
+            ])
         );
     }
 
