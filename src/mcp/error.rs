@@ -761,3 +761,48 @@ impl From<OpenError> for McpError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(missing: &[&str], scopes: &[&str]) -> StepUpRefusal {
+        StepUpRefusal {
+            tool: Some("t".into()),
+            decision_id: "d-1".into(),
+            reasons: vec!["p".into()],
+            advice: Vec::new(),
+            missing: missing.iter().map(|s| s.to_string()).collect(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            metadata_url: "https://gw.example/.well-known/oauth-protected-resource/mcp/a/p".into(),
+        }
+    }
+
+    #[test]
+    fn a_step_up_is_a_403_challenge_naming_every_scope_once() {
+        let mut first = refusal(&["mcp:admin"], &["offline_access", "mcp:read", "mcp:admin"]);
+        first.merge(&refusal(&["files:write"], &["mcp:read", "files:write"]));
+        assert_eq!(
+            first.challenge(),
+            "Bearer error=\"insufficient_scope\", resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/mcp/a/p\", scope=\"mcp:read mcp:admin files:write\", error_description=\"this request needs the scopes mcp:admin files:write; authorize again with every scope this challenge names\""
+        );
+        let error = McpError::StepUp(Box::new(first));
+        assert_eq!(
+            (error.status(), error.code()),
+            (StatusCode::FORBIDDEN, jsonrpc::AUTH_DENIED)
+        );
+        let data = error.rpc().data.unwrap_or_default();
+        assert_eq!(data["decisionId"], "d-1");
+        assert_eq!(data["requiredScopes"], json!(["mcp:admin", "files:write"]));
+        assert_eq!(data["scope"], "mcp:read mcp:admin files:write");
+        let resp = error.into_response();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let header = resp.headers().get(header::WWW_AUTHENTICATE);
+        assert!(
+            header.is_some_and(|v| v
+                .as_bytes()
+                .starts_with(b"Bearer error=\"insufficient_scope\"")),
+            "{header:?}"
+        );
+    }
+}
