@@ -18,6 +18,9 @@
 //! for what the request needs and no more (a broader scope that implies
 //! a narrower one leaves the narrower one out). If it still denies, the
 //! request is answered as any deny (-32003 or 403), with no challenge.
+//! A deny costs at most one decision per candidate and one more; only a
+//! person's deny on an action whose policies name a scope they lack pays
+//! anything.
 //!
 //! The hypothetical decision authorizes nothing and is no decision of the
 //! trail (it is not recorded, not observed by metrics or shadow mode); the
