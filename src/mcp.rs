@@ -44,6 +44,7 @@ pub mod relay;
 pub mod resource_metadata;
 pub mod router;
 pub mod sse;
+pub mod step_up;
 pub mod streamable;
 pub mod streams;
 pub mod terminated;

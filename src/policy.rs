@@ -24,10 +24,12 @@ pub mod replay_verdicts;
 pub mod schema_gen;
 pub mod session_verdicts;
 pub mod set_hash;
+pub mod step_up;
 pub mod tests_runner;
 mod uid;
 pub mod usage_reads;
 
+use std::collections::BTreeSet;
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 
@@ -314,6 +316,9 @@ pub struct PolicyBundle {
     /// Actions whose policies read `context.usage`: only their decisions
     /// carry the caller's recent usage.
     pub usage_reads: usage_reads::UsageReaders,
+    /// The scopes `@requires_scope` names, per action: what a denied
+    /// person may be asked to re-authorize with (`step_up.rs`).
+    pub required_scopes: step_up::RequiredScopes,
     /// Tools decided under their own typed action (read from the schema).
     pub typed: std::collections::HashMap<String, schema_gen::TypedTool>,
     /// Tools whose calls are denied because a forbid names their dropped
@@ -631,6 +636,16 @@ impl PolicyBundle {
                 prepared.session = Some((session_id.to_string(), time.to_string()));
                 Some(prepared)
             }
+        }
+    }
+
+    /// The scopes `@requires_scope` names on the policies that can apply
+    /// to a decision of `action` on `resource` (under the tool's typed
+    /// action when it has one).
+    pub fn required_scopes(&self, action: Action, resource: &Uid) -> &BTreeSet<String> {
+        match self.typed_for(action, resource) {
+            Some(typed) => self.required_scopes.for_action(&typed.action),
+            None => self.required_scopes.for_action(&action.uid().0),
         }
     }
 

@@ -15,7 +15,10 @@
 //! [`Call::decide`] (so through `audit::decide`) or, for a `tools/list`,
 //! through [`Call::tool_list`] (one record for the list), and its records reach
 //! the writer either with the request's next durable commit or, at the
-//! latest, when the request ends ([`Call::flush_deferred`]).
+//! latest, when the request ends ([`Call::flush_deferred`]). The one
+//! exception authorizes nothing: a step-up's hypothetical re-decision of a
+//! deny with scopes the token lacks (`step_up`), which only shapes the
+//! answer to that recorded deny.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,9 +26,9 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 
 use super::credential::{self, Caller};
-use super::error::{McpError, RateRefusal};
+use super::error::{McpError, RateRefusal, StepUpRefusal};
 use super::jsonrpc::Message;
-use super::{cost, protocol};
+use super::{cost, protocol, step_up};
 use crate::audit::tool_list::ToolListGuard;
 use crate::audit::{self, Decided, Scope};
 use crate::gateway::{Gateway, ResolveError, SessionView};
@@ -103,6 +106,12 @@ pub struct Call {
     /// The trace context of the message being answered, when a legacy
     /// body's message carries its own (see [`Call::enter_message`]).
     message_trace: Mutex<Option<TraceContext>>,
+    /// The protected-resource metadata URL of the endpoint the client
+    /// used, for a token-authenticated request (its step-up challenges).
+    pub resource_metadata: Option<String>,
+    /// The step-ups of the messages answered so far (merged): a legacy
+    /// body holding one answers 403 with its challenge.
+    step_up: Mutex<Option<StepUpRefusal>>,
 }
 
 /// A caller's W3C trace context (`traceparent`, `tracestate`), already
@@ -145,6 +154,21 @@ impl TraceContext {
 }
 
 impl Call {
+    /// Notes that a message of this request was answered with a step-up.
+    pub fn note_step_up(&self, refusal: &StepUpRefusal) {
+        if let Ok(mut noted) = self.step_up.lock() {
+            match noted.as_mut() {
+                Some(first) => first.merge(refusal),
+                None => *noted = Some(refusal.clone()),
+            }
+        }
+    }
+
+    /// The step-up of the messages answered, if any (merged).
+    pub fn take_step_up(&self) -> Option<StepUpRefusal> {
+        self.step_up.lock().ok().and_then(|mut s| s.take())
+    }
+
     /// Adds writes that need not be durable before the next answer.
     pub fn defer(&self, ops: impl IntoIterator<Item = WriteOp>) {
         if let Ok(mut p) = self.pending.lock() {
@@ -427,6 +451,8 @@ pub async fn prepare(
         .map_err(|low| McpError::InsufficientStorage(low.0))?;
     let bundle = gw.pep.current();
     let time = crate::ids::now_rfc3339();
+    let resource_metadata = matches!(caller, Caller::Person(_))
+        .then(|| super::resource_metadata::url_for(gw, headers, &target.path));
     let (view, context) = match caller {
         Resolved::Key(key) => {
             let view = match gw.session_view(session_id, &key, &bundle).await {
@@ -470,6 +496,8 @@ pub async fn prepare(
         trace: None,
         capabilities: None,
         message_trace: Mutex::new(None),
+        resource_metadata,
+        step_up: Mutex::new(None),
     })
 }
 
@@ -576,13 +604,26 @@ async fn record_rate_refusal(call: &Call, limited: &Limited) -> Result<String, M
 /// only once its record is durable.
 pub async fn admit(call: &Call) -> Result<(), McpError> {
     let session_id = call.view.tenant.session.id.as_str();
-    let decided = call.decide(
-        &call.caller_uid(),
-        Action::AccessSession,
-        &Kind::Session.uid(session_id),
-        &call.context,
-    );
+    let (principal, session) = (call.caller_uid(), Kind::Session.uid(session_id));
+    let mut decided = call.decide(&principal, Action::AccessSession, &session, &call.context);
     let allowed = decided.allowed();
+    let step_up = if allowed {
+        None
+    } else {
+        let denied = step_up::Denied {
+            bundle: &call.bundle,
+            view: &call.view,
+            identities: &call.gw.identities,
+            principal: &principal,
+            action: Action::AccessSession,
+            resource: &session,
+        };
+        step_up::find(&denied, |token| {
+            call.bundle
+                .prepare_session_context_with_token(session_id, &call.time, token)
+        })
+        .map(|s| step_up::refusal(call.resource_metadata.as_deref(), &mut decided, None, s))
+    };
     let decision_id = decided.id().to_string();
     let advice = decided.verdict.advice.clone();
     call.defer([WriteOp::Decision(Box::new(decided.finish_default()))]);
@@ -592,6 +633,9 @@ pub async fn admit(call: &Call) -> Result<(), McpError> {
     if let Err(e) = call.commit(Vec::new()).await {
         tracing::error!(error = ?e, "cannot record an access denial");
         return Err(McpError::TrailUnavailable);
+    }
+    if let Some(refusal) = step_up {
+        return Err(McpError::StepUp(Box::new(refusal)));
     }
     Err(McpError::AccessDenied {
         decision_id,

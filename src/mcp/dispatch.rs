@@ -7,6 +7,14 @@
 //! it and every later element are answered with that refusal (-32029,
 //! `error.data` as for a refused request) without running, so a client
 //! learns which elements ran and retries the rest.
+//!
+//! A message answered with a step-up (`step_up`: a scope would allow
+//! what Cedar denied) is noted on the [`Call`]: a client re-authorizes
+//! only on the HTTP status, so the transport answers the whole body 403
+//! with one challenge naming every scope any of its messages needs; the
+//! other messages' answers ride in that body as they are. (HTTP+SSE
+//! answers on its stream, after the POST's 202: there the step-up is only
+//! the -32003 error, whose `error.data` names the scopes.)
 
 use serde_json::Value;
 use tracing::Instrument as _;
@@ -48,6 +56,9 @@ pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
                 }
                 call.enter_message(trace);
                 let outcome = dispatch(call, &method, params).instrument(span).await;
+                if let Err(McpError::StepUp(refusal)) = &outcome {
+                    call.note_step_up(refusal);
+                }
                 responses.push(Answer::of(id, outcome.map_err(|e| e.rpc())));
             }
             Message::Invalid { id, reason } => {

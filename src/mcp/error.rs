@@ -22,6 +22,7 @@ use super::jsonrpc::{self, Id, RpcError};
 use super::protocol;
 use super::streams::OpenError;
 use crate::gateway::ResolveError;
+use crate::identity::challenge::{self, ChallengeError};
 use crate::tools::spec::{MESSAGE_MAX_CHARS, echo, prefix};
 use crate::upstream::wire::UPSTREAM_ERROR;
 
@@ -223,6 +224,14 @@ pub enum McpError {
     /// Cedar denied the call (`call_tool`, `a2a_invoke`): -32003.
     #[error("call to `{}` is not authorized for this session", .0.tool)]
     CallDenied(Box<Denial>),
+    /// Cedar denied a person's `call_tool`, `a2a_invoke` or
+    /// `access_session`, and would allow it with scopes their token lacks
+    /// (`@requires_scope`, see `step_up`): 403 with a `WWW-Authenticate:
+    /// Bearer error="insufficient_scope"` challenge naming every scope the
+    /// request needs, -32003 with the deny's decision id. Inside a legacy
+    /// body it makes the whole response 403 (`dispatch`).
+    #[error("{}", step_up_message(.0))]
+    StepUp(Box<StepUpRefusal>),
     /// Cedar denied `write_node` on the project: -32003.
     #[error("`{}` may not write the knowledge graph of this project", .0.tool)]
     WriteDenied(Box<Denial>),
@@ -309,6 +318,67 @@ pub struct Denial {
     pub advice: Vec<String>,
 }
 
+/// What a step-up answer carries.
+#[derive(Debug, Clone)]
+pub struct StepUpRefusal {
+    /// The denied tool (canonical name); `None` for `access_session`.
+    pub tool: Option<String>,
+    /// The recorded deny.
+    pub decision_id: String,
+    /// Its determining policy ids.
+    pub reasons: Vec<String>,
+    /// `@advice` of the deciding policies.
+    pub advice: Vec<String>,
+    /// The scopes that would allow the request, not held yet.
+    pub missing: Vec<String>,
+    /// Every scope to ask for: the token's granted ones and the missing.
+    pub scopes: Vec<String>,
+    /// The protected-resource metadata URL of the endpoint.
+    pub metadata_url: String,
+}
+
+impl StepUpRefusal {
+    /// The `WWW-Authenticate` value: one challenge with every scope.
+    pub fn challenge(&self) -> String {
+        let why = format!(
+            "this request needs the scope{} {}; authorize again with every scope this challenge names",
+            if self.missing.len() == 1 { "" } else { "s" },
+            self.missing.join(" ")
+        );
+        challenge::bearer(
+            &self.metadata_url,
+            &self.scopes,
+            Some((ChallengeError::InsufficientScope, &why)),
+        )
+    }
+
+    /// Adds another refusal's scopes (a batch with several step-ups
+    /// answers one challenge asking for all of them).
+    pub fn merge(&mut self, other: &StepUpRefusal) {
+        for (mine, theirs) in [
+            (&mut self.missing, &other.missing),
+            (&mut self.scopes, &other.scopes),
+        ] {
+            for scope in theirs {
+                if !mine.contains(scope) {
+                    mine.push(scope.clone());
+                }
+            }
+        }
+    }
+}
+
+fn step_up_message(s: &StepUpRefusal) -> String {
+    let what = match &s.tool {
+        Some(tool) => format!("call to `{tool}`"),
+        None => "access to this session".to_string(),
+    };
+    format!(
+        "{what} is not authorized with this token's scopes; it needs {}",
+        s.missing.join(" ")
+    )
+}
+
 fn first_field(errors: &[BadArgument]) -> &str {
     errors.first().map(|e| e.field.as_str()).unwrap_or_default()
 }
@@ -333,6 +403,7 @@ impl McpError {
             | HostNotAllowed(_)
             | Forbidden(_)
             | NotOwnSession { .. }
+            | StepUp(_)
             | AccessDenied { .. } => StatusCode::FORBIDDEN,
             UnsupportedVersion(_)
             | HeaderMismatch { .. }
@@ -401,6 +472,7 @@ impl McpError {
             Forbidden(_)
             | NotOwnSession { .. }
             | AccessDenied { .. }
+            | StepUp(_)
             | CallDenied(_)
             | WriteDenied(_) => jsonrpc::AUTH_DENIED,
             StorageUnavailable | TrailUnavailable | Closing(_) | ToolFailed { .. } | Internal => {
@@ -485,6 +557,19 @@ impl McpError {
                 "reasons": d.reasons,
                 "advice": d.advice,
             }),
+            StepUp(s) => {
+                let mut data = json!({
+                    "decisionId": s.decision_id,
+                    "reasons": s.reasons,
+                    "advice": s.advice,
+                    "requiredScopes": s.missing,
+                    "scope": s.scopes.iter().filter(|x| *x != "offline_access").cloned().collect::<Vec<_>>().join(" "),
+                });
+                if let (Some(tool), Value::Object(map)) = (&s.tool, &mut data) {
+                    map.insert("tool".into(), tool.as_str().into());
+                }
+                data
+            }
             Remote { data, .. } => data.clone(),
             _ => return None,
         };
@@ -593,6 +678,9 @@ impl McpError {
                     .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
                 headers.insert(header::WWW_AUTHENTICATE, value);
             }
+            McpError::StepUp(refusal) => {
+                headers.insert(header::WWW_AUTHENTICATE, step_up_header(&refusal));
+            }
             McpError::NoServerStream => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
             }
@@ -643,6 +731,21 @@ impl McpError {
     }
 }
 
+/// Makes `resp` (a body of answers one of which is a step-up) the
+/// step-up's: 403 with its challenge. A client re-authorizes only on the
+/// HTTP status, so the answers of the other messages ride along.
+pub fn stepped_up(resp: &mut Response, refusal: &StepUpRefusal) {
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, step_up_header(refusal));
+}
+
+/// The challenge of a step-up as a header value.
+fn step_up_header(refusal: &StepUpRefusal) -> HeaderValue {
+    HeaderValue::from_str(&refusal.challenge())
+        .unwrap_or_else(|_| HeaderValue::from_static("Bearer error=\"insufficient_scope\""))
+}
+
 impl IntoResponse for McpError {
     fn into_response(self) -> Response {
         let (id, status, rpc) = (self.id(), self.status(), self.rpc());
@@ -656,5 +759,50 @@ impl From<OpenError> for McpError {
             OpenError::TooMany(max) => McpError::TooManyStreams(max),
             OpenError::Closed => McpError::Closing("the gateway is shutting down"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(missing: &[&str], scopes: &[&str]) -> StepUpRefusal {
+        StepUpRefusal {
+            tool: Some("t".into()),
+            decision_id: "d-1".into(),
+            reasons: vec!["p".into()],
+            advice: Vec::new(),
+            missing: missing.iter().map(|s| s.to_string()).collect(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            metadata_url: "https://gw.example/.well-known/oauth-protected-resource/mcp/a/p".into(),
+        }
+    }
+
+    #[test]
+    fn a_step_up_is_a_403_challenge_naming_every_scope_once() {
+        let mut first = refusal(&["mcp:admin"], &["offline_access", "mcp:read", "mcp:admin"]);
+        first.merge(&refusal(&["files:write"], &["mcp:read", "files:write"]));
+        assert_eq!(
+            first.challenge(),
+            "Bearer error=\"insufficient_scope\", resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/mcp/a/p\", scope=\"mcp:read mcp:admin files:write\", error_description=\"this request needs the scopes mcp:admin files:write; authorize again with every scope this challenge names\""
+        );
+        let error = McpError::StepUp(Box::new(first));
+        assert_eq!(
+            (error.status(), error.code()),
+            (StatusCode::FORBIDDEN, jsonrpc::AUTH_DENIED)
+        );
+        let data = error.rpc().data.unwrap_or_default();
+        assert_eq!(data["decisionId"], "d-1");
+        assert_eq!(data["requiredScopes"], json!(["mcp:admin", "files:write"]));
+        assert_eq!(data["scope"], "mcp:read mcp:admin files:write");
+        let resp = error.into_response();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let header = resp.headers().get(header::WWW_AUTHENTICATE);
+        assert!(
+            header.is_some_and(|v| v
+                .as_bytes()
+                .starts_with(b"Bearer error=\"insufficient_scope\"")),
+            "{header:?}"
+        );
     }
 }

@@ -27,7 +27,7 @@ use super::admission::{Admitted, AdmittedPost, PROTOCOL_HEADER, read_messages};
 use super::call::{Target, resolve};
 use super::dispatch::answer;
 use super::era::{self, Classified};
-use super::error::McpError;
+use super::error::{McpError, stepped_up};
 use super::framing::framed;
 use super::jsonrpc::{self, Answer, Message};
 use super::{modern, protocol};
@@ -92,7 +92,11 @@ pub async fn post_at(
         resume(&gw, session_id).await;
     }
     let text = jsonrpc::body(&responses, body.batch);
-    Ok(respond(&headers, session_id, initialized, text))
+    let mut resp = respond(&headers, session_id, initialized, text);
+    if let Some(refusal) = call.take_step_up() {
+        stepped_up(&mut resp, &refusal);
+    }
+    Ok(resp)
 }
 
 /// `GET /api/mcp/{sessionId}`: no server-initiated stream is offered

@@ -20,9 +20,10 @@ use serde_json::{Map, Value, json};
 
 use super::call::Call;
 use super::error::{BadArgument, Denial, McpError};
-use super::{protocol, relay};
+use super::{protocol, relay, step_up};
 use crate::audit::Decided;
-use crate::policy::{Action, Kind, PreparedContext};
+use crate::policy::identity::CheckedToken;
+use crate::policy::{Action, Kind, PreparedContext, UsageFacts};
 use crate::store::WriteOp;
 use crate::tools::spec::echo;
 use crate::tools::{
@@ -251,7 +252,8 @@ async fn still_offered(
 
 /// Decides the call under its tool's action (typed, with `context.args`,
 /// when the schema types the tool), then `write_node` for graph writes. A
-/// denial is committed, announced to the adapter, and answered -32003.
+/// denial is committed, announced to the adapter, and answered -32003 (or,
+/// when a scope would allow it, with a step-up: `step_up`).
 async fn decide(
     call: &Call,
     tool: &dyn ToolAdapter,
@@ -262,9 +264,11 @@ async fn decide(
 ) -> Result<Allowed, McpError> {
     let spec = tool.spec();
     let agent = call.agent_uid();
-    let own_context = tool_context(call, spec, args);
+    let usage = counted_usage(call, spec);
+    let own_context = tool_context(call, spec, args, usage.as_ref());
     let context = own_context.as_ref().unwrap_or(&call.context);
-    let mut decided = call.decide(&agent, spec.action, &Kind::Tool.uid(&spec.name), context);
+    let resource = Kind::Tool.uid(&spec.name);
+    let mut decided = call.decide(&agent, spec.action, &resource, context);
     decided.record.notes = notes.to_string();
     if !decided.allowed() {
         tool.denied(
@@ -275,10 +279,28 @@ async fn decide(
                 relay: &Relay::default(),
             },
         );
+        let denied = step_up::Denied {
+            bundle: &call.bundle,
+            view: &call.view,
+            identities: &call.gw.identities,
+            principal: &agent,
+            action: spec.action,
+            resource: &resource,
+        };
+        let step_up = step_up::find(&denied, |token| {
+            token_tool_context(call, spec, args, usage.as_ref(), token)
+        })
+        .map(|s| {
+            let metadata = call.resource_metadata.as_deref();
+            step_up::refusal(metadata, &mut decided, Some(&spec.name), s)
+        });
         let denial = denial(&spec.name, &decided);
         call.commit(vec![WriteOp::Decision(Box::new(decided.finish_default()))])
             .await?;
-        return Err(McpError::CallDenied(Box::new(denial)));
+        return Err(match step_up {
+            Some(refusal) => McpError::StepUp(Box::new(refusal)),
+            None => McpError::CallDenied(Box::new(denial)),
+        });
     }
     if !spec.writes_graph {
         return Ok(Allowed {
@@ -305,36 +327,40 @@ async fn decide(
     })
 }
 
+/// Counts the call for `context.usage` whenever the active set reads it
+/// anywhere (so a set that never reads it counts nothing); only calls that
+/// reach the decision count, whatever its verdict. Returns the counts when
+/// the deciding action's policies read them.
+fn counted_usage(call: &Call, spec: &ToolSpec) -> Option<UsageFacts> {
+    let bundle = &call.bundle;
+    if !bundle.usage_reads.any() {
+        return None;
+    }
+    let session = &call.view.tenant.session;
+    let counted = call
+        .gw
+        .rate_limits
+        .usage
+        .call(&session.org_id, call.actor_id(), &spec.name);
+    bundle
+        .tool_reads_usage(spec.action, &spec.name)
+        .then_some(counted)
+}
+
 /// The context of the call's own decision when it is not the request's
 /// session context: with `args` when the schema types the tool, with
-/// `usage` when the deciding action's policies read `context.usage`. The
-/// call is counted for `context.usage` whenever the active set reads it
-/// anywhere (so a set that never reads it counts nothing); only calls that
-/// reach this decision count, whatever its verdict.
-fn tool_context(call: &Call, spec: &ToolSpec, args: &Value) -> Option<PreparedContext> {
+/// `usage` (see [`counted_usage`]) when the deciding action's policies
+/// read `context.usage`, with `token` for a person.
+fn tool_context(
+    call: &Call,
+    spec: &ToolSpec,
+    args: &Value,
+    usage: Option<&UsageFacts>,
+) -> Option<PreparedContext> {
     let bundle = &call.bundle;
     let session = &call.view.tenant.session;
-    let mut usage = None;
-    if bundle.usage_reads.any() {
-        let counted = call
-            .gw
-            .rate_limits
-            .usage
-            .call(&session.org_id, call.actor_id(), &spec.name);
-        if bundle.tool_reads_usage(spec.action, &spec.name) {
-            usage = Some(counted);
-        }
-    }
     if let Some(person) = &call.view.person {
-        return Some(bundle.prepare_tool_context_with_token(
-            spec.action,
-            &spec.name,
-            &session.id,
-            &call.time,
-            args,
-            usage.as_ref(),
-            &person.token,
-        ));
+        return Some(token_tool_context(call, spec, args, usage, &person.token));
     }
     if let Some(usage) = usage {
         return Some(bundle.prepare_tool_context_with_usage(
@@ -343,10 +369,29 @@ fn tool_context(call: &Call, spec: &ToolSpec, args: &Value) -> Option<PreparedCo
             &session.id,
             &call.time,
             args,
-            &usage,
+            usage,
         ));
     }
     bundle.typed_tool_context(spec.action, &spec.name, &session.id, &call.time, args)
+}
+
+/// A person's tool context, carrying `token`.
+fn token_tool_context(
+    call: &Call,
+    spec: &ToolSpec,
+    args: &Value,
+    usage: Option<&UsageFacts>,
+    token: &CheckedToken,
+) -> PreparedContext {
+    call.bundle.prepare_tool_context_with_token(
+        spec.action,
+        &spec.name,
+        &call.view.tenant.session.id,
+        &call.time,
+        args,
+        usage,
+        token,
+    )
 }
 
 fn denial(tool: &str, decided: &Decided) -> Denial {

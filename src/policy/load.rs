@@ -420,6 +420,8 @@ pub fn bundle_from_sources(
         });
     }
 
+    diagnostics.extend(scope_annotation_errors(&pset, &origin, &files));
+
     let result = Validator::new(schema.clone()).validate(&pset, ValidationMode::Strict);
     for e in result.validation_errors() {
         let file = origin
@@ -474,8 +476,10 @@ pub fn bundle_from_sources(
     );
     let session_determined = super::session_verdicts::SessionDetermined::of(&slices);
     let usage_reads = super::usage_reads::UsageReaders::of(&slices, &pset);
+    let required_scopes = super::step_up::RequiredScopes::of(&slices, &pset);
     Ok(PolicyBundle {
         usage_reads,
+        required_scopes,
         slices,
         node_reads,
         session_determined,
@@ -494,6 +498,42 @@ pub fn bundle_from_sources(
         loaded_at: crate::ids::now_rfc3339(),
         warnings,
     })
+}
+
+/// A diagnostic for each `@requires_scope` whose value is not a list of
+/// scope tokens (`step_up::parse`), located at the policy's `@id`.
+fn scope_annotation_errors(
+    pset: &PolicySet,
+    origin: &std::collections::HashMap<String, usize>,
+    files: &[PolicyFile],
+) -> Vec<SourceDiagnostic> {
+    let mut diagnostics = Vec::new();
+    for policy in pset.policies() {
+        let Some(value) = policy.annotation(super::step_up::ANNOTATION) else {
+            continue;
+        };
+        let Err(why) = super::step_up::parse(value) else {
+            continue;
+        };
+        let id = policy.id().to_string();
+        let Some(file) = origin.get(&id).and_then(|i| files.get(*i)) else {
+            continue;
+        };
+        let (line, column) = file
+            .text
+            .find(&format!("\"{id}\""))
+            .map(|off| line_col(&file.text, off))
+            .unwrap_or((0, 0));
+        let message = format!("policy `{id}`: `@requires_scope` {why}");
+        diagnostics.push(SourceDiagnostic {
+            file: file.path.clone(),
+            line,
+            column,
+            rendered: format!("error: {}:{line}:{column}: {message}", file.path),
+            message,
+        });
+    }
+    diagnostics
 }
 
 #[cfg(test)]
