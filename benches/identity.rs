@@ -71,7 +71,11 @@ impl Provider {
             if let Ok(text) = std::fs::read_to_string(&info) {
                 let v: Value = serde_json::from_str(&text)?;
                 let issuer = v["issuer"].as_str().unwrap().to_string();
-                return Ok(Provider { child, issuer, _dir: dir });
+                return Ok(Provider {
+                    child,
+                    issuer,
+                    _dir: dir,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -83,11 +87,18 @@ impl Provider {
         let resp = http
             .post(format!("{}/token", self.issuer))
             .basic_auth("cg-service", Some("cg-service-secret"))
-            .form(&[("grant_type", "client_credentials"), ("scope", "mcp:tools"), ("resource", resource)])
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("scope", "mcp:tools"),
+                ("resource", resource),
+            ])
             .send()
             .await?;
         let body: Value = resp.json().await?;
-        Ok(body["access_token"].as_str().ok_or("no access_token")?.to_string())
+        Ok(body["access_token"]
+            .as_str()
+            .ok_or("no access_token")?
+            .to_string())
     }
 }
 
@@ -105,7 +116,10 @@ async fn door(addr: SocketAddr, path: &str, bearer: &str) -> Res<RawConn> {
 /// Server CPU ns (every thread but the client's) and wall time of `n`
 /// requests of `body` on `conn`.
 async fn measure(conn: &mut RawConn, body: &str, n: usize) -> Res<u64> {
-    let threads = Threads { clock: Clock::Schedstat, group: runtime_roles };
+    let threads = Threads {
+        clock: Clock::Schedstat,
+        group: runtime_roles,
+    };
     let mark = threads.mark();
     for _ in 0..n {
         let (status, answer) = conn.send(Some(body.as_bytes())).await?;
@@ -185,7 +199,10 @@ fn main() -> Res<()> {
             conn.send(Some(PING.as_bytes())).await?;
             second.push(at.elapsed());
         }
-        let (first, second) = (Stats::of(first, Rank::Nearest), Stats::of(second, Rank::Nearest));
+        let (first, second) = (
+            Stats::of(first, Rank::Nearest),
+            Stats::of(second, Rank::Nearest),
+        );
         println!(
             "ping with a token: first use (signature checked) p50 {:.0} µs, second use (cached) \
              p50 {:.0} µs: +{:.0} µs ({fresh} tokens)",
