@@ -180,6 +180,11 @@ impl Identities {
             .get_or_make(|| person::Person::new(identity, self.scopes(identity)))
     }
 
+    /// `granted` with `auth.scope_implies` followed.
+    pub fn expand_scopes(&self, granted: &[String]) -> BTreeSet<String> {
+        claims::expand(granted, &self.config.scope_implies)
+    }
+
     /// The scopes `identity` holds, with `auth.scope_implies` followed.
     pub fn scopes(&self, identity: &Identity) -> BTreeSet<String> {
         identity.scopes(&self.config.scope_implies)

@@ -115,15 +115,20 @@ impl Identity {
 
     /// The granted scopes and every scope they imply (transitively).
     pub fn scopes(&self, implies: &BTreeMap<String, Vec<String>>) -> BTreeSet<String> {
-        let mut held: BTreeSet<String> = BTreeSet::new();
-        let mut todo: Vec<&str> = self.granted.iter().map(String::as_str).collect();
-        while let Some(scope) = todo.pop() {
-            if held.insert(scope.to_string()) {
-                todo.extend(implies.get(scope).into_iter().flatten().map(String::as_str));
-            }
-        }
-        held
+        expand(&self.granted, implies)
     }
+}
+
+/// `granted` and every scope they imply (transitively).
+pub fn expand(granted: &[String], implies: &BTreeMap<String, Vec<String>>) -> BTreeSet<String> {
+    let mut held: BTreeSet<String> = BTreeSet::new();
+    let mut todo: Vec<&str> = granted.iter().map(String::as_str).collect();
+    while let Some(scope) = todo.pop() {
+        if held.insert(scope.to_string()) {
+            todo.extend(implies.get(scope).into_iter().flatten().map(String::as_str));
+        }
+    }
+    held
 }
 
 /// The scopes of `scope` (space-separated) or `scp` (string or array).

@@ -19,6 +19,9 @@ pub struct Person {
     pub token: CheckedToken,
     /// `jti` of their token, when it has one.
     pub jti: Option<String>,
+    /// The scopes the token grants, as it lists them (before
+    /// `auth.scope_implies`).
+    pub granted: Vec<String>,
     /// Stand-in id for per-caller bookkeeping ([`Person::caller_id`]).
     caller_id: String,
     /// Everything their entities and contexts hold, hashed: the session
@@ -87,6 +90,7 @@ impl Person {
             user,
             token,
             jti: identity.jti.clone(),
+            granted: identity.granted.clone(),
             caller_id,
             view_key,
         })

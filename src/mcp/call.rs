@@ -451,7 +451,7 @@ pub async fn prepare(
         .map_err(|low| McpError::InsufficientStorage(low.0))?;
     let bundle = gw.pep.current();
     let time = crate::ids::now_rfc3339();
-    let resource_metadata = matches!(caller, Caller::Person(_))
+    let resource_metadata = matches!(caller, Resolved::Person(_))
         .then(|| super::resource_metadata::url_for(gw, headers, &target.path));
     let (view, context) = match caller {
         Resolved::Key(key) => {

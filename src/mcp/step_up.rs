@@ -116,7 +116,7 @@ pub fn find(
             i += 1;
         }
     }
-    let mut scopes = person.identity.granted.clone();
+    let mut scopes = person.granted.clone();
     for scope in &missing {
         if !scopes.contains(scope) {
             scopes.push(scope.clone());
@@ -129,10 +129,14 @@ pub fn find(
 /// those imply); `None` if that token would exceed the vocabulary's bounds.
 fn with_scopes(denied: &Denied<'_>, extra: &[String]) -> Option<CheckedToken> {
     let person = denied.view.person.as_ref()?;
-    let mut granted = (*person.identity).clone();
-    granted.granted.extend(extra.iter().cloned());
+    let mut granted = person.granted.clone();
+    granted.extend(extra.iter().cloned());
     let mut facts = person.token.facts().clone();
-    facts.scopes = denied.identities.scopes(&granted).into_iter().collect();
+    facts.scopes = denied
+        .identities
+        .expand_scopes(&granted)
+        .into_iter()
+        .collect();
     facts.checked().ok()
 }
 
