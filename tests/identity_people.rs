@@ -166,6 +166,13 @@ async fn a_person_with_only_the_project_url_gets_their_own_session_decided_as_th
     assert!(calls.iter().any(|d| d.principal == bob
         && d.session_id.as_deref() == Some(bob_session.as_str())
         && d.decision == "allow"));
+    // Records name the token by its jti, never the token.
+    let jti = |token: &str| oidc::jwt_parts(token).1["jti"].clone();
+    let notes: Value = serde_json::from_str(&created[0].notes).unwrap();
+    assert_eq!(notes["jti"], jti(&alice), "{notes}");
+    let call_notes: Value = serde_json::from_str(&calls[0].notes).unwrap();
+    assert_eq!(call_notes["jti"], jti(&again), "{call_notes}");
+    assert!(decisions.iter().all(|d| !d.record.notes.contains(&again)));
     let context: Value = serde_json::from_str(&calls[0].context).unwrap();
     assert_eq!(context["client"]["id"], "cg-ide", "{context}");
     assert_eq!(context["token"]["issuer"], idp.issuer.as_str());

@@ -85,7 +85,7 @@ impl Person {
             let digest = Sha256::digest(user.id().as_bytes());
             format!("person:{}", hex::encode(&digest[..12]))
         };
-        let view_key = view_key(&user, &token);
+        let view_key = view_key(&user, &token, identity.jti.as_deref());
         Ok(Person {
             user,
             token,
@@ -115,8 +115,9 @@ impl Person {
     }
 }
 
-fn view_key(user: &CheckedUser, token: &CheckedToken) -> String {
+fn view_key(user: &CheckedUser, token: &CheckedToken, jti: Option<&str>) -> String {
     let (facts, claims) = (user.facts(), token.facts());
+    // The jti too: the records of a view's requests cite its person's token.
     let parts = serde_json::json!([
         user.id(),
         facts.name,
@@ -126,7 +127,8 @@ fn view_key(user: &CheckedUser, token: &CheckedToken) -> String {
         claims.scopes,
         claims.client_id,
         claims.audience,
-        token.expires_at()
+        token.expires_at(),
+        jti
     ]);
     format!(
         "person:{}",

@@ -153,6 +153,24 @@ impl TraceContext {
     }
 }
 
+/// Notes the `jti` of a person's token in each decision record of `ops`
+/// (`notes.jti`): the record names the token it was decided for, never the
+/// token itself.
+pub fn stamp_jti(jti: &str, ops: &mut [WriteOp]) {
+    for op in ops {
+        if let WriteOp::Decision(record) = op {
+            let mut map = match serde_json::from_str(&record.notes) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => serde_json::Map::new(),
+            };
+            if !map.contains_key("jti") {
+                map.insert("jti".into(), jti.into());
+                record.notes = serde_json::Value::Object(map).to_string();
+            }
+        }
+    }
+}
+
 impl Call {
     /// Notes that a message of this request was answered with a step-up.
     pub fn note_step_up(&self, refusal: &StepUpRefusal) {
@@ -219,6 +237,9 @@ impl Call {
         let message = self.message_trace.lock().ok().and_then(|t| t.clone());
         if let Some(trace) = message.as_ref().or(self.trace.as_ref()) {
             trace.stamp(&mut ops);
+        }
+        if let Some(jti) = self.view.person.as_ref().and_then(|p| p.jti.as_deref()) {
+            stamp_jti(jti, &mut ops);
         }
         ops
     }

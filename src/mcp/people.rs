@@ -196,7 +196,7 @@ async fn open_session(
     );
     if !decided.allowed() {
         let (decision_id, advice) = (decided.id().to_string(), decided.verdict.advice.clone());
-        commit(gw, decided.finish_default()).await?;
+        commit(gw, person, decided.finish_default()).await?;
         return Err(McpError::AccessDenied {
             decision_id,
             advice,
@@ -215,16 +215,20 @@ async fn open_session(
         Ok(id) => json!({ "status": "completed", "sessionId": id }),
         Err(e) => json!({ "status": "failed", "error": e.to_string() }),
     };
-    commit(gw, decided.finish(outcome)).await?;
+    commit(gw, person, decided.finish(outcome)).await?;
     opened.map_err(|_| McpError::StorageUnavailable)
 }
 
 async fn commit(
     gw: &Gateway,
+    person: &Person,
     record: crate::store::decisions::NewDecision,
 ) -> Result<(), McpError> {
-    let op = WriteOp::Decision(Box::new(record));
-    gw.store.writer().submit(vec![op]).await.map_err(|e| {
+    let mut ops = vec![WriteOp::Decision(Box::new(record))];
+    if let Some(jti) = &person.jti {
+        super::call::stamp_jti(jti, &mut ops);
+    }
+    gw.store.writer().submit(ops).await.map_err(|e| {
         tracing::error!(error = %e, "cannot record a person's session decision");
         McpError::TrailUnavailable
     })
