@@ -63,3 +63,18 @@ fn control_characters_in_upstream_tool_names_never_break_the_policy_set() {
         loads_with(&[property, tool("fine", json!({"type": "object"}))]);
     }
 }
+
+/// `jsonrpc`: a body whose duplicate keys hide a deeper member (serde keeps
+/// the last `"method"`, a string, over an earlier object) is nested as
+/// written: the pre-scan counts the hidden object, so it never lets more
+/// nesting through than the text holds.
+#[test]
+fn the_depth_pre_scan_counts_nesting_that_duplicate_keys_hide() {
+    let body = br#"[{"jsonrpc":"2.0","id":1,"method":{"deep":{"deeper":[1]}},"method":"ping"}]"#;
+    let value: Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(value[0]["method"], "ping", "serde keeps the last duplicate");
+    assert!(cedargate::mcp::jsonrpc::depth_exceeds(body, 4), "the text nests 5 deep");
+    assert!(!cedargate::mcp::jsonrpc::depth_exceeds(body, 5));
+    let found = std::fs::read("fuzz/seeds/jsonrpc/39-duplicate-keys-depth").unwrap();
+    assert!(cedargate::mcp::jsonrpc::depth_exceeds(&found, 2));
+}

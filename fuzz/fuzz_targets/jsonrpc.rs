@@ -71,11 +71,12 @@ fn check_admission_order(data: &[u8], limits: &Limits) {
     }
 }
 
-/// The pre-scan agrees with serde on the nesting of valid JSON.
+/// The pre-scan agrees with serde on the nesting of valid JSON: the nesting
+/// as written (a `Value` keeps only the last of duplicate keys, and with it
+/// may lose the deepest member).
 fn check_depth_scan(data: &[u8]) {
-    match serde_json::from_slice::<Value>(data) {
-        Ok(v) => {
-            let d = depth(&v);
+    match serde_json::from_slice::<Nesting>(data) {
+        Ok(Nesting(d)) => {
             assert!(!jsonrpc::depth_exceeds(data, d), "depth {d} over-counted");
             if d > 0 {
                 assert!(
@@ -93,13 +94,57 @@ fn check_depth_scan(data: &[u8]) {
     }
 }
 
-fn depth(v: &Value) -> usize {
-    match v {
-        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
-        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
-        _ => 0,
+/// The nesting of a JSON text as written, every member counted.
+struct Nesting(usize);
+
+impl<'de> serde::Deserialize<'de> for Nesting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NestingVisitor)
     }
 }
+
+struct NestingVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NestingVisitor {
+    type Value = Nesting;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Nesting, E> {
+        Ok(Nesting(0))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Nesting, E> {
+        Ok(Nesting(0))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Nesting, E> {
+        Ok(Nesting(0))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Nesting, E> {
+        Ok(Nesting(0))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Nesting, E> {
+        Ok(Nesting(0))
+    }
+    fn visit_unit<E>(self) -> Result<Nesting, E> {
+        Ok(Nesting(0))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Nesting, A::Error> {
+        let mut deepest = 0;
+        while let Some(Nesting(d)) = seq.next_element()? {
+            deepest = deepest.max(d);
+        }
+        Ok(Nesting(deepest + 1))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Nesting, A::Error> {
+        let mut deepest = 0;
+        while let Some((serde::de::IgnoredAny, Nesting(d))) = map.next_entry()? {
+            deepest = deepest.max(d);
+        }
+        Ok(Nesting(deepest + 1))
+    }
+}
+
 
 /// The one-pass parse reads what serde reads, and re-assembles into it.
 fn check_parse_and_classify(data: &[u8]) {
