@@ -73,7 +73,10 @@ fn the_depth_pre_scan_counts_nesting_that_duplicate_keys_hide() {
     let body = br#"[{"jsonrpc":"2.0","id":1,"method":{"deep":{"deeper":[1]}},"method":"ping"}]"#;
     let value: Value = serde_json::from_slice(body).unwrap();
     assert_eq!(value[0]["method"], "ping", "serde keeps the last duplicate");
-    assert!(cedargate::mcp::jsonrpc::depth_exceeds(body, 4), "the text nests 5 deep");
+    assert!(
+        cedargate::mcp::jsonrpc::depth_exceeds(body, 4),
+        "the text nests 5 deep"
+    );
     assert!(!cedargate::mcp::jsonrpc::depth_exceeds(body, 5));
     let found = std::fs::read("fuzz/seeds/jsonrpc/39-duplicate-keys-depth").unwrap();
     assert!(cedargate::mcp::jsonrpc::depth_exceeds(&found, 2));

@@ -13,7 +13,6 @@
 
 mod common;
 
-use cedargate::identity::IssuerConfig;
 use common::oidc::{self, OidcProvider, Options};
 use common::{TestGateway, copy_policies};
 use serde_json::{Value, json};
@@ -42,14 +41,7 @@ async fn gateway(idp: &OidcProvider) -> (TestGateway, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let policies = copy_policies(dir.path());
     std::fs::write(policies.join("people.cedar"), FINANCE_RULE).unwrap();
-    let issuer = IssuerConfig {
-        issuer: idp.issuer.clone(),
-        require_at_jwt: true,
-        algorithms: vec!["ES256".into()],
-        org: Some("acme".into()),
-        tags: [("department".to_string(), "department".to_string())].into(),
-        ..IssuerConfig::default()
-    };
+    let issuer = oidc::acme_issuer(idp);
     let gw = TestGateway::start_with(move |c| {
         c.policies_dir = policies;
         c.auth.issuers = vec![issuer];

@@ -14,7 +14,6 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cedargate::identity::IssuerConfig;
 use common::TestGateway;
 use common::oidc::{self, OidcProvider, Options};
 use common::setup::{clients_dir, clients_installed};
@@ -58,22 +57,22 @@ async fn run(program: &str, args: &[&str]) -> Value {
     serde_json::from_str(line).unwrap()
 }
 
+/// A provider, a gateway trusting it, and org `acme`'s project URL.
+async fn people_gateway() -> (OidcProvider, TestGateway, String) {
+    let idp = OidcProvider::start(Options::default()).await;
+    let issuer = oidc::acme_issuer(&idp);
+    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    (idp, gw, url)
+}
+
 #[tokio::test]
 async fn the_typescript_sdk_signs_a_person_in_from_the_project_url_alone() {
     if !clients_installed() || !oidc::installed() {
         return;
     }
-    let idp = OidcProvider::start(Options::default()).await;
-    let issuer = IssuerConfig {
-        issuer: idp.issuer.clone(),
-        require_at_jwt: true,
-        algorithms: vec!["ES256".into()],
-        org: Some("acme".into()),
-        ..IssuerConfig::default()
-    };
-    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
-    let t = gw.tenant("acme").await;
-    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let (idp, gw, url) = people_gateway().await;
 
     let summary = run("node", &["ts_oauth_client.mjs", &url, "bob"]).await;
     assert_eq!(summary["challenged"], true, "{summary}");
@@ -118,17 +117,7 @@ async fn the_python_sdk_signs_a_person_in_from_the_project_url_alone() {
     if !clients_installed() || !oidc::installed() {
         return;
     }
-    let idp = OidcProvider::start(Options::default()).await;
-    let issuer = IssuerConfig {
-        issuer: idp.issuer.clone(),
-        require_at_jwt: true,
-        algorithms: vec!["ES256".into()],
-        org: Some("acme".into()),
-        ..IssuerConfig::default()
-    };
-    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
-    let t = gw.tenant("acme").await;
-    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let (idp, gw, url) = people_gateway().await;
     let python = clients_dir().join(".venv/bin/python");
     let summary = run(
         python.to_str().unwrap(),

@@ -18,7 +18,6 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cedargate::identity::IssuerConfig;
 use common::oidc::{self, OidcProvider, Options};
 use common::{TestGateway, copy_policies, own_notes};
 use serde_json::{Value, json};
@@ -65,7 +64,7 @@ async fn gateway(
     let dir = tempfile::tempdir().unwrap();
     let policies = copy_policies(dir.path());
     std::fs::write(policies.join("scopes.cedar"), rules).unwrap();
-    let issuer = issuer(idp);
+    let issuer = oidc::acme_issuer(idp);
     let gw = TestGateway::start_with(move |c| {
         c.policies_dir = policies;
         c.auth.issuers = vec![issuer];
@@ -73,17 +72,6 @@ async fn gateway(
     })
     .await;
     (gw, dir)
-}
-
-fn issuer(idp: &OidcProvider) -> IssuerConfig {
-    IssuerConfig {
-        issuer: idp.issuer.clone(),
-        require_at_jwt: true,
-        algorithms: vec!["ES256".into()],
-        org: Some("acme".into()),
-        tags: [("department".to_string(), "department".to_string())].into(),
-        ..IssuerConfig::default()
-    }
 }
 
 async fn token(idp: &OidcProvider, user: &str, scope: &str, resource: &str) -> String {

@@ -657,3 +657,16 @@ pub fn try_jwt_parts(token: &str) -> Option<(Value, Value)> {
 pub fn jwt_parts(token: &str) -> (Value, Value) {
     try_jwt_parts(token).unwrap_or_else(|| panic!("not a JWT: {token}"))
 }
+
+/// How the gateway's tests trust a provider: every token in org `acme`,
+/// RFC 9068 ES256 tokens only, the `department` claim as a tag.
+pub fn acme_issuer(idp: &OidcProvider) -> cedargate::identity::IssuerConfig {
+    cedargate::identity::IssuerConfig {
+        issuer: idp.issuer.clone(),
+        require_at_jwt: true,
+        algorithms: vec!["ES256".into()],
+        org: Some("acme".into()),
+        tags: [("department".to_string(), "department".to_string())].into(),
+        ..cedargate::identity::IssuerConfig::default()
+    }
+}
