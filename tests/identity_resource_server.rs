@@ -234,3 +234,64 @@ async fn opaque_tokens_are_introspected_and_a_revoked_one_is_refused() {
     assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
     assert!(challenge.contains("not active"), "{challenge}");
 }
+
+#[tokio::test]
+async fn keys_rotate_and_the_provider_may_go_down_mid_run() {
+    if !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options::default()).await;
+    let issuer = oidc::acme_issuer(&idp);
+    let gw = TestGateway::start_with(move |c| {
+        c.auth.issuers = vec![issuer];
+        c.auth.unknown_kid_refresh_secs = 1;
+    })
+    .await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let redirect = "http://127.0.0.1:49152/callback";
+    let bearer = |token: &str| format!("Bearer {token}");
+    let before = idp
+        .sign_in("bob", "cg-ide", "mcp:tools", &url, redirect)
+        .await;
+    assert_eq!(post(&url, Some(&bearer(&before.access_token))).await.0, 200);
+
+    // A new signing key: its tokens are accepted once the key set is
+    // fetched again (an unknown kid, at most once a second here); the old
+    // key's tokens keep working while it stays published.
+    idp.rotate_keys().await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let after = idp
+        .sign_in("bob", "cg-ide", "mcp:tools", &url, redirect)
+        .await;
+    let kid = |token: &str| oidc::jwt_parts(token).0["kid"].clone();
+    assert_ne!(kid(&before.access_token), kid(&after.access_token));
+    assert_eq!(post(&url, Some(&bearer(&after.access_token))).await.0, 200);
+    assert_eq!(post(&url, Some(&bearer(&before.access_token))).await.0, 200);
+
+    // The provider goes down: a token signed with a key already fetched is
+    // still accepted at its first use; a made-up key fails closed, at once.
+    let unseen = idp
+        .sign_in("alice", "cg-ide", "mcp:tools", &url, redirect)
+        .await;
+    let stopped = idp.stop();
+    let started = std::time::Instant::now();
+    assert_eq!(post(&url, Some(&bearer(&unseen.access_token))).await.0, 200);
+    let (header, _) = oidc::jwt_parts(&unseen.access_token);
+    let forged_header =
+        serde_json::json!({"alg": header["alg"], "typ": "at+jwt", "kid": "not-published"});
+    let parts: Vec<&str> = unseen.access_token.split('.').collect();
+    use base64::Engine;
+    let encoded =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged_header.to_string());
+    let forged = format!("{encoded}.{}.{}", parts[1], parts[2]);
+    let (status, challenge) = post(&url, Some(&bearer(&forged))).await;
+    assert_eq!(status, 401, "{challenge}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "refused within the request's time"
+    );
+    let idp = stopped.restart().await;
+    assert_eq!(post(&url, Some(&bearer(&after.access_token))).await.0, 200);
+    drop(idp);
+}
