@@ -225,6 +225,18 @@ function providerOptions(config, keys, cookieKey) {
       groups: ['groups', 'department'],
     },
     scopes: [...OIDC_SCOPES, ...MCP_SCOPES.split(' ')],
+    // A client that registers itself with some scopes may still ask for
+    // every scope this provider knows (as many company IdPs allow): the
+    // official MCP SDKs register the scopes of a resource's first
+    // challenge, and a step-up asks for more.
+    extraClientMetadata: {
+      properties: ['cg_any_scope'],
+      validator(ctx, key, value, metadata) {
+        if (key === 'cg_any_scope' && metadata.scope !== undefined) {
+          metadata.scope = [...OIDC_SCOPES, ...MCP_SCOPES.split(' ')].join(' ');
+        }
+      },
+    },
     clientDefaults: {
       grant_types: ['authorization_code'],
       id_token_signed_response_alg: 'ES256',
