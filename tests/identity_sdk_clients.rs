@@ -137,3 +137,53 @@ async fn the_python_sdk_signs_a_person_in_from_the_project_url_alone() {
         "the call was decided as alice"
     );
 }
+
+/// Storing a memory needs `mcp:admin`, which the first sign-in does not ask
+/// for (the challenge names only `mcp:read mcp:tools`).
+const ADMIN_RULE: &str = r#"
+@id("remembering-needs-admin")
+@requires_scope("mcp:admin")
+forbid (principal is Gateway::User, action == Gateway::Action::"af_memory_remember", resource)
+unless { context has token && context.token.scopes.contains("mcp:admin") };
+"#;
+
+#[tokio::test]
+async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
+    if !clients_installed() || !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = common::copy_policies(dir.path());
+    std::fs::write(policies.join("admin.cedar"), ADMIN_RULE).unwrap();
+    let issuer = oidc::acme_issuer(&idp);
+    let gw = TestGateway::start_with(move |c| {
+        c.policies_dir = policies;
+        c.auth.issuers = vec![issuer];
+        c.auth.challenge_scopes = vec!["mcp:read".into(), "mcp:tools".into()];
+    })
+    .await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let summary = run("node", &["ts_oauth_client.mjs", &url, "bob", "remember"]).await;
+    assert_eq!(summary["challenged"], true, "{summary}");
+    let scope = summary["stepUpScope"].as_str().expect("a step-up");
+    assert!(scope.split(' ').any(|s| s == "mcp:admin"), "{summary}");
+    assert_eq!(
+        summary["remember"]["isError"], false,
+        "stored after step-up: {summary}"
+    );
+    let decisions = gw.decisions().await;
+    let remembered: Vec<&str> = decisions
+        .iter()
+        .filter(|d| {
+            d.record.resource.contains("af_memory_remember") && d.record.action != "view_tool"
+        })
+        .map(|d| d.record.decision.as_str())
+        .collect();
+    assert_eq!(
+        remembered,
+        vec!["deny", "allow"],
+        "denied with the challenge, then allowed"
+    );
+}

@@ -1,6 +1,6 @@
 // The official MCP TypeScript SDK client, given only a person's project URL
 // on the gateway, signing in through the SDK's OAuth support.
-// Usage: node ts_oauth_client.mjs <project URL> <user>
+// Usage: node ts_oauth_client.mjs <project URL> <user> [remember]
 //
 // The SDK meets the gateway's 401 challenge, reads the protected-resource
 // metadata, discovers the identity provider, registers itself (dynamic
@@ -9,12 +9,15 @@
 // provider's test sign-in answers for the user named in `login_hint`, and
 // this script follows the redirects with a cookie jar until the redirect
 // URI, then hands the code back to the SDK. It then lists the tools,
-// recalls memories (allowed) and prints one JSON summary line.
+// recalls memories (allowed) and, with `remember`, stores one: when the
+// gateway answers 403 `insufficient_scope` the SDK asks the provider for
+// the challenge's scopes (step-up), the person signs in again and the call
+// is retried. It prints one JSON summary line.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 
-const [url, user] = process.argv.slice(2);
+const [url, user, then] = process.argv.slice(2);
 const redirectUrl = "http://127.0.0.1:49153/callback";
 
 /** An OAuthClientProvider that keeps everything in memory. */
@@ -112,5 +115,19 @@ const recalled = await client.callTool({
   arguments: { query: "anything", workType: "feature" },
 });
 summary.recall = { isError: recalled.isError ?? false };
+if (then === "remember") {
+  const remember = () =>
+    client.callTool({ name: "af_memory_remember", arguments: { content: `${user} stepped up` } });
+  let stored;
+  try {
+    stored = await remember();
+  } catch (e) {
+    if (!(e instanceof UnauthorizedError)) throw e;
+    summary.stepUpScope = new URL(provider.authorizationUrl).searchParams.get("scope");
+    await transport.finishAuth(await signIn(provider.authorizationUrl));
+    stored = await remember();
+  }
+  summary.remember = { isError: stored.isError ?? false };
+}
 await client.close();
 console.log(JSON.stringify(summary));
