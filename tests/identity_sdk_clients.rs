@@ -147,16 +147,13 @@ forbid (principal is Gateway::User, action == Gateway::Action::"af_memory_rememb
 unless { context has token && context.token.scopes.contains("mcp:admin") };
 "#;
 
-#[tokio::test]
-async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
-    if !clients_installed() || !oidc::installed() {
-        return;
-    }
-    let idp = OidcProvider::start(Options::default()).await;
+/// A gateway whose first challenge leaves `mcp:admin` out and whose policy
+/// asks for it to store a memory; org `acme`'s project URL.
+async fn step_up_gateway(idp: &OidcProvider) -> (TestGateway, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let policies = common::copy_policies(dir.path());
     std::fs::write(policies.join("admin.cedar"), ADMIN_RULE).unwrap();
-    let issuer = oidc::acme_issuer(&idp);
+    let issuer = oidc::acme_issuer(idp);
     let gw = TestGateway::start_with(move |c| {
         c.policies_dir = policies;
         c.auth.issuers = vec![issuer];
@@ -165,6 +162,28 @@ async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
     .await;
     let t = gw.tenant("acme").await;
     let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    (gw, dir, url)
+}
+
+/// The remember decisions of the trail, in order.
+async fn remembered(gw: &TestGateway) -> Vec<String> {
+    gw.decisions()
+        .await
+        .iter()
+        .filter(|d| {
+            d.record.resource.contains("af_memory_remember") && d.record.action != "view_tool"
+        })
+        .map(|d| d.record.decision.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
+    if !clients_installed() || !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options::default()).await;
+    let (gw, _dir, url) = step_up_gateway(&idp).await;
     let summary = run("node", &["ts_oauth_client.mjs", &url, "bob", "remember"]).await;
     assert_eq!(summary["challenged"], true, "{summary}");
     let scope = summary["stepUpScope"].as_str().expect("a step-up");
@@ -173,16 +192,38 @@ async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
         summary["remember"]["isError"], false,
         "stored after step-up: {summary}"
     );
-    let decisions = gw.decisions().await;
-    let remembered: Vec<&str> = decisions
-        .iter()
-        .filter(|d| {
-            d.record.resource.contains("af_memory_remember") && d.record.action != "view_tool"
-        })
-        .map(|d| d.record.decision.as_str())
-        .collect();
     assert_eq!(
-        remembered,
+        remembered(&gw).await,
+        vec!["deny", "allow"],
+        "denied with the challenge, then allowed"
+    );
+}
+
+#[tokio::test]
+async fn the_python_sdk_steps_up_when_a_policy_asks_for_a_scope() {
+    if !clients_installed() || !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options::default()).await;
+    let (gw, _dir, url) = step_up_gateway(&idp).await;
+    let python = clients_dir().join(".venv/bin/python");
+    let summary = run(
+        python.to_str().unwrap(),
+        &["py_oauth_client.py", &url, "bob", "remember"],
+    )
+    .await;
+    assert_eq!(
+        summary["signIns"], 2,
+        "signed in, then again for the step-up: {summary}"
+    );
+    let scope = summary["lastScope"].as_str().unwrap();
+    assert!(scope.split(' ').any(|s| s == "mcp:admin"), "{summary}");
+    assert_eq!(
+        summary["remember"]["isError"], false,
+        "stored after step-up: {summary}"
+    );
+    assert_eq!(
+        remembered(&gw).await,
         vec!["deny", "allow"],
         "denied with the challenge, then allowed"
     );

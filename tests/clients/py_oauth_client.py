@@ -1,7 +1,7 @@
 """The official Python MCP SDK client (`mcp` 2.x), given only a person's
 project URL on the gateway, signing in through the SDK's OAuth support.
 
-Usage: python py_oauth_client.py <project URL> <user>
+Usage: python py_oauth_client.py <project URL> <user> [remember]
 
 The SDK meets the gateway's 401 challenge, reads the protected-resource
 metadata, discovers the identity provider, registers itself and asks the
@@ -9,7 +9,9 @@ provider to authorize it with PKCE and the RFC 8707 resource. A person
 would sign in in a browser; here the provider's test sign-in answers for the
 user named in `login_hint`, and the redirect handler follows the redirects
 (with the provider's cookies) to the redirect URI. Then it lists the tools,
-recalls memories (allowed) and prints one JSON summary line.
+recalls memories (allowed) and, with `remember`, stores one: on the
+gateway's 403 `insufficient_scope` the SDK signs the person in again for the
+challenge's scopes (step-up) and retries. It prints one JSON summary line.
 """
 
 import asyncio
@@ -46,14 +48,16 @@ class Memory:
         self.client = client
 
 
-async def main(url: str, user: str) -> dict:
+async def main(url: str, user: str, then: str | None) -> dict:
     storage = Memory()
     summary: dict = {}
     answer: dict = {}
 
     async def redirect_handler(authorization_url: str) -> None:
+        summary["signIns"] = summary.get("signIns", 0) + 1
         summary["challenged"] = True
         query = parse_qs(urlparse(authorization_url).query)
+        summary["lastScope"] = query.get("scope", [None])[0]
         summary["resource"] = query.get("resource", [None])[0]
         next_url = f"{authorization_url}&login_hint={user}"
         async with httpx2.AsyncClient(follow_redirects=False) as http:
@@ -92,10 +96,13 @@ async def main(url: str, user: str) -> dict:
         summary["tools"] = [t.name for t in tools.tools]
         result = await client.call_tool("af_memory_recall", {"query": "anything", "workType": "feature"})
         summary["recall"] = {"isError": bool(result.is_error)}
+        if then == "remember":
+            stored = await client.call_tool("af_memory_remember", {"content": f"{user} stepped up"})
+            summary["remember"] = {"isError": bool(stored.is_error)}
     summary["registeredClient"] = storage.client.client_id if storage.client else None
     summary["grantedScope"] = storage.tokens.scope if storage.tokens else None
     return summary
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2]))))
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))))
