@@ -295,3 +295,34 @@ async fn keys_rotate_and_the_provider_may_go_down_mid_run() {
     assert_eq!(post(&url, Some(&bearer(&after.access_token))).await.0, 200);
     drop(idp);
 }
+
+#[tokio::test]
+async fn a_token_the_provider_issued_is_refused_once_it_expires() {
+    if !oidc::installed() {
+        return;
+    }
+    let idp = OidcProvider::start(Options {
+        access_token_ttl: Some(2),
+        ..Options::default()
+    })
+    .await;
+    let mut issuer = oidc::acme_issuer(&idp);
+    issuer.leeway_secs = 0;
+    let gw = TestGateway::start_with(move |c| c.auth.issuers = vec![issuer]).await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+    let redirect = "http://127.0.0.1:49152/callback";
+    let token = idp
+        .sign_in("bob", "cg-ide", "mcp:tools", &url, redirect)
+        .await;
+    let bearer = format!("Bearer {}", token.access_token);
+    assert_eq!(post(&url, Some(&bearer)).await.0, 200, "valid, then cached");
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    let (status, challenge) = post(&url, Some(&bearer)).await;
+    assert_eq!(
+        status, 401,
+        "the cache keeps a token no longer than it lives"
+    );
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    assert!(challenge.contains("expired"), "{challenge}");
+}
