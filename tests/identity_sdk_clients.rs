@@ -11,50 +11,17 @@
 
 mod common;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use common::TestGateway;
+use common::clients;
 use common::oidc::{self, OidcProvider, Options};
 use common::setup::{clients_dir, clients_installed};
 use serde_json::Value;
 
-/// Runs a client script with a clean proxy environment; its summary line.
+/// Runs a client script (its own HOME); its summary line.
 async fn run(program: &str, args: &[&str]) -> Value {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(clients_dir())
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
-        cmd.env_remove(var);
-    }
-    let child = cmd.spawn().unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("the client hung")
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "client failed:\n{stdout}\n{stderr}");
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .expect("a summary");
-    serde_json::from_str(line).unwrap()
+    let home = tempfile::tempdir().unwrap();
+    let program = std::path::Path::new(program);
+    clients::summary(&clients::run(program, args, &[], home.path()).await)
 }
 
 /// A provider, a gateway trusting it, and org `acme`'s project URL.

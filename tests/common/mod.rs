@@ -4,6 +4,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod cli;
+pub mod clients;
 pub mod modern;
 pub mod oidc;
 pub mod pg;
