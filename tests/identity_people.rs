@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::oidc::{self, OidcProvider, Options};
+use common::oidc::{self, OidcProvider};
 use common::{TestGateway, copy_policies};
 use serde_json::{Value, json};
 
@@ -27,13 +27,6 @@ const FINANCE_RULE: &str = r#"
 forbid (principal is Gateway::User, action == Gateway::Action::"af_memory_remember", resource)
 when { principal.hasTag("department") && principal.getTag("department") == "finance" };
 "#;
-
-async fn provider() -> Option<OidcProvider> {
-    if !oidc::installed() {
-        return None;
-    }
-    Some(OidcProvider::start(Options::default()).await)
-}
 
 /// A gateway whose issuer maps every token to org `acme`, with the
 /// `department` claim as a tag and the finance rule.
@@ -91,7 +84,9 @@ fn call(name: &str, args: Value) -> Value {
 
 #[tokio::test]
 async fn a_person_with_only_the_project_url_gets_their_own_session_decided_as_them() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let (gw, _policies) = gateway(&idp).await;
     let t = gw.tenant("acme").await;
     let url = format!("{}/mcp/acme/{}", gw.base, t.project);
@@ -181,7 +176,9 @@ async fn a_person_with_only_the_project_url_gets_their_own_session_decided_as_th
 
 #[tokio::test]
 async fn rules_on_a_persons_tags_decide_their_calls() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let (gw, _policies) = gateway(&idp).await;
     let t = gw.tenant("acme").await;
     let url = format!("{}/mcp/acme/{}", gw.base, t.project);
@@ -220,7 +217,9 @@ async fn rules_on_a_persons_tags_decide_their_calls() {
 
 #[tokio::test]
 async fn people_stay_in_their_org_and_their_own_session() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let (gw, _policies) = gateway(&idp).await;
     let t = gw.tenant("acme").await;
     let other = gw.tenant("globex").await;

@@ -20,13 +20,6 @@ use serde_json::{Value, json};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
-async fn provider() -> Option<OidcProvider> {
-    if !oidc::installed() {
-        return None;
-    }
-    Some(OidcProvider::start(Options::default()).await)
-}
-
 async fn gateway(issuer: &str, org: Option<&str>) -> TestGateway {
     let issuer = IssuerConfig {
         issuer: issuer.to_string(),
@@ -65,7 +58,9 @@ async fn post(url: &str, authorization: Option<&str>) -> (u16, String) {
 
 #[tokio::test]
 async fn metadata_names_the_exact_endpoint_url_and_the_provider() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let gw = gateway(&idp.issuer, None).await;
     let t = gw.tenant("acme").await;
     let path = format!("/api/mcp/{}", t.session_id);
@@ -108,7 +103,9 @@ async fn metadata_names_the_exact_endpoint_url_and_the_provider() {
 
 #[tokio::test]
 async fn a_request_without_a_usable_token_is_challenged_toward_the_metadata() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let gw = gateway(&idp.issuer, None).await;
     let t = gw.tenant("acme").await;
     let metadata = format!(

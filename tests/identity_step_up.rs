@@ -18,7 +18,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::oidc::{self, OidcProvider, Options};
+use common::oidc::{self, OidcProvider};
 use common::{TestGateway, copy_policies, own_notes};
 use serde_json::{Value, json};
 
@@ -46,13 +46,6 @@ const HELD_RULE: &str = r#"
 forbid (principal is Gateway::User, action == Gateway::Action::"af_memory_recall", resource)
 when { context has token && context.token.scopes.contains("mcp:read") };
 "#;
-
-async fn provider() -> Option<OidcProvider> {
-    if !oidc::installed() {
-        return None;
-    }
-    Some(OidcProvider::start(Options::default()).await)
-}
 
 /// A gateway trusting the provider (every token in org `acme`, the
 /// `department` claim as a tag) with `rules` besides the shipped policies.
@@ -157,7 +150,9 @@ async fn record(gw: &TestGateway, decision_id: &str) -> cedargate::store::decisi
 
 #[tokio::test]
 async fn a_person_missing_a_policys_scope_is_asked_for_it_and_the_retry_is_allowed() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let rules = format!("{ADMIN_RULE}{FINANCE_RULE}{HELD_RULE}");
     let (gw, _policies) = gateway(&idp, &rules, BTreeMap::new()).await;
     let t = gw.tenant("acme").await;
@@ -248,7 +243,9 @@ async fn a_person_missing_a_policys_scope_is_asked_for_it_and_the_retry_is_allow
 
 #[tokio::test]
 async fn a_step_up_in_a_batch_or_a_stateless_request_answers_the_whole_request_403() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let (gw, _policies) = gateway(&idp, ADMIN_RULE, BTreeMap::new()).await;
     let t = gw.tenant("acme").await;
     let url = format!("{}/mcp/acme/{}", gw.base, t.project);
@@ -291,7 +288,9 @@ async fn a_step_up_in_a_batch_or_a_stateless_request_answers_the_whole_request_4
 
 #[tokio::test]
 async fn scope_hierarchies_are_honoured_and_session_access_steps_up_too() {
-    let Some(idp) = provider().await else { return };
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
     let rules = format!(
         r#"{ADMIN_RULE}
 @id("remember-needs-tools")

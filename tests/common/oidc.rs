@@ -670,3 +670,12 @@ pub fn acme_issuer(idp: &OidcProvider) -> cedargate::identity::IssuerConfig {
         ..cedargate::identity::IssuerConfig::default()
     }
 }
+
+/// A provider with default options, or `None` (the test then returns)
+/// when it is not installed outside CI.
+pub async fn default_provider() -> Option<OidcProvider> {
+    if !installed() {
+        return None;
+    }
+    Some(OidcProvider::start(Options::default()).await)
+}
