@@ -14,6 +14,7 @@ mod checkpointing;
 mod connection;
 mod headers;
 mod maintenance;
+mod unread_body;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -208,6 +209,7 @@ pub fn app(gw: Arc<Gateway>) -> Router {
             )),
         )
         .layer(axum::middleware::from_fn(headers::secure))
+        .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(TraceLayer::new_for_http())
         .with_state(gw)
 }

@@ -231,6 +231,77 @@ async fn an_idle_keep_alive_connection_is_closed() {
 
 /// With the cap at two: the third connection is closed at once, the two
 /// open ones keep working, and a place freed is taken again.
+/// Reads one answer (its head, then the body its `Content-Length` names)
+/// from `s`, lowercased.
+async fn one_answer(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if out.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .expect("an answer comes");
+    String::from_utf8_lossy(&out).to_ascii_lowercase()
+}
+
+#[tokio::test]
+async fn an_answer_sent_before_the_body_was_read_closes_the_connection_and_says_so() {
+    let g = TestGateway::start_with(quiet).await;
+    let t = g.tenant("acme").await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let head = |path: &str, auth: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\r\n",
+            ping.len()
+        )
+    };
+
+    // A person's project URL without a token is answered 401 at once; the
+    // body is still held back by the client.
+    let mut s = connect(&g.base).await;
+    let path = format!("/mcp/acme/{}", t.project);
+    s.write_all(head(&path, "").as_bytes()).await.unwrap();
+    let answer = one_answer(&mut s).await;
+    assert!(answer.starts_with("http/1.1 401"), "{answer}");
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(
+        read_to_close(&mut s, Duration::from_secs(3))
+            .await
+            .is_some(),
+        "the server closes the connection it said it would"
+    );
+
+    // Answers to bodies read to their end keep the connection.
+    let mut s = connect(&g.base).await;
+    let path = format!("/api/mcp/{}", t.session_id);
+    let auth = format!("Authorization: Bearer {}\r\n", t.key);
+    for _ in 0..2 {
+        let request = head(&path, &auth) + ping;
+        s.write_all(request.as_bytes()).await.unwrap();
+        let answer = one_answer(&mut s).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""result""#), "{answer}");
+        assert!(!answer.contains("connection: close"), "{answer}");
+    }
+}
+
 async fn the_connection_over_the_cap_is_refused(g: &TestGateway) {
     let mut a = connect(&g.base).await;
     let mut b = connect(&g.base).await;
