@@ -411,13 +411,23 @@ pub struct PreparedContext {
     /// value is built from on first use (a reused verdict whose argument
     /// shape Cedar already accepted needs none).
     typed_args: Option<Arc<schema_gen::ArgType>>,
+    /// The token of a token-authenticated request (`context.token`, and
+    /// `context.client` when it names its client), built from values with
+    /// the session's part.
+    token: Option<Arc<identity::CheckedToken>>,
 }
 
 impl PreparedContext {
     /// The context as Cedar JSON.
     pub fn json(&self) -> &serde_json::Value {
         self.json.get_or_init(|| match &self.session {
-            Some((session_id, time)) => entities::session_context(session_id, time),
+            Some((session_id, time)) => {
+                let mut json = entities::session_context(session_id, time);
+                if let (Some(token), serde_json::Value::Object(map)) = (&self.token, &mut json) {
+                    entities::insert_token(map, token);
+                }
+                json
+            }
             // Unreachable: a context without `session` is made with its JSON.
             None => serde_json::Value::Null,
         })
@@ -426,8 +436,8 @@ impl PreparedContext {
     /// The context serialized, as recorded in the decision trail.
     pub fn text(&self) -> &str {
         self.text
-            .get_or_init(|| match (&self.session, &self.action) {
-                (Some((session_id, time)), None) => {
+            .get_or_init(|| match (&self.session, &self.action, &self.token) {
+                (Some((session_id, time)), None, None) => {
                     entities::session_context_text(session_id, time)
                 }
                 _ => self.json().to_string(),
@@ -437,24 +447,38 @@ impl PreparedContext {
     /// The Cedar context (built now if it was deferred).
     fn cedar(&self) -> &Result<Context, ContextError> {
         self.cedar.get_or_init(|| {
-            if let Some(args) = &self.typed_args {
-                return match typed_pairs(args, self.json()) {
-                    Some(pairs) => Context::from_pairs(pairs).map_err(ContextError::values),
-                    None => Err(ContextError::NotPrepared),
-                };
+            let mut pairs = self.values().ok_or(ContextError::NotPrepared)?;
+            if let Some(token) = &self.token {
+                pairs.extend(token_pairs(token)?);
             }
-            self.plain_cedar()
+            Context::from_pairs(pairs).map_err(ContextError::values)
         })
     }
 
-    /// The Cedar value of a plain session context.
-    fn plain_cedar(&self) -> Result<Context, ContextError> {
-        match self.session_and_time() {
-            Some((session_id, time)) => {
-                Context::from_pairs(session_pairs(session_id, time)).map_err(ContextError::values)
+    /// The Cedar values of a deferred context's session part (and `args`,
+    /// for a typed one); `None` for a context that was not deferred.
+    fn values(&self) -> Option<Vec<(String, RestrictedExpression)>> {
+        match (&self.typed_args, &self.session) {
+            (Some(args_type), Some((session_id, time))) => {
+                let args = schema_gen::restricted(args_type, self.json().get("args")?)?;
+                let [session, time] = session_pairs(session_id, time);
+                Some(vec![session, time, ("args".to_string(), args)])
             }
-            None => Err(ContextError::NotPrepared),
+            (Some(args_type), None) => Some(typed_pairs(args_type, self.json())?.into()),
+            (None, _) => {
+                let (session_id, time) = self.session_and_time()?;
+                Some(session_pairs(session_id, time).into())
+            }
         }
+    }
+
+    /// What, besides the session, a reusable verdict of this context is
+    /// remembered under: the digest of its token (`""` without one), as a
+    /// verdict may read `context.token` and `context.client`.
+    fn variant(&self) -> &str {
+        self.token
+            .as_deref()
+            .map_or("", identity::CheckedToken::digest)
     }
 
     /// The session id of a typed tool context `{session, time, args}`.
@@ -466,7 +490,8 @@ impl PreparedContext {
         }
     }
 
-    /// `(session id, time)` of a plain session context `{session, time}`.
+    /// `(session id, time)` of a session context `{session, time}` (a
+    /// token-authenticated request's carries its token besides).
     fn session_and_time(&self) -> Option<(&str, &str)> {
         if self.action.is_some() {
             return None;
@@ -495,6 +520,9 @@ enum ContextError {
     /// A deferred context that is not the plain session context.
     #[error("context was not prepared")]
     NotPrepared,
+    /// A record of the context (`token`, `client`) was refused.
+    #[error("cannot build context: {0}")]
+    Record(Arc<cedar_policy::ExpressionConstructionError>),
 }
 
 impl ContextError {
@@ -504,6 +532,10 @@ impl ContextError {
 
     fn values(e: cedar_policy::ContextCreationError) -> Self {
         ContextError::Values(Arc::new(e))
+    }
+
+    fn record(e: cedar_policy::ExpressionConstructionError) -> Self {
+        ContextError::Record(Arc::new(e))
     }
 }
 
@@ -592,6 +624,7 @@ impl PolicyBundle {
             action: None,
             session: None,
             typed_args: None,
+            token: None,
         }
     }
 
@@ -622,21 +655,36 @@ impl PolicyBundle {
         time: &str,
         args: &serde_json::Value,
     ) -> Option<PreparedContext> {
-        match self.typed.get(tool).filter(|t| t.group == group) {
-            None => None,
-            Some(typed) => {
-                let mut json = entities::session_context(session_id, time);
-                let projected = schema_gen::project(&typed.args, args);
-                let fits = projected.is_some();
-                if let (Some(a), serde_json::Value::Object(map)) = (projected, &mut json) {
-                    map.insert("args".into(), a);
-                }
-                // `json` is the session context and `args`: read as it is built.
-                let mut prepared = self.typed_context(typed, json, fits, true);
-                prepared.session = Some((session_id.to_string(), time.to_string()));
-                Some(prepared)
+        self.typed_context_of((group, tool), (session_id, time), args, None)
+    }
+
+    /// [`PolicyBundle::typed_tool_context`], with the token's parts in its
+    /// JSON when it has one (its Cedar value takes them from the context's
+    /// `token`, which the caller sets).
+    fn typed_context_of(
+        &self,
+        (group, tool): (Action, &str),
+        (session_id, time): (&str, &str),
+        args: &serde_json::Value,
+        token: Option<&Arc<identity::CheckedToken>>,
+    ) -> Option<PreparedContext> {
+        let typed = self.typed.get(tool).filter(|t| t.group == group)?;
+        let mut json = entities::session_context(session_id, time);
+        let projected = schema_gen::project(&typed.args, args);
+        let fits = projected.is_some();
+        if let serde_json::Value::Object(map) = &mut json {
+            if let Some(token) = token {
+                entities::insert_token(map, token);
+            }
+            if let Some(a) = projected {
+                map.insert("args".into(), a);
             }
         }
+        // `json` is the session context (and token) and `args`: read as it
+        // is built.
+        let mut prepared = self.typed_context(typed, json, fits, true);
+        prepared.session = Some((session_id.to_string(), time.to_string()));
+        Some(prepared)
     }
 
     /// The scopes `@requires_scope` names on the policies that can apply
@@ -676,21 +724,19 @@ impl PolicyBundle {
 
     /// The context of an in-session decision of a token-authenticated
     /// request: `{session, time}` with the token's `context.token` (and
-    /// `context.client` when the token names its client). Parsed against
-    /// the schema (a key-authenticated request's context is built from
-    /// values, [`PolicyBundle::prepare_session_context`]); its verdicts are
-    /// never reused from the session memo, as its shape is not the plain one.
+    /// `context.client` when the token names its client), built from values
+    /// like [`PolicyBundle::prepare_session_context`] (a token's facts are
+    /// within the limits that make them always build). Its verdicts are
+    /// reused from the session memo under the token's digest.
     pub fn prepare_session_context_with_token(
         &self,
         session_id: &str,
         time: &str,
         token: &identity::CheckedToken,
     ) -> PreparedContext {
-        let mut json = entities::session_context(session_id, time);
-        if let serde_json::Value::Object(map) = &mut json {
-            entities::insert_token(map, token);
-        }
-        self.prepare_context(Action::AccessSession, json)
+        let mut prepared = self.prepare_session_context(session_id, time);
+        prepared.token = Some(Arc::new(token.clone()));
+        prepared
     }
 
     /// [`PolicyBundle::prepare_tool_context`] (with `usage` when given,
@@ -715,9 +761,10 @@ impl PolicyBundle {
     }
 
     /// A tool decision's context with attributes besides the session's
-    /// (`usage`, `token`, `client`; callers give at least one): never the
-    /// plain shape, so parsed against the deciding action's context type,
-    /// where they are optional.
+    /// (`usage`, `token`, `client`; callers give at least one). With the
+    /// token alone it is built from values, as the session's; with `usage`
+    /// it is parsed against the deciding action's context type, where they
+    /// are optional.
     fn tool_context_with(
         &self,
         group: Action,
@@ -727,6 +774,15 @@ impl PolicyBundle {
         usage: Option<&UsageFacts>,
         token: Option<&identity::CheckedToken>,
     ) -> PreparedContext {
+        if let (None, Some(token)) = (usage, token) {
+            let token = Arc::new(token.clone());
+            let typed =
+                self.typed_context_of((group, tool), (session_id, time), args, Some(&token));
+            let mut prepared =
+                typed.unwrap_or_else(|| self.prepare_session_context(session_id, time));
+            prepared.token = Some(token);
+            return prepared;
+        }
         let typed = self.typed.get(tool).filter(|t| t.group == group);
         let projected = typed.and_then(|t| schema_gen::project(&t.args, args));
         let fits = projected.is_some();
@@ -986,6 +1042,40 @@ pub(crate) fn typed_pairs(
     let args = schema_gen::restricted(args_type, json.get("args")?)?;
     let [session, time] = session_pairs(session_id, time);
     Some([session, time, ("args".to_string(), args)])
+}
+
+/// The Cedar values of `context.token` and `context.client` (when the token
+/// names its client).
+fn token_pairs(
+    token: &identity::CheckedToken,
+) -> Result<Vec<(String, RestrictedExpression)>, ContextError> {
+    let facts = token.facts();
+    let strings = |values: &[String]| {
+        RestrictedExpression::new_set(values.iter().cloned().map(RestrictedExpression::new_string))
+    };
+    let record = RestrictedExpression::new_record([
+        (
+            "issuer".to_string(),
+            RestrictedExpression::new_string(facts.issuer.clone()),
+        ),
+        ("audience".to_string(), strings(&facts.audience)),
+        ("scopes".to_string(), strings(&facts.scopes)),
+        (
+            "expiresAt".to_string(),
+            extension_values::datetime(token.expires_at()),
+        ),
+    ])
+    .map_err(ContextError::record)?;
+    let mut pairs = vec![("token".to_string(), record)];
+    if let Some(id) = &facts.client_id {
+        let client = RestrictedExpression::new_record([(
+            "id".to_string(),
+            RestrictedExpression::new_string(id.clone()),
+        )])
+        .map_err(ContextError::record)?;
+        pairs.push(("client".to_string(), client));
+    }
+    Ok(pairs)
 }
 
 /// The Cedar values of the session context `{session, time}`.

@@ -997,8 +997,14 @@ mod tests {
             bundle.prepare_session_context_with_token("s-1", "2026-11-22T08:00:00.000Z", &token);
         assert_eq!(ctx.text(), expected);
         assert!(ctx.cedar().is_ok());
-        // Not the plain shape: no verdict of it is reused from the memo.
-        assert_eq!(ctx.session_and_time(), None);
+        // Built from values; a verdict of it is remembered under the token's
+        // digest besides the session.
+        assert_eq!(
+            ctx.session_and_time(),
+            Some(("s-1", "2026-11-22T08:00:00.000Z"))
+        );
+        assert_eq!(ctx.variant(), token.digest());
+        assert_eq!(bundle.prepare_session_context("s-1", "t").variant(), "");
         let tool = bundle.prepare_tool_context_with_token(
             super::super::Action::CallTool,
             "t",

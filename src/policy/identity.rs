@@ -33,6 +33,8 @@
 
 use std::collections::BTreeMap;
 
+use sha2::{Digest, Sha256};
+
 use super::{Kind, Uid};
 
 /// Most groups one person may carry (Microsoft Entra ID puts at most 200
@@ -105,6 +107,9 @@ pub struct TokenFacts {
 pub struct CheckedToken {
     facts: TokenFacts,
     expires_at: String,
+    /// SHA-256 of the facts, hex: what a reused verdict decided with this
+    /// token's context is remembered under.
+    digest: String,
 }
 
 /// Why a person's or a token's facts are refused (nothing is built from
@@ -249,9 +254,16 @@ impl TokenFacts {
             value("client_id", client, MAX_VALUE_BYTES)?;
         }
         let expires_at = rfc3339(self.expires_at)?;
+        let digest = {
+            let f = &self;
+            let facts =
+                serde_json::json!([f.issuer, f.audience, f.scopes, f.expires_at, f.client_id]);
+            hex::encode(Sha256::digest(facts.to_string().as_bytes()))
+        };
         Ok(CheckedToken {
             facts: self,
             expires_at,
+            digest,
         })
     }
 }
@@ -266,6 +278,12 @@ impl CheckedToken {
     /// (`YYYY-MM-DDThh:mm:ssZ`).
     pub fn expires_at(&self) -> &str {
         &self.expires_at
+    }
+
+    /// SHA-256 of the facts (hex): two tokens with the same digest give
+    /// decisions the same `context.token` and `context.client`.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 }
 

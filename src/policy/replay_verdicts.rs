@@ -14,11 +14,14 @@
 //! - the same principal, deciding action (the typed action of a typed
 //!   tool, else the group action) and resource;
 //! - a context of the same shape, `{session, time}` (plain) or
-//!   `{session, time, args}` (typed), with the same `session`;
+//!   `{session, time, args}` (typed), with the same `session`, and either
+//!   no token or a token with the same facts (`context.token` and
+//!   `context.client`, compared by their digest);
 //!
 //! and when no policy that can apply to the deciding action reads
-//! `context` except as `context.session` ([`super::session_verdicts`]: the
-//! analysis the live path uses for the same purpose). Cedar is
+//! `context` except as `context.session`, `context.token` and
+//! `context.client` ([`super::session_verdicts`]: the analysis the live
+//! path uses for the same purpose). Cedar is
 //! deterministic, so the authorization of a valid request then depends on
 //! the context only through the session.
 //!
@@ -82,6 +85,8 @@ struct ReuseKey {
     resource: EntityUid,
     /// The id of `context.session`.
     session: String,
+    /// The digest of `context.token` (`""` without one).
+    token: String,
 }
 
 /// A [`ReuseKey`] of borrowed parts, as a request presents it.
@@ -92,6 +97,7 @@ struct KeyRef<'a> {
     action: &'a EntityUid,
     resource: &'a EntityUid,
     session: &'a str,
+    token: &'a str,
 }
 
 impl BorrowedKey for KeyRef<'_> {
@@ -104,12 +110,14 @@ impl BorrowedKey for KeyRef<'_> {
             self.action,
             self.resource,
             self.session,
+            self.token,
         ))
     }
 
     fn is(&self, key: &ReuseKey) -> bool {
         self.typed == key.typed
             && self.session == key.session
+            && self.token == key.token
             && self.resource == &key.resource
             && self.principal == &key.principal
             && self.action == &key.action
@@ -122,6 +130,7 @@ impl BorrowedKey for KeyRef<'_> {
             action: self.action.clone(),
             resource: self.resource.clone(),
             session: self.session.to_string(),
+            token: self.token.to_string(),
         }
     }
 }
@@ -176,7 +185,8 @@ impl PolicyBundle {
         memo: &ReplayVerdicts,
     ) -> Verdict {
         let (principal, action, resource) = request;
-        let Some((deciding, typed, session)) = self.reusable(action, resource, context) else {
+        let Some((deciding, typed, session, token)) = self.reusable(action, resource, context)
+        else {
             return self.decide(principal, action, resource, context, entities);
         };
         let key = KeyRef {
@@ -185,6 +195,7 @@ impl PolicyBundle {
             action: &deciding,
             resource: &resource.0,
             session,
+            token,
         };
         if let Some(verdict) = memo.get(&self.hash, &key) {
             return self.still_valid(request, context, typed, verdict);
@@ -219,14 +230,14 @@ impl PolicyBundle {
     }
 
     /// The deciding action, whether the context is typed, and the session
-    /// a verdict of this request is remembered under, when it can be
-    /// reused at all.
+    /// and token digest (`""` without a token) a verdict of this request is
+    /// remembered under, when it can be reused at all.
     pub(super) fn reusable<'c>(
         &self,
         action: Action,
         resource: &Uid,
         context: &'c PreparedContext,
-    ) -> Option<(EntityUid, bool, &'c str)> {
+    ) -> Option<(EntityUid, bool, &'c str, &'c str)> {
         let deciding = Uid(self.deciding_action(action, resource, context).ok()?);
         if !self.session_determined.contains(&deciding) {
             return None;
@@ -235,6 +246,6 @@ impl PolicyBundle {
             None => (false, context.session_and_time()?.0),
             Some(_) => (true, context.typed_session()?),
         };
-        Some((deciding.0, typed, session))
+        Some((deciding.0, typed, session, context.variant()))
     }
 }

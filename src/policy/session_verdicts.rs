@@ -7,7 +7,15 @@
 //! to an action reads `context` except through `context.session`, the
 //! verdict of one (principal, action, resource) in one session is the same
 //! on every request until the policies or the slice change: it is decided
-//! once and remembered on the slice, under the policy-set hash. A typed
+//! once and remembered on the slice, under the policy-set hash.
+//!
+//! **Tokens.** A token-authenticated request's context also holds
+//! `context.token` (and `context.client`), the same on every request with
+//! that token. Reading them (or asking `context has token`) keeps a
+//! verdict reusable: it is remembered under the token's digest besides
+//! the session, so a verdict decided with one token's scopes is never
+//! reused for another token, nor for a key-authenticated request (digest
+//! `""`, where `context has token` is false on every request). A typed
 //! tool call's context `{session, time, args}` qualifies the same way
 //! under its typed action (its verdict then cannot depend on `args`),
 //! but each call's own context is still checked against the schema.
@@ -74,7 +82,8 @@ impl SessionDetermined {
 }
 
 /// Whether every policy of `policies` reads `context` only as
-/// `context.session`. A policy that cannot be read counts as reading more.
+/// `context.session`, `context.token` or `context.client` (those two also
+/// through `has`). A policy that cannot be read counts as reading more.
 pub fn reads_only_session(policies: &PolicySet) -> bool {
     policies.policies().all(|p| match p.to_json() {
         Ok(est) => !reads_context_beyond_session(&est),
@@ -82,20 +91,31 @@ pub fn reads_only_session(policies: &PolicySet) -> bool {
     })
 }
 
-/// Finds a `context` variable that is not the receiver of `.session`.
+/// Finds a `context` variable that is not the receiver of `.session`,
+/// `.token` or `.client`, nor of `has token` or `has client`.
 fn reads_context_beyond_session(est: &Value) -> bool {
     match est {
         Value::Object(map) => {
             if map.get("Var").and_then(Value::as_str) == Some("context") {
                 return true;
             }
-            if let Some(Value::Object(access)) = map.get(".")
-                && access.get("attr").and_then(Value::as_str) == Some("session")
-                && access
-                    .get("left")
-                    .and_then(|l| l.get("Var"))
-                    .and_then(Value::as_str)
-                    == Some("context")
+            let of_context = |op: &str, attrs: &[&str]| {
+                map.get(op)
+                    .and_then(Value::as_object)
+                    .is_some_and(|access| {
+                        access
+                            .get("attr")
+                            .and_then(Value::as_str)
+                            .is_some_and(|a| attrs.contains(&a))
+                            && access
+                                .get("left")
+                                .and_then(|l| l.get("Var"))
+                                .and_then(Value::as_str)
+                                == Some("context")
+                    })
+            };
+            if of_context(".", &["session", "token", "client"])
+                || of_context("has", &["token", "client"])
             {
                 return false;
             }
@@ -128,13 +148,15 @@ impl super::PolicyBundle {
         if self.hooks.observer().is_some_and(|o| o.redecides()) {
             return decide();
         }
-        let Some((deciding, typed, session_id)) = self.reusable(action, resource, context) else {
+        let Some((deciding, typed, session_id, token)) = self.reusable(action, resource, context)
+        else {
             return decide();
         };
         let deciding = Uid(deciding);
         let key = VerdictKey {
             policy_hash: &self.hash,
             session_id,
+            token,
             principal,
             action: &deciding,
             resource,
@@ -288,8 +310,8 @@ struct Memo {
     shapes: HashMap<Uid, HashSet<String>>,
 }
 
-/// Session id, principal, action, resource.
-type MemoKey = (String, Uid, Uid, Uid);
+/// Session id, token digest, principal, action, resource.
+type MemoKey = (String, String, Uid, Uid, Uid);
 
 /// One request a verdict is remembered for.
 #[derive(Debug, Clone, Copy)]
@@ -298,6 +320,8 @@ pub struct VerdictKey<'a> {
     pub policy_hash: &'a str,
     /// The session of its context.
     pub session_id: &'a str,
+    /// The digest of its context's token (`""` without one).
+    pub token: &'a str,
     /// Principal.
     pub principal: &'a Uid,
     /// The deciding action (a tool's typed action for a typed context).
@@ -312,6 +336,7 @@ impl BorrowedKey for VerdictKey<'_> {
     fn fingerprint(&self) -> u64 {
         fingerprint((
             self.session_id,
+            self.token,
             &self.principal.0,
             &self.action.0,
             &self.resource.0,
@@ -320,14 +345,16 @@ impl BorrowedKey for VerdictKey<'_> {
 
     fn is(&self, key: &MemoKey) -> bool {
         self.session_id == key.0
-            && *self.resource == key.3
-            && *self.principal == key.1
-            && *self.action == key.2
+            && self.token == key.1
+            && *self.resource == key.4
+            && *self.principal == key.2
+            && *self.action == key.3
     }
 
     fn owned(&self) -> MemoKey {
         (
             self.session_id.to_string(),
+            self.token.to_string(),
             self.principal.clone(),
             self.action.clone(),
             self.resource.clone(),
@@ -430,6 +457,27 @@ mod tests {
         ));
     }
 
+    /// The token's parts are the same on every request with the token (the
+    /// memo keys them by its digest); the token's expiry against the
+    /// request's time is not.
+    #[test]
+    fn the_token_and_client_are_fine_and_their_time_against_the_clock_is_not() {
+        assert!(only_session(
+            r#"forbid (principal, action, resource)
+               unless { context has token && context.token.scopes.contains("mcp:admin") };
+               permit (principal, action, resource)
+               when { context has client && context.client.id == "desktop" };
+               forbid (principal, action, resource) when { context.token.issuer like "*evil*" };"#
+        ));
+        assert!(!only_session(
+            r#"forbid (principal, action, resource)
+               when { context has token && context.token.expiresAt < context.time };"#
+        ));
+        assert!(!only_session(
+            r#"forbid (principal, action, resource) when { context has usage };"#
+        ));
+    }
+
     #[test]
     fn a_linked_template_reading_the_time_counts() {
         let mut set: PolicySet = r#"
@@ -474,6 +522,7 @@ mod tests {
         let key = |policy_hash, session_id, resource| VerdictKey {
             policy_hash,
             session_id,
+            token: "",
             principal: &p,
             action: &a,
             resource,
@@ -567,6 +616,94 @@ mod tests {
         assert_eq!(args_shape(&json!({"n": null})), None);
     }
 
+    /// A verdict decided with one token's scopes and client is reused for
+    /// that token only: another token, or a key's request, is decided
+    /// anew. The token's context built from values decides as its JSON,
+    /// parsed against the schema, does.
+    #[test]
+    fn a_verdict_is_reused_for_its_own_token_only() {
+        use super::super::identity::{CheckedToken, TokenFacts};
+        use super::super::{Action, PreparedContext};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("p.cedar"),
+            r#"@id("all") permit (principal, action, resource);
+               @id("admin") forbid (principal, action == Gateway::Action::"call_tool", resource)
+               unless { context has token && context.token.scopes.contains("mcp:admin") };
+               @id("client") forbid (principal, action, resource)
+               when { context has client && context.client.id == "evil" };
+               @id("expiry") forbid (principal, action, resource)
+               when { context has token && context.token.expiresAt > datetime("9000-01-01") };"#,
+        )
+        .unwrap();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let bundle =
+            super::super::load::load_bundle(&root.join("schemas/gateway.cedarschema"), dir.path())
+                .unwrap_or_else(|e| panic!("{}", e.render()));
+        let token = |scopes: &[&str], client: &str, expires_at: i64| -> CheckedToken {
+            TokenFacts {
+                issuer: "https://idp.test".into(),
+                audience: vec!["https://gw.test/mcp/acme/web".into()],
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                expires_at,
+                client_id: Some(client.into()),
+            }
+            .checked()
+            .unwrap()
+        };
+        let plain = token(&["mcp:tools"], "desktop", 1_795_000_000);
+        let admin = token(&["mcp:tools", "mcp:admin"], "desktop", 1_795_000_000);
+        let evil = token(&["mcp:tools", "mcp:admin"], "evil", 1_795_000_000);
+        let late = token(&["mcp:tools", "mcp:admin"], "desktop", 253_402_300_799);
+        let (user, tool): (Uid, Uid) = (
+            r#"Gateway::User::"https://idp.test|alice""#.parse().unwrap(),
+            r#"Gateway::Tool::"t""#.parse().unwrap(),
+        );
+        let time = "2026-11-28T08:00:00.000Z";
+        let memo = VerdictMemo::default();
+        let entities = cedar_policy::Entities::empty();
+        let decide = |ctx: &PreparedContext| {
+            bundle
+                .decide_in_session((&user, Action::CallTool, &tool), ctx, &entities, &memo)
+                .allowed
+        };
+        let with = |t: &CheckedToken| bundle.prepare_session_context_with_token("s1", time, t);
+        for _ in 0..2 {
+            assert!(!decide(&with(&plain)), "without mcp:admin");
+            assert!(decide(&with(&admin)), "with it");
+            assert!(!decide(&with(&evil)), "another client");
+            assert!(!decide(&with(&late)), "another expiry");
+            assert!(
+                !decide(&bundle.prepare_session_context("s1", time)),
+                "a key's request has no token"
+            );
+        }
+        let action = Action::CallTool.uid();
+        let remembered = |t: &str| {
+            let key = VerdictKey {
+                policy_hash: &bundle.hash,
+                session_id: "s1",
+                token: t,
+                principal: &user,
+                action: &action,
+                resource: &tool,
+            };
+            memo.get(&key).map(|v| v.allowed)
+        };
+        assert_eq!(remembered(admin.digest()), Some(true));
+        assert_eq!(remembered(plain.digest()), Some(false));
+        assert_eq!(remembered(""), Some(false));
+        for t in [&plain, &admin, &evil, &late] {
+            let built = with(t);
+            let parsed = bundle.prepare_context(Action::CallTool, built.json().clone());
+            let fresh = VerdictMemo::default();
+            let parsed = bundle
+                .decide_in_session((&user, Action::CallTool, &tool), &parsed, &entities, &fresh)
+                .allowed;
+            assert_eq!(decide(&built), parsed, "{}", built.text());
+        }
+    }
+
     #[test]
     fn cedar_checks_each_new_argument_shape_and_only_accepted_ones_are_remembered() {
         use serde_json::json;
@@ -605,6 +742,7 @@ mod tests {
         let key = VerdictKey {
             policy_hash: &bundle.hash,
             session_id: "s1",
+            token: "",
             principal: &principal,
             action: &action,
             resource: &resource,
