@@ -35,7 +35,11 @@
 //! - **The trail.** The first refusal of a burst (an address's, or the
 //!   total's) is recorded as a `credential_guesses_throttled` event
 //!   (`src/audit/events.rs`) before it is answered; later refusals write
-//!   nothing until the burst has been quiet for `burst_quiet_secs`.
+//!   nothing until the burst has been quiet for `burst_quiet_secs`. Refused
+//!   access tokens are recorded the same way before they are answered, one
+//!   `access_token_refused` event per burst of an address and a reason
+//!   (expired, signature, audience…), so a flood of forged tokens leaves a
+//!   few records, and a client whose tokens keep expiring one a burst.
 //! - **Per instance.** The buckets live in each instance's memory; behind
 //!   a load balancer of n instances an address gets up to n times its
 //!   bound.
@@ -51,6 +55,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::gateway::{Gateway, ResolveError};
+use crate::mcp::error::RefusedToken;
 use crate::store::WriteOp;
 use throttle::{Class, Scope, Throttled};
 
@@ -228,9 +233,11 @@ pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Nex
 }
 
 /// A request with no daemon key: an access token the gateway refuses
-/// (`invalid_token`) spends like a wrong key, so a flood of forged or
-/// expired tokens meets the same bounds (each costs a signature check or
-/// an introspection); a request with no credential at all spends nothing.
+/// (the answer carries [`RefusedToken`]) spends like a wrong key, so a
+/// flood of forged or expired tokens meets the same bounds (each costs a
+/// signature check or an introspection), and the first refusal of a burst
+/// from its address for its reason is recorded; a request with no
+/// credential at all spends nothing.
 async fn access_token(
     gw: &Gateway,
     client: IpAddr,
@@ -238,21 +245,46 @@ async fn access_token(
     req: Request,
     next: Next,
 ) -> Response {
-    let bearer = gw.identities.enabled() && crate::auth::bearer_token(req.headers()).is_some();
     let resp = next.run(req).await;
-    let refused = resp.status() == axum::http::StatusCode::UNAUTHORIZED
-        && resp
-            .headers()
-            .get(axum::http::header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains("error=\"invalid_token\""));
-    if bearer
-        && refused
-        && let Err(t) = failed(gw, Class::DaemonKey, client, entry).await
-    {
+    let Some(&RefusedToken(reason)) = resp.extensions().get::<RefusedToken>() else {
+        return resp;
+    };
+    if gw.guesses.first_refusal(client, reason) {
+        record_refused_token(gw, client, reason, entry).await;
+    }
+    if let Err(t) = failed(gw, Class::DaemonKey, client, entry).await {
         return throttled(entry, &t);
     }
     resp
+}
+
+/// Records the first refusal of a burst of access tokens (a failure to
+/// record is logged: the refusal stands either way).
+async fn record_refused_token(gw: &Gateway, client: IpAddr, reason: &str, entry: Entry) {
+    let address = address_text(throttle::address_key(client));
+    tracing::warn!(
+        address,
+        reason,
+        entry = entry.name(),
+        "access tokens refused"
+    );
+    let event = crate::audit::events::refused_token_event(
+        &crate::audit::events::RefusedToken {
+            address: &address,
+            reason,
+            entry: entry.name(),
+            burst_quiet_secs: gw.guesses.config().burst_quiet_secs,
+        },
+        &gw.pep.current().hash,
+    );
+    let submitted = gw
+        .store
+        .writer()
+        .submit(vec![WriteOp::Decision(Box::new(event))])
+        .await;
+    if let Err(e) = submitted {
+        tracing::error!(error = %e, "cannot record a burst of refused access tokens");
+    }
 }
 
 /// The 429 of `entry`, in its own error format.

@@ -91,6 +91,29 @@ pub enum TokenError {
     Provider(String),
 }
 
+impl TokenError {
+    /// Why the token was refused, in one word the trail records
+    /// (`access_token_refused`): never the token's text nor anything read
+    /// from it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TokenError::TooLarge(_) => "too_large",
+            TokenError::Malformed(_) => "malformed",
+            TokenError::UnknownIssuer => "unknown_issuer",
+            TokenError::Algorithm(_) => "algorithm",
+            TokenError::NotAnAccessToken => "not_an_access_token",
+            TokenError::Key(_) => "signing_key",
+            TokenError::Expired => "expired",
+            TokenError::NotYetValid => "not_yet_valid",
+            TokenError::Signature => "signature",
+            TokenError::Claims(_) => "claims",
+            TokenError::WrongAudience => "audience",
+            TokenError::Inactive => "inactive",
+            TokenError::Provider(_) => "provider_unreachable",
+        }
+    }
+}
+
 /// Why `[auth]` is refused at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthConfigError {

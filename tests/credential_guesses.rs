@@ -383,3 +383,79 @@ async fn refused_access_tokens_are_throttled_like_wrong_keys() {
     let (status, _) = mcp_from(&client_from(5), &t.mcp_url, &t.key).await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn a_burst_of_refused_access_tokens_is_recorded_once_per_address_and_reason() {
+    use base64::Engine;
+    let g = TestGateway::start_with(|c| {
+        // Buckets far away: only the recording is under test.
+        c.credential_guesses = CredentialGuessConfig {
+            per_address_burst: 1000,
+            total_burst: 1000,
+            burst_quiet_secs: 1,
+            ..CredentialGuessConfig::default()
+        };
+        c.auth.issuers = vec![cedargate::identity::IssuerConfig {
+            issuer: "https://idp.invalid".into(),
+            org: Some("acme".into()),
+            ..Default::default()
+        }];
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let person_url = format!("{}/mcp/acme/{}", g.base, t.project);
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let other_issuer = format!(
+        "{}.{}.c2ln",
+        b64(json!({"alg": "RS256", "typ": "at+jwt", "kid": "k"})),
+        b64(json!({"iss": "https://other.invalid", "sub": "mallory", "exp": 4_000_000_000u64}))
+    );
+    let refused_events = || async {
+        g.decisions()
+            .await
+            .into_iter()
+            .filter(|d| d.record.action == "access_token_refused")
+            .map(|d| {
+                assert_eq!(d.record.decision, "event");
+                assert_eq!(d.record.principal, r#"Gateway::Client::"127.0.0.6""#);
+                assert_eq!(d.record.resource, r#"Gateway::Credential::"access_token""#);
+                assert_eq!(d.record.org_id, None);
+                let outcome: Value = serde_json::from_str(&d.record.outcome).unwrap();
+                assert_eq!(outcome["address"], "127.0.0.6", "{outcome}");
+                assert_eq!(outcome["entry"], "mcp", "{outcome}");
+                outcome["reason"].as_str().unwrap().to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    let client = client_from(6);
+    for _ in 0..3 {
+        assert_eq!(
+            mcp_from(&client, &person_url, "forged.token.value").await.0,
+            401
+        );
+        assert_eq!(mcp_from(&client, &person_url, &other_issuer).await.0, 401);
+    }
+    // A request without a credential is no refused token.
+    let resp = client.post(&person_url).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(refused_events().await, ["malformed", "unknown_issuer"]);
+    // Nothing neither token's text nor its claims reach the trail.
+    for d in g.decisions().await {
+        assert!(
+            !d.record.outcome.contains("other.invalid"),
+            "{}",
+            d.record.outcome
+        );
+        assert!(!d.record.outcome.contains("forged"), "{}", d.record.outcome);
+    }
+    // Once the burst has been quiet, the next refusal starts another.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(
+        mcp_from(&client, &person_url, "forged.token.value").await.0,
+        401
+    );
+    assert_eq!(
+        refused_events().await,
+        ["malformed", "unknown_issuer", "malformed"]
+    );
+}

@@ -28,6 +28,13 @@
 //! (address or total), "address", "entry" (admin, console, mcp or
 //! sessions), "retryAfterSeconds", "burst", "perMinute"}`.
 //!
+//! Another is `access_token_refused`, the first refusal of a burst of
+//! access tokens from one address for one reason (`crate::guesses`): the
+//! same `principal`, `resource` `Gateway::Credential::"access_token"`, no
+//! org, and `outcome` `{"credential", "reason" (one word:
+//! `crate::identity::TokenError::reason`, never the token nor its claims),
+//! "address", "entry" (mcp), "burstQuietSeconds"}`.
+//!
 //! `audit replay` counts events and decides nothing for them.
 
 use serde_json::json;
@@ -47,6 +54,10 @@ pub const UPSTREAM_TOOL_APPROVED: &str = "upstream_tool_approved";
 
 /// A burst of wrong credentials was throttled (recorded once per burst).
 pub const CREDENTIAL_GUESSES_THROTTLED: &str = "credential_guesses_throttled";
+
+/// A burst of access tokens was refused (recorded once per burst and
+/// reason).
+pub const ACCESS_TOKEN_REFUSED: &str = "access_token_refused";
 
 /// The entity snapshot of an event: none.
 const NO_ENTITIES: &str = "[]";
@@ -109,14 +120,60 @@ pub fn guesses_event(guesses: &ThrottledGuesses<'_>, policy_hash: &str) -> NewDe
         "perMinute": guesses.per_minute,
     });
     let client = guesses.address.unwrap_or("*");
+    credential_event(
+        CREDENTIAL_GUESSES_THROTTLED,
+        (client, guesses.credential),
+        &outcome,
+        policy_hash,
+    )
+}
+
+/// A refused access token, as [`refused_token_event`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct RefusedToken<'a> {
+    /// The client's address (IPv6 by its /64).
+    pub address: &'a str,
+    /// Why it was refused (`crate::identity::TokenError::reason`).
+    pub reason: &'a str,
+    /// Where it was presented (`mcp`).
+    pub entry: &'a str,
+    /// Quiet seconds that end the burst.
+    pub burst_quiet_secs: u64,
+}
+
+/// The trail record of the first refusal of a burst of access tokens.
+pub fn refused_token_event(refused: &RefusedToken<'_>, policy_hash: &str) -> NewDecision {
+    let outcome = json!({
+        "credential": "access_token",
+        "reason": refused.reason,
+        "address": refused.address,
+        "entry": refused.entry,
+        "burstQuietSeconds": refused.burst_quiet_secs,
+    });
+    credential_event(
+        ACCESS_TOKEN_REFUSED,
+        (refused.address, "access_token"),
+        &outcome,
+        policy_hash,
+    )
+}
+
+/// An event about the gateway's credentials: `principal` the client,
+/// `resource` the credential, no org.
+fn credential_event(
+    action: &str,
+    (client, credential): (&str, &str),
+    outcome: &serde_json::Value,
+    policy_hash: &str,
+) -> NewDecision {
     NewDecision {
         id: uuid::Uuid::now_v7().to_string(),
         time: crate::ids::now_rfc3339(),
         org_id: None,
         session_id: None,
         principal: format!("Gateway::Client::{}", json!(client)),
-        action: CREDENTIAL_GUESSES_THROTTLED.to_string(),
-        resource: format!("Gateway::Credential::{}", json!(guesses.credential)),
+        action: action.to_string(),
+        resource: format!("Gateway::Credential::{}", json!(credential)),
         context: "{}".into(),
         entities_hash: hex::encode(Sha256::digest(NO_ENTITIES.as_bytes())),
         entities: Some(NO_ENTITIES.into()),

@@ -129,6 +129,9 @@ pub struct Throttle {
     bursts: Cache<(Class, Option<IpAddr>), ()>,
     /// Addresses that presented a correct credential recently.
     known: Cache<(Class, IpAddr), ()>,
+    /// Bursts of refused access tokens recorded and not over, by address
+    /// and reason.
+    refusals: Cache<(IpAddr, &'static str), ()>,
 }
 
 impl std::fmt::Debug for Throttle {
@@ -159,6 +162,10 @@ impl Throttle {
             known: Cache::builder()
                 .max_capacity(MAX_ADDRESSES)
                 .time_to_live(Duration::from_secs(config.known_address_secs.max(1)))
+                .build(),
+            refusals: Cache::builder()
+                .max_capacity(MAX_ADDRESSES)
+                .time_to_idle(Duration::from_secs(config.burst_quiet_secs.max(1)))
                 .build(),
             config: config.clone(),
         }
@@ -241,6 +248,15 @@ impl Throttle {
         };
         self.refuse_until(class, key, wait);
         self.throttled(class, scope, wait)
+    }
+
+    /// Whether this refusal of an access token from `client` for `reason`
+    /// starts a burst (none of them for `burst_quiet_secs` before it): the
+    /// caller records it.
+    pub fn first_refusal(&self, client: IpAddr, reason: &'static str) -> bool {
+        let key = (address_key(client), reason);
+        // Read first: a read keeps a burst alive while it lasts.
+        self.refusals.get(&key).is_none() && self.refusals.entry(key).or_insert(()).is_fresh()
     }
 
     fn refuse_until(&self, class: Class, address: Option<IpAddr>, wait: Duration) {

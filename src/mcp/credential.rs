@@ -67,12 +67,16 @@ async fn token_caller(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<C
         Err(e) => {
             tracing::info!(error = %e, path, "access token refused");
             let why = e.to_string();
-            Err(challenged(
+            let mut refused = challenged(
                 gw,
                 headers,
                 path,
                 Some((ChallengeError::InvalidToken, &why)),
-            ))
+            );
+            if let McpError::Challenged { refused: r, .. } = &mut refused {
+                *r = Some(e.reason());
+            }
+            Err(refused)
         }
     }
 }
@@ -137,5 +141,6 @@ fn challenged(
     McpError::Challenged {
         message,
         challenge: challenge::bearer(&metadata, scopes, error),
+        refused: None,
     }
 }

@@ -96,6 +96,9 @@ pub enum McpError {
         message: String,
         /// The `WWW-Authenticate` value.
         challenge: String,
+        /// Why a presented token was refused ([`RefusedToken`]); `None`
+        /// when no token was presented, or not in the header.
+        refused: Option<&'static str>,
     },
     /// No such session: 404.
     #[error("{}", prefix(.0, MESSAGE_MAX_CHARS))]
@@ -664,6 +667,13 @@ impl McpError {
     fn response(self, id: &Id, status: StatusCode, rpc: &RpcError) -> Response {
         let body = jsonrpc::error_body(id, rpc);
         let mut resp = (status, body).into_response();
+        if let McpError::Challenged {
+            refused: Some(reason),
+            ..
+        } = &self
+        {
+            resp.extensions_mut().insert(RefusedToken(reason));
+        }
         let headers = resp.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -711,6 +721,12 @@ impl McpError {
         resp
     }
 }
+
+/// On the answer to a request whose access token the gateway refused:
+/// why ([`crate::identity::TokenError::reason`]). The credential-guess
+/// guard reads it to charge the guess and record the burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedToken(pub &'static str);
 
 impl McpError {
     /// The answer to a request that could not be tied to a session.
