@@ -33,10 +33,10 @@ const CACHE_CAPACITY: u64 = 100_000;
 pub struct SessionView {
     /// Session, org, project, agent.
     pub tenant: SessionTenant,
-    /// The person calling, for a token-authenticated request (`key` is then
-    /// their stand-in: [`Person::caller_id`]).
-    pub person: Option<Arc<Person>>,
-    /// The key this view was built for (the `access_session` principal).
+    /// The key this view was built for (the `access_session` principal; a
+    /// person's stand-in, [`Person::caller_id`], for a person's view, which
+    /// every token of theirs shares: the request's own person is
+    /// `Call::person`).
     pub key: ApiKey,
     /// Tools the org and project enable (before Cedar `view_tool`):
     /// built-in ones, then the org's A2A tools, then its upstream MCP
@@ -356,7 +356,6 @@ impl Gateway {
         )
         .map_err(ResolveError::Entities)?;
         let view = Arc::new(SessionView {
-            person: caller.person(),
             tenant,
             key,
             tools,
@@ -462,13 +461,6 @@ impl ViewCaller<'_> {
         match self {
             ViewCaller::Key(key) => (*key).clone(),
             ViewCaller::Person(p) => stand_in_key(p),
-        }
-    }
-
-    fn person(&self) -> Option<Arc<Person>> {
-        match self {
-            ViewCaller::Key(_) => None,
-            ViewCaller::Person(p) => Some(Arc::clone(p)),
         }
     }
 }

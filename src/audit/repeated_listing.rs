@@ -14,12 +14,14 @@
 //! - the same policy-set hash and entity-snapshot hash;
 //! - the same tools with the same verdicts (decision, determining policies;
 //!   no errors), so the same batched notes;
+//! - the same token's facts (its digest; none for a key): a person's view
+//!   is shared by their tokens, and a verdict may read `context.token`;
 //! - its request's other decisions (the `access_session` that rides in the
 //!   listing's prelude) allowed alike, by the same policies;
 //! - and no policy of `view_tool` nor of those decisions' actions reads the
-//!   context beyond `context.session` (the rule the session verdict memo
-//!   uses): the only thing that differs, `context.time`, then cannot change
-//!   a verdict.
+//!   context beyond `context.session`, `context.token` and `context.client`
+//!   (the rule the session verdict memo uses): the only thing that differs,
+//!   `context.time`, then cannot change a verdict.
 //!
 //! Any change (a policy reload, a new tool, a changed role, a verdict with
 //! errors, a denied access) is recorded at once, and a repeated listing
@@ -60,14 +62,15 @@ impl ListingMemory {
     pub fn is_repeat(
         &self,
         bundle: &PolicyBundle,
-        listing: &NewDecision,
+        (listing, token): (&NewDecision, &str),
         preludes: &[&NewDecision],
         every: Duration,
     ) -> bool {
         let Ok(mut last) = self.last.lock() else {
             return false;
         };
-        let key = repeatable(bundle, listing, preludes, every).then(|| key(listing, preludes));
+        let key =
+            repeatable(bundle, listing, preludes, every).then(|| key((listing, token), preludes));
         let now = Instant::now();
         if let (Some(key), Some(last)) = (&key, last.as_ref())
             && *key == last.key
@@ -104,7 +107,7 @@ fn repeatable(
 /// The fields a re-run depends on, but time and ids, each prefixed with
 /// its length (as the chain hash frames them), so no two lists of fields
 /// make one key.
-fn key(listing: &NewDecision, preludes: &[&NewDecision]) -> String {
+fn key((listing, token): (&NewDecision, &str), preludes: &[&NewDecision]) -> String {
     let mut key = String::with_capacity(listing.notes.len() + 256);
     let mut field = |s: &str| {
         key.push_str(&s.len().to_string());
@@ -118,6 +121,7 @@ fn key(listing: &NewDecision, preludes: &[&NewDecision]) -> String {
     field(&listing.decision);
     field(&listing.reasons);
     field(&listing.notes);
+    field(token);
     for p in preludes {
         field(&p.principal);
         field(&p.action);
@@ -168,24 +172,29 @@ mod tests {
         let minute = Duration::from_secs(60);
         let access = record("access_session", "null");
         let list = record("view_tool", r#"{"toolList":1}"#);
-        assert!(!memory.is_repeat(&bundle, &list, &[&access], minute));
-        assert!(memory.is_repeat(&bundle, &list, &[&access], minute));
+        assert!(!memory.is_repeat(&bundle, (&list, ""), &[&access], minute));
+        assert!(memory.is_repeat(&bundle, (&list, ""), &[&access], minute));
 
         let mut other = record("view_tool", r#"{"toolList":2}"#);
-        assert!(!memory.is_repeat(&bundle, &other, &[&access], minute));
+        assert!(!memory.is_repeat(&bundle, (&other, ""), &[&access], minute));
         other.entities_hash = "e2".into();
-        assert!(!memory.is_repeat(&bundle, &other, &[&access], minute));
-        assert!(memory.is_repeat(&bundle, &other, &[&access], minute));
+        assert!(!memory.is_repeat(&bundle, (&other, ""), &[&access], minute));
+        assert!(memory.is_repeat(&bundle, (&other, ""), &[&access], minute));
+
+        // Another token's listing (another digest) is recorded on its own.
+        assert!(!memory.is_repeat(&bundle, (&other, "token-b"), &[&access], minute));
+        assert!(memory.is_repeat(&bundle, (&other, "token-b"), &[&access], minute));
+        assert!(!memory.is_repeat(&bundle, (&other, ""), &[&access], minute));
 
         let mut denied = record("access_session", "null");
         denied.decision = "deny".into();
-        assert!(!memory.is_repeat(&bundle, &other, &[&denied], minute));
-        assert!(!memory.is_repeat(&bundle, &other, &[&denied], minute));
+        assert!(!memory.is_repeat(&bundle, (&other, ""), &[&denied], minute));
+        assert!(!memory.is_repeat(&bundle, (&other, ""), &[&denied], minute));
 
-        assert!(!memory.is_repeat(&bundle, &list, &[], Duration::ZERO));
-        assert!(!memory.is_repeat(&bundle, &list, &[], Duration::ZERO));
-        assert!(!memory.is_repeat(&bundle, &list, &[], Duration::from_nanos(1)));
+        assert!(!memory.is_repeat(&bundle, (&list, ""), &[], Duration::ZERO));
+        assert!(!memory.is_repeat(&bundle, (&list, ""), &[], Duration::ZERO));
+        assert!(!memory.is_repeat(&bundle, (&list, ""), &[], Duration::from_nanos(1)));
         std::thread::sleep(Duration::from_millis(1));
-        assert!(!memory.is_repeat(&bundle, &list, &[], Duration::from_nanos(1)));
+        assert!(!memory.is_repeat(&bundle, (&list, ""), &[], Duration::from_nanos(1)));
     }
 }

@@ -24,8 +24,8 @@ pub struct Person {
     pub granted: Vec<String>,
     /// Stand-in id for per-caller bookkeeping ([`Person::caller_id`]).
     caller_id: String,
-    /// Everything their entities and contexts hold, hashed: the session
-    /// view cache's key for them.
+    /// Everything their entities hold, hashed: the session view cache's
+    /// key for them.
     view_key: String,
 }
 
@@ -85,7 +85,7 @@ impl Person {
             let digest = Sha256::digest(user.id().as_bytes());
             format!("person:{}", hex::encode(&digest[..12]))
         };
-        let view_key = view_key(&user, &token, identity.jti.as_deref());
+        let view_key = view_key(&user);
         Ok(Person {
             user,
             token,
@@ -108,28 +108,19 @@ impl Person {
     }
 
     /// The session view cache's key for this person: a hash of everything
-    /// their entities and contexts hold, so a changed claim builds a new
-    /// view.
+    /// their entities hold, so a changed claim builds a new view. The
+    /// token's own facts (scopes, client, expiry, `jti`) are the request's,
+    /// not the view's: a person's new token finds the view their last one
+    /// built (a verdict that read `context.token` is remembered under the
+    /// token's digest, and the records name each request's own `jti`).
     pub fn view_key(&self) -> &str {
         &self.view_key
     }
 }
 
-fn view_key(user: &CheckedUser, token: &CheckedToken, jti: Option<&str>) -> String {
-    let (facts, claims) = (user.facts(), token.facts());
-    // The jti too: the records of a view's requests cite its person's token.
-    let parts = serde_json::json!([
-        user.id(),
-        facts.name,
-        facts.email,
-        facts.groups,
-        facts.tags,
-        claims.scopes,
-        claims.client_id,
-        claims.audience,
-        token.expires_at(),
-        jti
-    ]);
+fn view_key(user: &CheckedUser) -> String {
+    let facts = user.facts();
+    let parts = serde_json::json!([user.id(), facts.name, facts.email, facts.groups, facts.tags]);
     format!(
         "person:{}",
         hex::encode(Sha256::digest(parts.to_string().as_bytes()))

@@ -81,6 +81,10 @@ pub struct Call {
     pub bundle: Arc<PolicyBundle>,
     /// The session view (tenant rows, tools, entity slice).
     pub view: Arc<SessionView>,
+    /// The person calling, for a token-authenticated request: their token's
+    /// facts and `jti` are this request's (the view is shared by every
+    /// token of theirs).
+    pub person: Option<Arc<Person>>,
     /// Where the request arrived.
     pub target: Target,
     /// Protocol version governing result shapes.
@@ -238,7 +242,7 @@ impl Call {
         if let Some(trace) = message.as_ref().or(self.trace.as_ref()) {
             trace.stamp(&mut ops);
         }
-        if let Some(jti) = self.view.person.as_ref().and_then(|p| p.jti.as_deref()) {
+        if let Some(jti) = self.person.as_ref().and_then(|p| p.jti.as_deref()) {
             stamp_jti(jti, &mut ops);
         }
         ops
@@ -278,6 +282,12 @@ impl Call {
         }
     }
 
+    /// The digest of the request's token (`""` for a key): a listing
+    /// repeats only one decided with the same token's facts.
+    fn token_digest(&self) -> &str {
+        self.person.as_ref().map_or("", |p| p.token.digest())
+    }
+
     /// Defers a `tools/list` record, unless it repeats the session's last
     /// recorded listing ([`audit::repeated_listing`]): then neither it nor
     /// the request's decisions waiting to ride in it are written.
@@ -295,10 +305,12 @@ impl Call {
             .collect();
         let only_preludes = audit::prelude::waiting_at_end(&open) == open.len();
         let repeat = only_preludes
-            && self
-                .view
-                .listings
-                .is_repeat(&self.bundle, &record, &preludes, every);
+            && self.view.listings.is_repeat(
+                &self.bundle,
+                (&record, self.token_digest()),
+                &preludes,
+                every,
+            );
         if repeat {
             open.clear();
             self.gw.lifecycle.metrics.listings_repeated.inc();
@@ -384,7 +396,7 @@ impl Call {
     /// The principal of the request's tool decisions: the person calling
     /// (a token-authenticated request), else the session's agent.
     pub fn agent_uid(&self) -> Uid {
-        match &self.view.person {
+        match &self.person {
             Some(person) => person.user.uid(),
             None => Kind::Agent.uid(&self.view.tenant.agent.id),
         }
@@ -393,7 +405,7 @@ impl Call {
     /// The principal of the request's `access_session`: the person, else
     /// the daemon key.
     pub fn caller_uid(&self) -> Uid {
-        match &self.view.person {
+        match &self.person {
             Some(person) => person.user.uid(),
             None => Kind::ApiKey.uid(&self.view.key.id),
         }
@@ -403,7 +415,7 @@ impl Call {
     /// the person's (every person's session has the same agent), else the
     /// session's agent's.
     pub fn actor_id(&self) -> &str {
-        match &self.view.person {
+        match &self.person {
             Some(_) => &self.view.key.id,
             None => &self.view.tenant.agent.id,
         }
@@ -474,6 +486,10 @@ pub async fn prepare(
     let time = crate::ids::now_rfc3339();
     let resource_metadata = matches!(caller, Resolved::Person(_))
         .then(|| super::resource_metadata::url_for(gw, headers, &target.path));
+    let person = match &caller {
+        Resolved::Person(person) => Some(Arc::clone(person)),
+        Resolved::Key(_) => None,
+    };
     let (view, context) = match caller {
         Resolved::Key(key) => {
             let view = match gw.session_view(session_id, &key, &bundle).await {
@@ -508,6 +524,7 @@ pub async fn prepare(
         gw: Arc::clone(gw),
         bundle,
         view,
+        person,
         target: target.clone(),
         version,
         time,
@@ -634,6 +651,7 @@ pub async fn admit(call: &Call) -> Result<(), McpError> {
         let denied = step_up::Denied {
             bundle: &call.bundle,
             view: &call.view,
+            person: call.person.as_deref(),
             identities: &call.gw.identities,
             principal: &principal,
             action: Action::AccessSession,

@@ -150,7 +150,7 @@ async fn refuse(call: &Call, mismatch: Mismatch) -> McpError {
         }),
         outcome: None,
         trace: call.trace.as_ref(),
-        person: call.view.person.as_deref(),
+        person: call.person.as_deref(),
     };
     match record_refusal(&call.gw, &call.bundle, &call.view.key, refusal).await {
         Ok(decision_id) => McpError::HeaderMismatch {

@@ -40,6 +40,7 @@ use super::error::StepUpRefusal;
 use crate::audit::Decided;
 use crate::gateway::SessionView;
 use crate::identity::Identities;
+use crate::identity::person::Person;
 use crate::policy::identity::CheckedToken;
 use crate::policy::{Action, PolicyBundle, PreparedContext, Uid};
 
@@ -56,8 +57,10 @@ pub struct StepUp {
 pub struct Denied<'a> {
     /// The policy set it was decided under.
     pub bundle: &'a PolicyBundle,
-    /// The session view it was decided in (its person and entity slice).
+    /// The session view it was decided in (its entity slice).
     pub view: &'a SessionView,
+    /// The person whose request it was (`None` for a key).
+    pub person: Option<&'a Person>,
     /// The accepted issuers (`scope_implies`).
     pub identities: &'a Identities,
     /// The principal.
@@ -75,7 +78,7 @@ pub fn find(
     denied: &Denied<'_>,
     context_with: impl Fn(&CheckedToken) -> PreparedContext,
 ) -> Option<StepUp> {
-    let person = denied.view.person.as_ref()?;
+    let person = denied.person?;
     let held = &person.token.facts().scopes;
     let candidates: Vec<String> = denied
         .bundle
@@ -128,7 +131,7 @@ pub fn find(
 /// The person's token as it would be granted `extra` too (with every scope
 /// those imply); `None` if that token would exceed the vocabulary's bounds.
 fn with_scopes(denied: &Denied<'_>, extra: &[String]) -> Option<CheckedToken> {
-    let person = denied.view.person.as_ref()?;
+    let person = denied.person?;
     let mut granted = person.granted.clone();
     granted.extend(extra.iter().cloned());
     let mut facts = person.token.facts().clone();

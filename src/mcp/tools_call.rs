@@ -282,6 +282,7 @@ async fn decide(
         let denied = step_up::Denied {
             bundle: &call.bundle,
             view: &call.view,
+            person: call.person.as_deref(),
             identities: &call.gw.identities,
             principal: &agent,
             action: spec.action,
@@ -359,7 +360,7 @@ fn tool_context(
 ) -> Option<PreparedContext> {
     let bundle = &call.bundle;
     let session = &call.view.tenant.session;
-    if let Some(person) = &call.view.person {
+    if let Some(person) = &call.person {
         return Some(token_tool_context(call, spec, args, usage, &person.token));
     }
     if let Some(usage) = usage {
