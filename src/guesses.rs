@@ -167,13 +167,19 @@ async fn record(gw: &Gateway, t: &Throttled, entry: Entry) {
         },
         &gw.pep.current().hash,
     );
+    submit(gw, event, "a throttled burst of wrong credentials").await;
+}
+
+/// Writes one event durably (a failure to record `what` is logged: the
+/// refusal stands either way).
+async fn submit(gw: &Gateway, event: crate::store::decisions::NewDecision, what: &str) {
     let submitted = gw
         .store
         .writer()
         .submit(vec![WriteOp::Decision(Box::new(event))])
         .await;
     if let Err(e) = submitted {
-        tracing::error!(error = %e, "cannot record a throttled burst of wrong credentials");
+        tracing::error!(error = %e, "cannot record {what}");
     }
 }
 
@@ -277,14 +283,7 @@ async fn record_refused_token(gw: &Gateway, client: IpAddr, reason: &str, entry:
         },
         &gw.pep.current().hash,
     );
-    let submitted = gw
-        .store
-        .writer()
-        .submit(vec![WriteOp::Decision(Box::new(event))])
-        .await;
-    if let Err(e) = submitted {
-        tracing::error!(error = %e, "cannot record a burst of refused access tokens");
-    }
+    submit(gw, event, "a burst of refused access tokens").await;
 }
 
 /// The 429 of `entry`, in its own error format.

@@ -343,17 +343,11 @@ async fn wrong_daemon_keys_are_throttled_on_the_mcp_endpoint_and_sessions() {
     assert_eq!(entries, [("127.0.0.2", "mcp"), ("127.0.0.3", "sessions")]);
 }
 
-#[tokio::test]
-async fn refused_access_tokens_are_throttled_like_wrong_keys() {
-    let g = TestGateway::start_with(|c| {
-        c.credential_guesses = CredentialGuessConfig {
-            per_address_burst: 3,
-            per_address_per_minute: 1,
-            total_burst: 1000,
-            total_per_minute: 1,
-            ..CredentialGuessConfig::default()
-        };
-        // An issuer that is never reached: these tokens fail before any key.
+/// A gateway with these buckets and an issuer that is never reached (the
+/// tokens these tests send fail before any key), org `acme`'s project URL.
+async fn token_gateway(guesses: CredentialGuessConfig) -> (TestGateway, common::Tenant, String) {
+    let g = TestGateway::start_with(move |c| {
+        c.credential_guesses = guesses;
         c.auth.issuers = vec![cedargate::identity::IssuerConfig {
             issuer: "https://idp.invalid".into(),
             org: Some("acme".into()),
@@ -363,6 +357,19 @@ async fn refused_access_tokens_are_throttled_like_wrong_keys() {
     .await;
     let t = g.tenant("acme").await;
     let person_url = format!("{}/mcp/acme/{}", g.base, t.project);
+    (g, t, person_url)
+}
+
+#[tokio::test]
+async fn refused_access_tokens_are_throttled_like_wrong_keys() {
+    let (_g, t, person_url) = token_gateway(CredentialGuessConfig {
+        per_address_burst: 3,
+        per_address_per_minute: 1,
+        total_burst: 1000,
+        total_per_minute: 1,
+        ..CredentialGuessConfig::default()
+    })
+    .await;
     let guesser = client_from(4);
     // No credential at all spends nothing.
     for _ in 0..5 {
@@ -387,23 +394,14 @@ async fn refused_access_tokens_are_throttled_like_wrong_keys() {
 #[tokio::test]
 async fn a_burst_of_refused_access_tokens_is_recorded_once_per_address_and_reason() {
     use base64::Engine;
-    let g = TestGateway::start_with(|c| {
-        // Buckets far away: only the recording is under test.
-        c.credential_guesses = CredentialGuessConfig {
-            per_address_burst: 1000,
-            total_burst: 1000,
-            burst_quiet_secs: 1,
-            ..CredentialGuessConfig::default()
-        };
-        c.auth.issuers = vec![cedargate::identity::IssuerConfig {
-            issuer: "https://idp.invalid".into(),
-            org: Some("acme".into()),
-            ..Default::default()
-        }];
+    // Buckets far away: only the recording is under test.
+    let (g, _t, person_url) = token_gateway(CredentialGuessConfig {
+        per_address_burst: 1000,
+        total_burst: 1000,
+        burst_quiet_secs: 1,
+        ..CredentialGuessConfig::default()
     })
     .await;
-    let t = g.tenant("acme").await;
-    let person_url = format!("{}/mcp/acme/{}", g.base, t.project);
     let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
     let other_issuer = format!(
         "{}.{}.c2ln",
