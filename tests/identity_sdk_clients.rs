@@ -144,6 +144,22 @@ async fn remembered(gw: &TestGateway) -> Vec<String> {
         .collect()
 }
 
+/// The client asked for `mcp:admin` in `scope`, stored its memory after
+/// the step-up, and the trail holds the deny with the challenge, then the
+/// allow.
+async fn stepped_up(gw: &TestGateway, summary: &Value, scope: &str) {
+    assert!(scope.split(' ').any(|s| s == "mcp:admin"), "{summary}");
+    assert_eq!(
+        summary["remember"]["isError"], false,
+        "stored after step-up: {summary}"
+    );
+    assert_eq!(
+        remembered(gw).await,
+        vec!["deny", "allow"],
+        "denied with the challenge, then allowed"
+    );
+}
+
 #[tokio::test]
 async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
     if !clients_installed() || !oidc::installed() {
@@ -154,16 +170,7 @@ async fn the_typescript_sdk_steps_up_when_a_policy_asks_for_a_scope() {
     let summary = run("node", &["ts_oauth_client.mjs", &url, "bob", "remember"]).await;
     assert_eq!(summary["challenged"], true, "{summary}");
     let scope = summary["stepUpScope"].as_str().expect("a step-up");
-    assert!(scope.split(' ').any(|s| s == "mcp:admin"), "{summary}");
-    assert_eq!(
-        summary["remember"]["isError"], false,
-        "stored after step-up: {summary}"
-    );
-    assert_eq!(
-        remembered(&gw).await,
-        vec!["deny", "allow"],
-        "denied with the challenge, then allowed"
-    );
+    stepped_up(&gw, &summary, scope).await;
 }
 
 #[tokio::test]
@@ -184,14 +191,5 @@ async fn the_python_sdk_steps_up_when_a_policy_asks_for_a_scope() {
         "signed in, then again for the step-up: {summary}"
     );
     let scope = summary["lastScope"].as_str().unwrap();
-    assert!(scope.split(' ').any(|s| s == "mcp:admin"), "{summary}");
-    assert_eq!(
-        summary["remember"]["isError"], false,
-        "stored after step-up: {summary}"
-    );
-    assert_eq!(
-        remembered(&gw).await,
-        vec!["deny", "allow"],
-        "denied with the challenge, then allowed"
-    );
+    stepped_up(&gw, &summary, scope).await;
 }
