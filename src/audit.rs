@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod checkpoint_verify;
 pub mod events;
 pub mod export;
+pub mod notes;
 pub mod prelude;
 pub mod repeated_listing;
 pub mod signed_note;

@@ -88,7 +88,7 @@ pub fn waiting_at_end(ops: &[WriteOp]) -> usize {
 }
 
 /// Whether `record` may ride in a later record of its request.
-fn is_prelude(record: &NewDecision) -> bool {
+pub fn is_prelude(record: &NewDecision) -> bool {
     may_hold(&record.action)
         && !super::tool_list::is_tool_list(record)
         && record.decision == "allow"

@@ -129,31 +129,14 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
-    /// Adds `traceparent` (and `tracestate`) to the notes of every
-    /// decision record in `ops` that carries no trace context yet.
-    pub fn stamp(&self, ops: &mut [WriteOp]) {
-        for op in ops {
-            if let WriteOp::Decision(record) = op {
-                record.notes = self.noted(&record.notes);
-            }
-        }
-    }
-
     /// `notes` (a JSON object or `null`) with the trace context added,
     /// unless they already carry one.
     pub fn noted(&self, notes: &str) -> String {
-        let mut map = match serde_json::from_str(notes) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => serde_json::Map::new(),
-        };
-        if map.contains_key("traceparent") {
-            return notes.to_string();
-        }
-        map.insert("traceparent".into(), self.traceparent.clone().into());
+        let mut fields = vec![("traceparent", self.traceparent.as_str())];
         if let Some(state) = &self.tracestate {
-            map.insert("tracestate".into(), state.clone().into());
+            fields.push(("tracestate", state.as_str()));
         }
-        serde_json::Value::Object(map).to_string()
+        audit::notes::stamped(notes, &fields)
     }
 }
 
@@ -163,14 +146,7 @@ impl TraceContext {
 pub fn stamp_jti(jti: &str, ops: &mut [WriteOp]) {
     for op in ops {
         if let WriteOp::Decision(record) = op {
-            let mut map = match serde_json::from_str(&record.notes) {
-                Ok(serde_json::Value::Object(map)) => map,
-                _ => serde_json::Map::new(),
-            };
-            if !map.contains_key("jti") {
-                map.insert("jti".into(), jti.into());
-                record.notes = serde_json::Value::Object(map).to_string();
-            }
+            record.notes = audit::notes::stamped(&record.notes, &[("jti", jti)]);
         }
     }
 }
@@ -205,7 +181,7 @@ impl Call {
         let mut all = self.take_sealed();
         let mut open = self.take_open();
         open.extend(ops);
-        all.extend(self.traced(self.folded(open)));
+        all.extend(self.marked(open));
         all
     }
 
@@ -225,8 +201,23 @@ impl Call {
             .unwrap_or_default()
     }
 
-    /// One message's writes with its prelude decisions folded into its
-    /// next record ([`audit::prelude`]), except while shadow mode runs:
+    /// One message's writes, each record marked with the current trace
+    /// context and the person's `jti`, and its prelude decisions folded
+    /// into its next record ([`audit::prelude`]).
+    ///
+    /// Records are marked before the fold: a record's notes are small until
+    /// its preludes are folded in (the fold keeps what they held), and
+    /// marking a record that carries them cost a person's `tools/call` more
+    /// than deciding it. Preludes that stay rows of their own are marked
+    /// after it.
+    fn marked(&self, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
+        self.mark(&mut ops, |r| !audit::prelude::is_prelude(r));
+        let mut ops = self.folded(ops);
+        self.mark(&mut ops, |r| r.notes == "null");
+        ops
+    }
+
+    /// The ops' prelude decisions folded, except while shadow mode runs:
     /// a divergence names each live decision by the id of its own row.
     fn folded(&self, ops: Vec<WriteOp>) -> Vec<WriteOp> {
         if self.bundle.hooks.observer().is_some_and(|o| o.redecides()) {
@@ -236,16 +227,25 @@ impl Call {
     }
 
     /// Stamps the current trace context (the message's, else the
-    /// request's) on the records of `ops` that carry none yet.
-    fn traced(&self, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
+    /// request's) and the person's `jti` on the records `which` picks.
+    fn mark(&self, ops: &mut [WriteOp], which: impl Fn(&NewDecision) -> bool) {
         let message = self.message_trace.lock().ok().and_then(|t| t.clone());
-        if let Some(trace) = message.as_ref().or(self.trace.as_ref()) {
-            trace.stamp(&mut ops);
+        let trace = message.as_ref().or(self.trace.as_ref());
+        let jti = self.person.as_ref().and_then(|p| p.jti.as_deref());
+        for op in ops {
+            let WriteOp::Decision(record) = op else {
+                continue;
+            };
+            if !which(record) {
+                continue;
+            }
+            if let Some(trace) = trace {
+                record.notes = trace.noted(&record.notes);
+            }
+            if let Some(jti) = jti {
+                record.notes = audit::notes::stamped(&record.notes, &[("jti", jti)]);
+            }
         }
-        if let Some(jti) = self.person.as_ref().and_then(|p| p.jti.as_deref()) {
-            stamp_jti(jti, &mut ops);
-        }
-        ops
     }
 
     /// Starts answering one message of a legacy body that carries its own
@@ -272,7 +272,7 @@ impl Call {
         } else {
             Vec::new()
         };
-        let before = self.traced(self.folded(before));
+        let before = self.marked(before);
         if let Ok(mut sealed) = self.sealed.lock() {
             sealed.extend(before);
         }
