@@ -435,13 +435,16 @@ impl PreparedContext {
 
     /// The context serialized, as recorded in the decision trail.
     pub fn text(&self) -> &str {
-        self.text
-            .get_or_init(|| match (&self.session, &self.action, &self.token) {
-                (Some((session_id, time)), None, None) => {
-                    entities::session_context_text(session_id, time)
-                }
-                _ => self.json().to_string(),
-            })
+        // A context built from `session` holds exactly the session's part,
+        // the token's members and a typed action's `args`: written
+        // directly, as for every request they cost more than deciding.
+        self.text.get_or_init(|| match &self.session {
+            Some((session_id, time)) => {
+                let args = self.action.as_ref().and_then(|_| self.json().get("args"));
+                entities::session_context_text_with(session_id, time, self.token.as_deref(), args)
+            }
+            None => self.json().to_string(),
+        })
     }
 
     /// The Cedar context (built now if it was deferred).

@@ -591,18 +591,7 @@ pub fn create_session_context(agent_id: &str, time: &str, token: Option<&Checked
 /// Adds `token` (and `client`, when the token names one) to a context:
 /// the attributes of a token-authenticated request.
 pub fn insert_token(context: &mut serde_json::Map<String, Value>, token: &CheckedToken) {
-    let facts = token.facts();
-    let mut record = serde_json::Map::with_capacity(4);
-    record.insert("issuer".into(), facts.issuer.as_str().into());
-    record.insert("audience".into(), facts.audience.clone().into());
-    record.insert("scopes".into(), facts.scopes.clone().into());
-    record.insert("expiresAt".into(), datetime_value(token.expires_at()));
-    context.insert("token".into(), Value::Object(record));
-    if let Some(id) = &facts.client_id {
-        let mut client = serde_json::Map::with_capacity(1);
-        client.insert("id".into(), id.as_str().into());
-        context.insert("client".into(), Value::Object(client));
-    }
+    context.extend(token.context_members());
 }
 
 /// Only the calling key (a child of its org): what a refusal decided
@@ -718,14 +707,37 @@ pub fn session_context(session_id: &str, time: &str) -> Value {
 /// it, and serializing the value took 2.6% of a `tools/list`'s CPU. A unit
 /// test holds the two equal.
 pub fn session_context_text(session_id: &str, time: &str) -> String {
-    let mut out = String::with_capacity(120 + session_id.len() + time.len());
+    session_context_text_with(session_id, time, None, None)
+}
+
+/// The text of a session context that also holds a token's members
+/// ([`CheckedToken::context_text`], after `time`, as [`insert_token`]
+/// puts them) and a typed tool's `args` (last), exactly as `serde_json`
+/// writes that object.
+pub fn session_context_text_with(
+    session_id: &str,
+    time: &str,
+    token: Option<&CheckedToken>,
+    args: Option<&Value>,
+) -> String {
+    let members = token.map_or("", CheckedToken::context_text);
+    let mut out = String::with_capacity(120 + session_id.len() + time.len() + members.len());
     out.push_str("{\"session\":{\"__entity\":{\"type\":\"");
     out.push_str(&Kind::Session.qualified());
     out.push_str("\",\"id\":");
     push_quoted(&mut out, session_id);
     out.push_str("}},\"time\":{\"__extn\":{\"fn\":\"datetime\",\"arg\":");
     push_quoted(&mut out, time);
-    out.push_str("}}}");
+    out.push_str("}}");
+    if !members.is_empty() {
+        out.push(',');
+        out.push_str(members);
+    }
+    if let Some(args) = args {
+        out.push_str(",\"args\":");
+        out.push_str(&args.to_string());
+    }
+    out.push('}');
     out
 }
 
@@ -778,6 +790,54 @@ mod tests {
             session_context_text("s", "t\"ime"),
             session_context("s", "t\"ime").to_string()
         );
+    }
+
+    /// The context text written directly with a token's members and a
+    /// typed tool's `args` is what `serde_json` writes for the same value,
+    /// whatever the identity provider put in the token's strings.
+    #[test]
+    fn a_tokens_context_text_is_the_values_text() {
+        let odd = [
+            "plain",
+            "quote\"d",
+            "back\\slash",
+            "tab\tline\n",
+            "\u{1}",
+            "ünï ✓",
+        ];
+        for (i, s) in odd.iter().enumerate() {
+            let token = super::super::identity::TokenFacts {
+                issuer: format!("https://idp.test/{s}"),
+                audience: vec![s.to_string(), "https://gw.test".into()],
+                scopes: vec![s.to_string(), "mcp:tools".into()],
+                expires_at: 1_795_000_000,
+                client_id: (i % 2 == 0).then(|| s.to_string()),
+            }
+            .checked()
+            .unwrap();
+            let args = json!({ "path": s, "n": [1, 2.5, null], "deep": { "k": true } });
+            for (token, args) in [
+                (Some(&token), None),
+                (Some(&token), Some(&args)),
+                (None, Some(&args)),
+                (None, None),
+            ] {
+                let mut value = session_context(s, "2026-11-22T08:00:00.000Z");
+                if let Value::Object(map) = &mut value {
+                    if let Some(token) = token {
+                        insert_token(map, token);
+                    }
+                    if let Some(args) = args {
+                        map.insert("args".into(), args.clone());
+                    }
+                }
+                assert_eq!(
+                    session_context_text_with(s, "2026-11-22T08:00:00.000Z", token, args),
+                    value.to_string(),
+                    "{s:?}"
+                );
+            }
+        }
     }
 
     #[test]

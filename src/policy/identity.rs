@@ -33,6 +33,7 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Kind, Uid};
@@ -103,13 +104,21 @@ pub struct TokenFacts {
 
 /// A token whose facts are within the limits (module doc), with its
 /// audiences and scopes as sorted sets and its expiry as RFC 3339 text.
+///
+/// Shared, not copied: every context of a person's request holds their
+/// token, so a clone is a reference count.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckedToken {
+pub struct CheckedToken(std::sync::Arc<TokenParts>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct TokenParts {
     facts: TokenFacts,
     expires_at: String,
     /// SHA-256 of the facts, hex: what a reused verdict decided with this
     /// token's context is remembered under.
     digest: String,
+    /// [`CheckedToken::context_members`] as the trail writes them.
+    context_text: String,
 }
 
 /// Why a person's or a token's facts are refused (nothing is built from
@@ -260,30 +269,75 @@ impl TokenFacts {
                 serde_json::json!([f.issuer, f.audience, f.scopes, f.expires_at, f.client_id]);
             hex::encode(Sha256::digest(facts.to_string().as_bytes()))
         };
-        Ok(CheckedToken {
+        let members = context_members(&self, &expires_at);
+        let context_text = members_text(members);
+        Ok(CheckedToken(std::sync::Arc::new(TokenParts {
             facts: self,
             expires_at,
             digest,
-        })
+            context_text,
+        })))
     }
+}
+
+/// `context.token` (and `context.client` when the token names its client)
+/// as Cedar JSON, in the order the context holds them.
+fn context_members(facts: &TokenFacts, expires_at: &str) -> serde_json::Map<String, Value> {
+    let mut members = serde_json::Map::with_capacity(2);
+    members.insert(
+        "token".into(),
+        json!({
+            "issuer": facts.issuer,
+            "audience": facts.audience,
+            "scopes": facts.scopes,
+            "expiresAt": {"__extn": {"fn": "datetime", "arg": expires_at}},
+        }),
+    );
+    if let Some(id) = &facts.client_id {
+        members.insert("client".into(), json!({ "id": id }));
+    }
+    members
+}
+
+/// The members as `serde_json` writes them inside an object: the object's
+/// text without its braces.
+fn members_text(members: serde_json::Map<String, Value>) -> String {
+    let text = Value::Object(members).to_string();
+    text.strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or_default()
+        .to_string()
 }
 
 impl CheckedToken {
     /// The checked facts (audiences and scopes sorted, without duplicates).
     pub fn facts(&self) -> &TokenFacts {
-        &self.facts
+        &self.0.facts
     }
 
     /// The expiry as the RFC 3339 text of `context.token.expiresAt`
     /// (`YYYY-MM-DDThh:mm:ssZ`).
     pub fn expires_at(&self) -> &str {
-        &self.expires_at
+        &self.0.expires_at
     }
 
     /// SHA-256 of the facts (hex): two tokens with the same digest give
     /// decisions the same `context.token` and `context.client`.
     pub fn digest(&self) -> &str {
-        &self.digest
+        &self.0.digest
+    }
+
+    /// What the token adds to a request's context: `token`, and `client`
+    /// when it names its client.
+    pub fn context_members(&self) -> serde_json::Map<String, Value> {
+        context_members(&self.0.facts, &self.0.expires_at)
+    }
+
+    /// [`CheckedToken::context_members`] as the trail records them inside
+    /// the context's text (`"token":{…},"client":{…}`), written once per
+    /// token: every decision record of a person's request carries them.
+    pub fn context_text(&self) -> &str {
+        &self.0.context_text
     }
 }
 
