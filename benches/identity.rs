@@ -16,6 +16,10 @@
 //! (served from the validated-token cache), each the first request of a
 //! fresh connection, over `BENCH_TOKENS` fresh tokens (default 200), as
 //! p50s and their difference.
+//!
+//! `BENCH_ONLY=key` (or `token`) sends only that door's `tools/call`,
+//! `BENCH_ITERS` times, and prints its CPU: run under a profiler (`perf
+//! record`, `valgrind --tool=callgrind`) to see where one door's cost goes.
 
 #![allow(
     clippy::unwrap_used,
@@ -178,6 +182,13 @@ fn main() -> Res<()> {
         println!("identity bench: {iters} requests per door and round, {rounds} rounds");
         println!("| request | key: server CPU µs | token: server CPU µs | token / key |");
         println!("|---|---|---|---|");
+        if let Ok(door) = std::env::var("BENCH_ONLY") {
+            // One door's `tools/call` alone, for a profiler.
+            let conn = if door == "key" { &mut key } else { &mut person };
+            let cpu = measure(conn, RECALL, iters).await?;
+            println!("{door}: tools/call server CPU {:.1} µs", cpu as f64 / 1e3 / iters as f64);
+            return Ok(());
+        }
         for (name, body) in [("ping", PING), ("tools/call af_memory_recall", RECALL)] {
             let (mut k, mut t) = (Vec::new(), Vec::new());
             measure(&mut key, body, iters / 10).await?;
