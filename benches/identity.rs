@@ -186,7 +186,10 @@ fn main() -> Res<()> {
             // One door's `tools/call` alone, for a profiler.
             let conn = if door == "key" { &mut key } else { &mut person };
             let cpu = measure(conn, RECALL, iters).await?;
-            println!("{door}: tools/call server CPU {:.1} µs", cpu as f64 / 1e3 / iters as f64);
+            println!(
+                "{door}: tools/call server CPU {:.1} µs",
+                cpu as f64 / 1e3 / iters as f64
+            );
             return Ok(());
         }
         for (name, body) in [("ping", PING), ("tools/call af_memory_recall", RECALL)] {
