@@ -357,6 +357,50 @@ when {{ principal.name == "Bob Builder" }};
 }
 
 #[tokio::test]
+async fn opening_a_persons_session_steps_up_too() {
+    let Some(idp) = oidc::default_provider().await else {
+        return;
+    };
+    let rules = r#"
+@id("joining-needs-admin")
+@requires_scope("mcp:admin")
+forbid (principal is Gateway::User, action == Gateway::Action::"create_session", resource)
+unless { context has token && context.token.scopes.contains("mcp:admin") };
+"#;
+    let (gw, _policies) = gateway(&idp, rules, BTreeMap::new()).await;
+    let t = gw.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", gw.base, t.project);
+
+    // The person's first request opens their session: without the scope,
+    // the opening is denied with the challenge, and recorded as such.
+    let reader = token(&idp, "alice", "openid mcp:read", &url).await;
+    let refused = rpc(&url, &reader, initialize()).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let challenge = refused.challenge.expect("the challenge");
+    assert_eq!(attr(&challenge, "error"), "insufficient_scope");
+    assert_eq!(set(&attr(&challenge, "scope")), set("mcp:read mcp:admin"));
+    let id = refused.body["error"]["data"]["decisionId"]
+        .as_str()
+        .unwrap();
+    let denied = record(&gw, id).await;
+    assert_eq!(
+        (denied.action.as_str(), denied.decision.as_str()),
+        ("create_session", "deny")
+    );
+    assert_eq!(
+        own_notes(&denied)["stepUp"],
+        json!({"scopes": ["mcp:admin"]})
+    );
+
+    // Signed in again with what the challenge asked for, the session opens.
+    let scope = format!("openid {}", attr(&challenge, "scope"));
+    let admin = token(&idp, "alice", &scope, &url).await;
+    let opened = rpc(&url, &admin, initialize()).await;
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    assert!(opened.body["result"].is_object(), "{}", opened.body);
+}
+
+#[tokio::test]
 async fn keys_never_step_up() {
     let rule = r#"
 @id("remember-needs-admin")

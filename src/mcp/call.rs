@@ -650,7 +650,7 @@ pub async fn admit(call: &Call) -> Result<(), McpError> {
     } else {
         let denied = step_up::Denied {
             bundle: &call.bundle,
-            view: &call.view,
+            slice: &call.view.slice,
             person: call.person.as_deref(),
             identities: &call.gw.identities,
             principal: &principal,

@@ -26,7 +26,7 @@ use super::admission::{Admitted, AdmittedPost};
 use super::call::{Refusal, Target, record_refusal};
 use super::credential::{self, Caller};
 use super::error::McpError;
-use super::streamable;
+use super::{step_up, streamable};
 use crate::audit::{self, Scope};
 use crate::gateway::{Gateway, stand_in_key};
 use crate::identity::person::Person;
@@ -98,7 +98,10 @@ async fn person_target(
                 .map_err(|_| McpError::StorageUnavailable)?;
             let id = match found {
                 Some(id) => id,
-                None => open_session(gw, &person, org, project).await?,
+                None => {
+                    let metadata = super::resource_metadata::url_for(gw, headers, &path);
+                    open_session(gw, &person, (org, project), &metadata).await?
+                }
             };
             gw.person_sessions.insert(cache_key, id.clone());
             id
@@ -134,12 +137,15 @@ async fn refuse_other_org(gw: &Gateway, person: &Person, path: &str) -> McpError
 }
 
 /// Opens the person's session in the project when Cedar's
-/// `create_session` allows it; the decision is recorded either way.
+/// `create_session` allows it; the decision is recorded either way. A
+/// deny that a scope named by `@requires_scope` would turn into an allow
+/// is answered with the step-up challenge (`metadata_url` names the
+/// endpoint's metadata), as any other decision of a person's.
 async fn open_session(
     gw: &Gateway,
     person: &Person,
-    org: &str,
-    project: &str,
+    (org, project): (&str, &str),
+    metadata_url: &str,
 ) -> Result<String, McpError> {
     let (o, p) = (org.to_string(), project.to_string());
     let (org_row, project_row) = gw
@@ -181,12 +187,13 @@ async fn open_session(
         Action::CreateSession,
         entities::create_session_context(PEOPLE_AGENT, &time, Some(&person.token)),
     );
-    let decided = audit::decide(
+    let (principal, resource) = (person.user.uid(), Kind::Project.uid(project));
+    let mut decided = audit::decide(
         &bundle,
         &slice,
-        &person.user.uid(),
+        &principal,
         Action::CreateSession,
-        &Kind::Project.uid(project),
+        &resource,
         &context,
         Scope {
             org_id: Some(org),
@@ -195,8 +202,25 @@ async fn open_session(
         &time,
     );
     if !decided.allowed() {
+        let denied = step_up::Denied {
+            bundle: &bundle,
+            slice: &slice,
+            person: Some(person),
+            identities: &gw.identities,
+            principal: &principal,
+            action: Action::CreateSession,
+            resource: &resource,
+        };
+        let step_up = step_up::find(&denied, |token| {
+            let context = entities::create_session_context(PEOPLE_AGENT, &time, Some(token));
+            bundle.prepare_context(Action::CreateSession, context)
+        })
+        .map(|s| step_up::refusal(Some(metadata_url), &mut decided, None, s));
         let (decision_id, advice) = (decided.id().to_string(), decided.verdict.advice.clone());
         commit(gw, person, decided.finish_default()).await?;
+        if let Some(refusal) = step_up {
+            return Err(McpError::StepUp(Box::new(refusal)));
+        }
         return Err(McpError::AccessDenied {
             decision_id,
             advice,

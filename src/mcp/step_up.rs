@@ -1,6 +1,7 @@
 //! Step-up authorization decided by policy: when Cedar denies a person's
-//! `call_tool` (typed tool actions included), `a2a_invoke` or
-//! `access_session`, and a scope named by `@requires_scope` on the
+//! `call_tool` (typed tool actions included), `a2a_invoke`,
+//! `access_session` or `create_session` (opening their session at
+//! `/mcp/{org}/{project}`), and a scope named by `@requires_scope` on the
 //! action's policies would allow it, the answer is not a plain refusal
 //! but an OAuth `insufficient_scope` challenge, so the client signs the
 //! person in again with those scopes and retries.
@@ -38,9 +39,9 @@ use serde_json::{Value, json};
 
 use super::error::StepUpRefusal;
 use crate::audit::Decided;
-use crate::gateway::SessionView;
 use crate::identity::Identities;
 use crate::identity::person::Person;
+use crate::policy::entities::EntitySlice;
 use crate::policy::identity::CheckedToken;
 use crate::policy::{Action, PolicyBundle, PreparedContext, Uid};
 
@@ -57,8 +58,8 @@ pub struct StepUp {
 pub struct Denied<'a> {
     /// The policy set it was decided under.
     pub bundle: &'a PolicyBundle,
-    /// The session view it was decided in (its entity slice).
-    pub view: &'a SessionView,
+    /// The entity slice it was decided on.
+    pub slice: &'a EntitySlice,
     /// The person whose request it was (`None` for a key).
     pub person: Option<&'a Person>,
     /// The accepted issuers (`scope_implies`).
@@ -100,7 +101,7 @@ pub fn find(
                     denied.action,
                     denied.resource,
                     &context,
-                    &denied.view.slice.entities,
+                    &denied.slice.entities,
                 )
                 .allowed
         })

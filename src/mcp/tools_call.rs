@@ -281,7 +281,7 @@ async fn decide(
         );
         let denied = step_up::Denied {
             bundle: &call.bundle,
-            view: &call.view,
+            slice: &call.view.slice,
             person: call.person.as_deref(),
             identities: &call.gw.identities,
             principal: &agent,
