@@ -13,7 +13,7 @@
 //! order in this build (its `preserve_order` feature is on), so new keys
 //! went last, and the writers of `notes` write compact JSON.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use serde::de::IgnoredAny;
 
@@ -26,7 +26,10 @@ pub fn stamped(notes: &str, fields: &[(&str, &str)]) -> String {
         return notes.to_string();
     };
     let object = top_level_keys(notes);
-    if object.as_ref().is_some_and(|keys| keys.contains(*first)) {
+    if object
+        .as_ref()
+        .is_some_and(|keys| keys.contains_key(*first))
+    {
         return notes.to_string();
     }
     let mut out = match object {
@@ -52,9 +55,8 @@ pub fn stamped(notes: &str, fields: &[(&str, &str)]) -> String {
 
 /// The top-level keys of `notes` when it is a JSON object (values are
 /// checked and skipped, never built), else `None`.
-fn top_level_keys(notes: &str) -> Option<BTreeSet<String>> {
-    let map: std::collections::BTreeMap<String, IgnoredAny> = serde_json::from_str(notes).ok()?;
-    Some(map.into_keys().collect())
+fn top_level_keys(notes: &str) -> Option<BTreeMap<String, IgnoredAny>> {
+    serde_json::from_str(notes).ok()
 }
 
 fn push_json_string(out: &mut String, s: &str) {
