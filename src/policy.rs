@@ -411,6 +411,13 @@ pub struct PreparedContext {
     /// value is built from on first use (a reused verdict whose argument
     /// shape Cedar already accepted needs none).
     typed_args: Option<Arc<schema_gen::ArgType>>,
+    /// A typed context built from `session`: the arguments projected onto
+    /// its type. Its JSON (the session's part, the token's and these) is
+    /// then built only if something asks: a live decision reads `args`,
+    /// the verdict memo the session and the token's digest, and the text is
+    /// written directly, so a person's call never copied the token's
+    /// members into a map nobody read.
+    args: Option<serde_json::Value>,
     /// The token of a token-authenticated request (`context.token`, and
     /// `context.client` when it names its client), built from values with
     /// the session's part.
@@ -423,8 +430,13 @@ impl PreparedContext {
         self.json.get_or_init(|| match &self.session {
             Some((session_id, time)) => {
                 let mut json = entities::session_context(session_id, time);
-                if let (Some(token), serde_json::Value::Object(map)) = (&self.token, &mut json) {
-                    entities::insert_token(map, token);
+                if let serde_json::Value::Object(map) = &mut json {
+                    if let Some(token) = &self.token {
+                        entities::insert_token(map, token);
+                    }
+                    if let Some(args) = &self.args {
+                        map.insert("args".into(), args.clone());
+                    }
                 }
                 json
             }
@@ -439,10 +451,12 @@ impl PreparedContext {
         // the token's members and a typed action's `args`: written
         // directly, as for every request they cost more than deciding.
         self.text.get_or_init(|| match &self.session {
-            Some((session_id, time)) => {
-                let args = self.action.as_ref().and_then(|_| self.json().get("args"));
-                entities::session_context_text_with(session_id, time, self.token.as_deref(), args)
-            }
+            Some((session_id, time)) => entities::session_context_text_with(
+                session_id,
+                time,
+                self.token.as_deref(),
+                self.args(),
+            ),
             None => self.json().to_string(),
         })
     }
@@ -463,7 +477,7 @@ impl PreparedContext {
     fn values(&self) -> Option<Vec<(String, RestrictedExpression)>> {
         match (&self.typed_args, &self.session) {
             (Some(args_type), Some((session_id, time))) => {
-                let args = schema_gen::restricted(args_type, self.json().get("args")?)?;
+                let args = schema_gen::restricted(args_type, self.args()?)?;
                 let [session, time] = session_pairs(session_id, time);
                 Some(vec![session, time, ("args".to_string(), args)])
             }
@@ -472,6 +486,16 @@ impl PreparedContext {
                 let (session_id, time) = self.session_and_time()?;
                 Some(session_pairs(session_id, time).into())
             }
+        }
+    }
+
+    /// `context.args` of a typed tool context (`None` for any other, and
+    /// for a typed one whose arguments do not fit its type).
+    pub fn args(&self) -> Option<&serde_json::Value> {
+        self.action.as_ref()?;
+        match &self.session {
+            Some(_) => self.args.as_ref(),
+            None => self.json().get("args"),
         }
     }
 
@@ -627,6 +651,7 @@ impl PolicyBundle {
             action: None,
             session: None,
             typed_args: None,
+            args: None,
             token: None,
         }
     }
@@ -661,9 +686,10 @@ impl PolicyBundle {
         self.typed_context_of((group, tool), (session_id, time), args, None)
     }
 
-    /// [`PolicyBundle::typed_tool_context`], with the token's parts in its
-    /// JSON when it has one (its Cedar value takes them from the context's
-    /// `token`, which the caller sets).
+    /// [`PolicyBundle::typed_tool_context`] for a request with or without
+    /// a token: the caller sets the context's `token`, which its Cedar
+    /// value, text and JSON take the token's parts from (`token` is only
+    /// written into the JSON of arguments that do not fit, made now).
     fn typed_context_of(
         &self,
         (group, tool): (Action, &str),
@@ -672,21 +698,27 @@ impl PolicyBundle {
         token: Option<&Arc<identity::CheckedToken>>,
     ) -> Option<PreparedContext> {
         let typed = self.typed.get(tool).filter(|t| t.group == group)?;
-        let mut json = entities::session_context(session_id, time);
-        let projected = schema_gen::project(&typed.args, args);
-        let fits = projected.is_some();
-        if let serde_json::Value::Object(map) = &mut json {
-            if let Some(token) = token {
+        let session = Some((session_id.to_string(), time.to_string()));
+        let Some(projected) = schema_gen::project(&typed.args, args) else {
+            // Arguments that do not fit deny: the context is recorded as
+            // the session's (and token's) part alone.
+            let mut json = entities::session_context(session_id, time);
+            if let (Some(token), serde_json::Value::Object(map)) = (token, &mut json) {
                 entities::insert_token(map, token);
             }
-            if let Some(a) = projected {
-                map.insert("args".into(), a);
-            }
-        }
-        // `json` is the session context (and token) and `args`: read as it
-        // is built.
-        let mut prepared = self.typed_context(typed, json, fits, true);
-        prepared.session = Some((session_id.to_string(), time.to_string()));
+            let mut prepared = self.typed_context(typed, json, false, true);
+            prepared.session = session;
+            return Some(prepared);
+        };
+        // Built from values on first use (`PreparedContext::cedar`), its
+        // JSON only if asked for (`PreparedContext::json`): values of a
+        // projection always rebuild (the schema_gen tests cover every
+        // type), and one that did not would deny.
+        let mut prepared = self.prepared(None, std::sync::OnceLock::new());
+        prepared.action = Some(typed.action.clone());
+        prepared.typed_args = Some(Arc::clone(&typed.args));
+        prepared.session = session;
+        prepared.args = Some(projected);
         Some(prepared)
     }
 
@@ -808,8 +840,8 @@ impl PolicyBundle {
     }
 
     /// A typed tool context of `json`; `session_shaped` when `json` is
-    /// exactly `{session, time}` besides `args` (its Cedar value is then
-    /// built from values, on first use).
+    /// exactly `{session, time}` besides `args` (a recorded one: its Cedar
+    /// value is then built from values, on first use).
     fn typed_context(
         &self,
         typed: &schema_gen::TypedTool,
@@ -818,8 +850,7 @@ impl PolicyBundle {
         session_shaped: bool,
     ) -> PreparedContext {
         if fits && session_shaped {
-            // Built from values on first use (`PreparedContext::cedar`);
-            // values of a projection always rebuild (the schema_gen tests
+            // Values of a projection always rebuild (the schema_gen tests
             // cover every type), and one that did not would deny.
             let mut prepared = self.prepared(Some(json), std::sync::OnceLock::new());
             prepared.action = Some(typed.action.clone());

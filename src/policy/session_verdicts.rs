@@ -187,7 +187,7 @@ impl super::PolicyBundle {
         verdict: Verdict,
         check: impl FnOnce() -> Option<Verdict>,
     ) -> Verdict {
-        let shape = context.json().get("args").and_then(args_shape);
+        let shape = context.args().and_then(args_shape);
         if let Some(shape) = &shape
             && memo.knows_shape(key, shape)
         {
@@ -702,6 +702,71 @@ mod tests {
                 .allowed;
             assert_eq!(decide(&built), parsed, "{}", built.text());
         }
+    }
+
+    /// A person's typed tool call never builds its context's JSON: the
+    /// decision reads `args`, the memo the token's digest, the trail the
+    /// text. Asked for, the JSON is the context the text records.
+    #[test]
+    fn a_typed_token_context_makes_its_json_only_when_asked() {
+        use super::super::identity::TokenFacts;
+        use serde_json::json;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let tools = [super::super::schema_gen::ToolSchema {
+            name: "search".into(),
+            group: super::super::Action::CallTool,
+            input_schema: json!({"type": "object", "properties": {
+                "query": {"type": "string"}, "limit": {"type": "integer"}}}),
+            dropped: None,
+        }];
+        let bundle = super::super::load::load_bundle_with_tools(
+            &dir.join("schemas/gateway.cedarschema"),
+            &dir.join("policies"),
+            &tools,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+        let token = TokenFacts {
+            issuer: "https://idp.test".into(),
+            audience: vec!["https://gw.test/mcp/acme/web".into()],
+            scopes: vec!["mcp:tools".into()],
+            expires_at: 1_795_000_000,
+            client_id: Some("desktop".into()),
+        }
+        .checked()
+        .unwrap();
+        let time = "2026-11-28T08:00:00.000Z";
+        let args = json!({"query": "q \"1\"", "limit": 3, "extra": true});
+        let built = bundle.prepare_tool_context_with_token(
+            super::super::Action::CallTool,
+            "search",
+            "s1",
+            time,
+            &args,
+            None,
+            &token,
+        );
+        let (user, tool): (Uid, Uid) = (
+            r#"Gateway::User::"https://idp.test|alice""#.parse().unwrap(),
+            r#"Gateway::Tool::"search""#.parse().unwrap(),
+        );
+        let entities = cedar_policy::Entities::empty();
+        bundle.decide_in_session(
+            (&user, super::super::Action::CallTool, &tool),
+            &built,
+            &entities,
+            &VerdictMemo::default(),
+        );
+        let text = built.text().to_string();
+        assert!(
+            built.json.get().is_none(),
+            "decided and recorded without it"
+        );
+        assert_eq!(built.args(), Some(&json!({"query": "q \"1\"", "limit": 3})));
+        let json = built.json().clone();
+        assert_eq!(text, json.to_string());
+        assert_eq!(json["token"]["scopes"], json!(["mcp:tools"]));
+        assert_eq!(json["client"]["id"], "desktop");
+        assert_eq!(json["args"]["limit"], 3);
     }
 
     #[test]
