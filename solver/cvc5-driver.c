@@ -75,6 +75,7 @@ void cvc5_parser_append_inc_str_input(Cvc5InputParser *parser,
                                       const char *input);
 Cvc5Command cvc5_parser_next_command(Cvc5InputParser *parser,
                                      const char **error_msg);
+bool cvc5_parser_done(Cvc5InputParser *parser);
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -277,6 +278,7 @@ static Cvc5TermManager *tm;
 static Cvc5 *slv;
 static Cvc5SymbolManager *sm;
 static Cvc5InputParser *parser;
+static bool armed; /* parser has an incremental input that takes appends */
 
 static void solver_open(void) {
   slv = cvc5_new(tm);
@@ -290,6 +292,7 @@ static void solver_open(void) {
     cvc5_set_option(slv, opts[i].name, opts[i].value);
   sm = cvc5_symbol_manager_new(tm);
   parser = cvc5_parser_new(slv, sm);
+  armed = false;
 }
 
 static void solver_close(void) {
@@ -354,38 +357,63 @@ static void print_parse_error(const char *msg, unsigned long line,
 /* ---- commands ------------------------------------------------------------- */
 
 /*
- * Parse and run one complete top-level s-expression. The parser is re-armed
- * for each chunk: cvc5 1.3's incremental string input does not reliably pick
- * up text appended after it has reached the end of what it was given.
+ * The incremental string input of cvc5 1.3 has a trap: once the parser has
+ * read to the end of what it was given, the next append re-initialises it and
+ * in doing so forgets that it is in incremental mode, so the append after that
+ * aborts the process ("Must call setIncrementalStringInput prior to using
+ * appendIncrementalStringInput"). Re-arming (cvc5_parser_set_inc_str_input)
+ * before every chunk avoids it but builds a new parser each time, which made
+ * a 40,000-command script three times slower. So: each chunk is exactly one
+ * complete s-expression and exactly one command is taken from it, which leaves
+ * the parser short of the end of its input; it is re-armed only when it says
+ * it is done, after a parse error (the rest of the bad chunk is still
+ * buffered), after (reset), or if a chunk unexpectedly yields no command (then
+ * the chunk is tried once more on a freshly armed parser).
  */
-static void run_chunk(const char *text, unsigned long line, unsigned long col) {
+static void arm(void) {
   cvc5_parser_set_inc_str_input(parser, CVC5_INPUT_LANGUAGE_SMT_LIB_2_6,
                                 input_name);
+  armed = true;
+}
+
+static Cvc5Command next_command(const char *text, const char **err) {
+  if (!armed || cvc5_parser_done(parser)) arm();
   cvc5_parser_append_inc_str_input(parser, text);
-  for (;;) {
-    const char *err = NULL;
-    Cvc5Command cmd = cvc5_parser_next_command(parser, &err);
-    if (err) {
-      print_parse_error(err, line, col);
-      break;
-    }
-    if (!cmd) break;
-    const char *name = cvc5_cmd_get_name(cmd);
-    if (strcmp(name, "reset") == 0) {
-      bool success = print_success();
-      solver_close();
-      solver_open();
-      if (success) out_write("success\n", 8);
-      out_flush();
-      return; /* the old parser, and its commands, are gone */
-    }
-    bool quit = strcmp(name, "exit") == 0;
-    print_output(cvc5_cmd_invoke(cmd, slv, sm));
-    out_flush();
-    if (quit) exit(0);
+  *err = NULL;
+  Cvc5Command cmd = cvc5_parser_next_command(parser, err);
+  if (!cmd && !*err) {
+    arm();
+    cvc5_parser_append_inc_str_input(parser, text);
+    cmd = cvc5_parser_next_command(parser, err);
   }
-  cvc5_parser_release(parser);
+  if (*err || !cmd) armed = false;
+  return cmd;
+}
+
+/* Parse and run one complete top-level s-expression. */
+static void run_chunk(const char *text, unsigned long line, unsigned long col) {
+  const char *err = NULL;
+  Cvc5Command cmd = next_command(text, &err);
+  if (err) {
+    print_parse_error(err, line, col);
+    out_flush();
+    return;
+  }
+  if (!cmd) return;
+  const char *name = cvc5_cmd_get_name(cmd);
+  if (strcmp(name, "reset") == 0) {
+    bool success = print_success();
+    solver_close(); /* the parser, and the command, go with it */
+    solver_open();
+    if (success) out_write("success\n", 8);
+    out_flush();
+    return;
+  }
+  bool quit = strcmp(name, "exit") == 0;
+  print_output(cvc5_cmd_invoke(cmd, slv, sm));
   out_flush();
+  if (quit) exit(0);
+  cvc5_parser_release(parser); /* frees the parser's copy of the command */
 }
 
 /* ---- input splitting ------------------------------------------------------ */
