@@ -13,8 +13,8 @@
  * Differences from the real cvc5 driver, all deliberate (see README.md):
  *   - `--tlimit=N` is taken as a per-query limit (`tlimit-per`), not a limit
  *     on the life of the process.
- *   - `(reset)` is carried out here: a fresh solver, symbol manager and parser,
- *     with the command-line options applied again.
+ *   - `(reset)` is carried out here: a fresh term manager, solver, symbol
+ *     manager and parser, with the command-line options applied again.
  *   - A `check-sat` that runs out of time answers a bare `unknown` line.
  *   - A parse error prints `(error "Parse Error: ...")` on one line and the
  *     driver keeps reading.
@@ -404,6 +404,13 @@ static void run_chunk(const char *text, unsigned long line, unsigned long col) {
   if (strcmp(name, "reset") == 0) {
     bool success = print_success();
     solver_close(); /* the parser, and the command, go with it */
+    /*
+     * A new term manager too: the old one keeps what was ever declared in it
+     * (datatypes, sorts), so a long-lived process that reset with the same
+     * one would grow with every query (about 5 KB per symcc query).
+     */
+    cvc5_term_manager_delete(tm);
+    tm = cvc5_term_manager_new();
     solver_open();
     if (success) out_write("success\n", 8);
     out_flush();
