@@ -311,11 +311,12 @@ static bool print_success(void) {
 }
 
 /*
- * Print a command's output. Lines of the form `unknown (REASON)` become a bare
- * `unknown` (the SMT-LIB answer), and an `(error "...")` answer is kept on one
- * line, since callers read exactly one line per answer.
+ * Print a command's output. For check-sat commands, a line of the form
+ * `unknown (REASON)` becomes a bare `unknown` (the SMT-LIB answer), and an
+ * `(error "...")` answer is kept on one line, since callers read exactly one
+ * line per answer.
  */
-static void print_output(const char *s) {
+static void print_output(const char *s, bool is_check_sat) {
   size_t n = strlen(s);
   if (strncmp(s, "(error \"", 8) == 0) {
     for (size_t i = 0; i < n; i++) {
@@ -330,7 +331,8 @@ static void print_output(const char *s) {
   while (*p) {
     const char *nl = strchr(p, '\n');
     size_t len = nl ? (size_t)(nl - p) : strlen(p);
-    if (len > 9 && strncmp(p, "unknown (", 9) == 0 && p[len - 1] == ')')
+    if (is_check_sat && len > 9 && strncmp(p, "unknown (", 9) == 0 &&
+        p[len - 1] == ')')
       out_write("unknown", 7);
     else
       out_write(p, len);
@@ -417,7 +419,8 @@ static void run_chunk(const char *text, unsigned long line, unsigned long col) {
     return;
   }
   bool quit = strcmp(name, "exit") == 0;
-  print_output(cvc5_cmd_invoke(cmd, slv, sm));
+  bool is_check_sat = strncmp(name, "check-sat", 9) == 0;
+  print_output(cvc5_cmd_invoke(cmd, slv, sm), is_check_sat);
   out_flush();
   if (quit) exit(0);
   cvc5_parser_release(parser); /* frees the parser's copy of the command */
