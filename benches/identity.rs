@@ -20,6 +20,8 @@
 //! `BENCH_ONLY=key` (or `token`) sends only that door's `tools/call`,
 //! `BENCH_ITERS` times, and prints its CPU: run under a profiler (`perf
 //! record`, `valgrind --tool=callgrind`) to see where one door's cost goes.
+//! `BENCH_ONLY=first` sends only the first `ping` of `BENCH_TOKENS` fresh
+//! tokens, each on a fresh connection (a token's first use, for a profiler).
 
 #![allow(
     clippy::unwrap_used,
@@ -182,6 +184,16 @@ fn main() -> Res<()> {
         println!("identity bench: {iters} requests per door and round, {rounds} rounds");
         println!("| request | key: server CPU µs | token: server CPU µs | token / key |");
         println!("|---|---|---|---|");
+        if std::env::var("BENCH_ONLY").is_ok_and(|d| d == "first") {
+            // Fresh tokens' first requests alone, for a profiler.
+            for _ in 0..fresh {
+                let token = provider.token(&http, &resource).await?;
+                let mut conn = door(addr, &person_path, &token).await?;
+                conn.send(Some(PING.as_bytes())).await?;
+            }
+            println!("first: {fresh} fresh tokens' first ping");
+            return Ok(());
+        }
         if let Ok(door) = std::env::var("BENCH_ONLY") {
             // One door's `tools/call` alone, for a profiler.
             let conn = if door == "key" { &mut key } else { &mut person };
