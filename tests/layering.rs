@@ -23,10 +23,13 @@
 //!   as the paths above;
 //! - for a child B that A declares with `mod b;`, any `b::…` (or
 //!   `self::b::…`) path in A, `pub use b::…` included. A parent that only
-//!   declares `mod b;` does not import it.
+//!   declares `mod b;` does not import it;
+//! - an intra-doc link `` [`crate::…`] ``, `` [`super::…`] `` or
+//!   `` [`self::…`] `` in a doc comment, read as the paths above: a doc
+//!   that links a module leans on it as much as code that names it.
 //!
-//! Comments and the contents of string and char literals are blanked before
-//! anything is read; for rule 1, `#[cfg(test)] mod … { … }` blocks are
+//! Comments (but those links) and the contents of string and char literals
+//! are blanked before anything is read; for rule 1, `#[cfg(test)] mod … { … }` blocks are
 //! skipped too (a unit test may reach anywhere). `src/main.rs` is the
 //! binary's own crate: rules 2 and 3 read it, rule 1 leaves it out.
 //!
@@ -84,7 +87,8 @@ fn only_store_holds_sql() {
 }
 
 /// The checks themselves, on small made-up files: each kind of import is
-/// seen and comments, strings and unit tests are not; SQL and
+/// seen (a doc's link to a module too) and comments, strings and unit tests
+/// are not; SQL and
 /// `cedar_policy` are found where they are written, and only there.
 #[test]
 fn the_checks_see_what_they_should() {
@@ -103,7 +107,8 @@ fn the_checks_see_what_they_should() {
         ("b.rs", "use crate::{\n    a::{self, X},\n    c,\n};\n"),
         (
             "c.rs",
-            "fn y<'a>(s: &'a str) {\n    let _ = r#\"SELECT 1\"#;\n    let _ = ['\"', '\\''];\n    let _ = \"with x\";\n}\n",
+            "fn y<'a>(s: &'a str) {\n    let _ = r#\"SELECT 1\"#;\n    let _ = ['\"', '\\''];\n    let _ = \"with x\";\n}\n\
+             /// [`crate::d::Z`], not [`Z`] nor [`crate::b` here].\nfn z() {}\n",
         ),
         (
             "d.rs",
@@ -131,7 +136,8 @@ fn the_checks_see_what_they_should() {
             "a:5->b",
             "a::child:1->a",
             "b:2->a",
-            "b:3->c"
+            "b:3->c",
+            "c:6->d"
         ]
     );
     assert_eq!(graph.cycles(), [["a", "a::child", "b"]]);
@@ -278,7 +284,8 @@ struct Lexed {
     /// The text with comments and the contents of string and char literals
     /// replaced by spaces; newlines are kept, so line numbers still match.
     code: Vec<u8>,
-    /// The same, with `#[cfg(test)] mod … { … }` blocks blanked too.
+    /// `code` with the paths of intra-doc links (`` [`super::x`] ``) kept,
+    /// and `#[cfg(test)] mod … { … }` blocks blanked: what rule 1 reads.
     code_without_tests: Vec<u8>,
     /// Every string literal's contents (escapes as written) and its line.
     literals: Vec<(usize, String)>,
@@ -302,6 +309,7 @@ fn is_ident(c: u8) -> bool {
 /// Takes a Rust source text apart (see [`Lexed`]).
 fn lex(src: &[u8]) -> Lexed {
     let mut code = Vec::with_capacity(src.len());
+    let mut linked = Vec::with_capacity(src.len());
     let mut literals = Vec::new();
     let mut line = 1;
     let mut i = 0;
@@ -316,14 +324,42 @@ fn lex(src: &[u8]) -> Lexed {
                 blank_into(&mut code, span);
             }
         }
+        linked.extend_from_slice(&code[linked.len()..]);
+        if span.starts_with(b"///") || span.starts_with(b"//!") {
+            keep_doc_links(span, &mut linked[i..end]);
+        }
         line += span.iter().filter(|c| **c == b'\n').count();
         i = end;
     }
-    let code_without_tests = blank_test_modules(&code);
+    let code_without_tests = blank_test_modules(&linked);
     Lexed {
         code,
         code_without_tests,
         literals,
+    }
+}
+
+/// Writes back into `blanked` (a doc comment's blanked span) the path of
+/// each intra-doc link `` [`path`] `` of `doc` that starts at `crate::`,
+/// `super::` or `self::`: a doc that links a module names it, so for rule 1
+/// it imports it.
+fn keep_doc_links(doc: &[u8], blanked: &mut [u8]) {
+    let mut from = 0;
+    while let Some(open) = find(doc, b"[`", from) {
+        let start = open + 2;
+        let Some(close) = find(doc, b"`]", start) else {
+            return;
+        };
+        let path = &doc[start..close];
+        let is_path = path.iter().all(|c| is_ident(*c) || *c == b':');
+        if is_path
+            && [&b"crate::"[..], b"super::", b"self::"]
+                .iter()
+                .any(|p| path.starts_with(p))
+        {
+            blanked[start..close].copy_from_slice(path);
+        }
+        from = close + 2;
     }
 }
 

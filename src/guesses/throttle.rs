@@ -1,4 +1,4 @@
-//! The buckets behind [`crate::guesses`]: per client address and for all
+//! The buckets behind the guess throttle (`guesses.rs`): per client address and for all
 //! addresses together, one pair for each [`Class`] of credential
 //! (`governor` limiters, as `crate::rate_limits` uses), the addresses
 //! refused until a time, the bursts already recorded and the addresses that

@@ -46,7 +46,7 @@ pub const INSUFFICIENT_STORAGE: i64 = -32010;
 pub const RATE_LIMITED: i64 = -32029;
 
 /// A JSON-RPC error object, as written on the wire (built only by
-/// [`super::error::McpError::rpc`]).
+/// `McpError::rpc` in `error.rs`).
 #[derive(Debug, Clone)]
 pub struct RpcError {
     /// Error code.

@@ -14,7 +14,7 @@
 //! soft hyphen, the byte-order mark). Anything else is written quoted, with
 //! Cedar's escapes for `"` and `\`. An upstream tool whose name or any
 //! property name is not writable is refused at registration and refresh
-//! (`src/upstream/README.md`, "Cedar names"); [`super::schema_gen`] never
+//! (`src/upstream/README.md`, "Cedar names"); `schema_gen` never
 //! writes one into the schema either, whatever hands it the tool, and
 //! checks each generated action on its own before it joins the schema.
 

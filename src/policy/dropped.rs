@@ -1,7 +1,7 @@
 //! Dropped typed actions and the policies that name them.
 //!
 //! A typed action is *dropped* when the servers listing its tool name
-//! disagree on the argument types ([`super::schema_gen::agreeing`]), or
+//! disagree on the argument types (`schema_gen::agreeing`), or
 //! when its upstream no longer lists the tool (the registry keeps the
 //! approved pin, marked unlisted, and the tool is not offered). The
 //! effective schema still declares it (with the first registration's

@@ -1,6 +1,6 @@
 //! Remembered verdicts found by a fingerprint of a borrowed key: the live
-//! session memo ([`super::session_verdicts`]) and replay's
-//! ([`super::replay_verdicts`]) both look a verdict up once per decision,
+//! session memo (`session_verdicts`) and replay's
+//! (`replay_verdicts`) both look a verdict up once per decision,
 //! and building an owned key of copied uids for every lookup led their
 //! profiles. A lookup hashes the request's borrowed parts (foldhash), then
 //! confirms the key itself in the fingerprint's bucket (which holds the

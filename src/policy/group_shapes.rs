@@ -1,6 +1,6 @@
 //! What the generated typed actions copy from the schema file they join.
 //!
-//! A typed tool action ([`super::schema_gen`]) is a member of `call_tool`
+//! A typed tool action (`schema_gen`) is a member of `call_tool`
 //! or `a2a_invoke` and must accept the requests its group accepts: the
 //! same principal types, and a context with the same optional attributes
 //! a request may carry. Both are read here from the schema file's group

@@ -168,7 +168,7 @@ pub const UNLISTED_NOTE: &str = "the upstream no longer lists this tool";
 /// [`DROPPED`], every tool of that name is decided under its group action
 /// with the plain session context, and a forbid naming the action denies
 /// those calls instead of silently not matching them
-/// ([`super::dropped`]). Returned sorted by name, with a note per dropped
+/// (`dropped.rs`). Returned sorted by name, with a note per dropped
 /// name.
 ///
 /// Entries dropped as [`UNLISTED_NOTE`] (tools their upstream no longer

@@ -5,7 +5,7 @@
 //! verification never depends on re-serializing JSON.
 //!
 //! The oldest records may have been archived and pruned
-//! ([`super::retention`]): the stored chain then starts after the newest
+//! (`retention`): the stored chain then starts after the newest
 //! anchor (the seq and hash of the last pruned record), and both the chain
 //! head and verification start from it.
 

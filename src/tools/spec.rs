@@ -4,7 +4,7 @@
 //! decided under.
 //!
 //! **Architecture Invariant:** a spec knows nothing about how its tool
-//! runs; that is the [`super::adapter::ToolAdapter`]'s job.
+//! runs; that is the `ToolAdapter` (`adapter.rs`)'s job.
 
 use std::borrow::Cow;
 
