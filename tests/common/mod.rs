@@ -10,6 +10,7 @@ pub mod oidc;
 pub mod pg;
 pub mod sdk_peer;
 pub mod setup;
+pub mod skip;
 pub mod sse;
 
 use std::path::{Path, PathBuf};
