@@ -313,6 +313,7 @@ impl TestGateway {
                     &org,
                     CreateKey {
                         label: "daemon".into(),
+                        pdp_apps: Vec::new(),
                     },
                 )?;
                 let s = operator::open_session(
