@@ -45,6 +45,7 @@ pub fn routes(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .merge(crate::a2a::admin::routes())
         .merge(crate::upstream::admin::routes())
         .merge(crate::rate_limits::admin::routes())
+        .merge(crate::pdp::admin::routes())
         .route_layer(middleware::from_fn_with_state(gw, require_admin))
 }
 

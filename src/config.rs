@@ -30,6 +30,10 @@ pub struct Config {
     pub policies_dir: PathBuf,
     /// The Cedar schema policies are validated against.
     pub schema_file: PathBuf,
+    /// Directory of decision applications served over the AuthZEN API, one
+    /// folder each (`{pdp_dir}/<app>/`: `schema.cedarschema`,
+    /// `policies/*.cedar`, `tests/`, `entities.json`); absent: none.
+    pub pdp_dir: PathBuf,
     /// `human` (default) or `json` log lines.
     pub log_format: LogFormat,
     /// Bearer token for `/admin/*`. Without one the admin API is not served.
@@ -697,6 +701,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             policies_dir: PathBuf::from("policies"),
             schema_file: PathBuf::from("schemas/gateway.cedarschema"),
+            pdp_dir: PathBuf::from("pdp"),
             log_format: LogFormat::Human,
             admin_token: None,
             auditor_token: None,

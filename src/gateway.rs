@@ -121,6 +121,9 @@ pub struct Gateway {
     pub catalog: Catalog,
     /// Reload status, shadow evaluation and metrics.
     pub lifecycle: crate::lifecycle::Lifecycle,
+    /// The decision applications served over the AuthZEN API, each with
+    /// its own active set.
+    pub pdp: crate::pdp::Pdp,
     /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
     pub graphs: Arc<crate::graph::Graphs>,
     /// Remote A2A peers: registry cache, bridge client, hook bus (shared
@@ -213,6 +216,7 @@ impl Gateway {
         pep.set_observer(lifecycle.observer());
         Ok(Gateway {
             lifecycle,
+            pdp: crate::pdp::Pdp::new(&config.pdp_dir),
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)

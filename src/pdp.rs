@@ -1,0 +1,161 @@
+//! cedargate as a policy decision point for other enforcement points: the
+//! OpenID AuthZEN Authorization API 1.0 over *decision applications*, each
+//! a policy set of its own on the gateway's policy lifecycle and trail.
+//!
+//! ## An application is a folder
+//!
+//! ```text
+//! {pdp_dir}/<app>/                 pdp_dir: config key, default `pdp`
+//!   schema.cedarschema             one namespace, its own (not `Gateway`)
+//!   policies/*.cedar               every policy with a unique @id, optional @advice
+//!   tests/*.json                   Cedar CLI `run-tests` format, run before every activation
+//!   entities.json                  Cedar entity JSON (optional: absent, no stored data)
+//! ```
+//!
+//! `<app>` is the folder's name: 1 to 64 of `[A-Za-z0-9_.-]`, not starting
+//! with `.` (other folders are skipped with a warning). Each application
+//! has a lifecycle of its own ([`lifecycle`]), the gateway's pipeline run
+//! on its folder: the schema and every policy validated strictly by the
+//! gateway's loader, the entity data type-checked against the schema, the
+//! policy tests run (`cedar run-tests --schema schema.cedarschema
+//! --policies policies/… --tests ./tests/x.json` agrees), and only then is
+//! the set recorded (`policy_sets`, as the gateway's) and swapped in. A
+//! failure keeps the application's last good set (none, if it never
+//! loaded: its requests answer 503) and is reported in
+//! `GET /admin/pdp/apps`. Entity data reloads through the same gate: a
+//! changed `entities.json` is a new candidate like a changed policy.
+//!
+//! Applications are independent of the gateway's MCP policies and of each
+//! other: they are loaded at start-up (a broken one never stops the
+//! gateway from starting), on a change under its folder (file watch),
+//! on SIGHUP (every application) and on `POST /admin/pdp/apps/reload` or
+//! `POST /admin/pdp/apps/{app}/reload`; one application's failure never
+//! touches another's set nor the gateway's, and a gateway reload never
+//! touches an application. A removed folder removes its application.
+
+pub mod admin;
+pub mod lifecycle;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use arc_swap::ArcSwapOption;
+use serde::Serialize;
+
+use crate::lifecycle::Attempt;
+use crate::policy::application::AppSet;
+
+/// One application: its active set (the last good one) and its reloads.
+#[derive(Debug)]
+pub struct App {
+    /// Its name.
+    pub name: String,
+    /// The set that decides (none until one loaded).
+    active: ArcSwapOption<AppSet>,
+    /// What its reloads have done.
+    status: Mutex<AppStatus>,
+}
+
+/// What an application's reloads have done so far.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppStatus {
+    /// The latest attempt.
+    pub last_attempt: Option<Attempt>,
+    /// The latest rejected attempt.
+    pub last_error: Option<Attempt>,
+}
+
+impl App {
+    fn new(name: &str) -> App {
+        App {
+            name: name.to_string(),
+            active: ArcSwapOption::empty(),
+            status: Mutex::new(AppStatus::default()),
+        }
+    }
+
+    /// The set that decides now, if one ever loaded.
+    pub fn active(&self) -> Option<Arc<AppSet>> {
+        self.active.load_full()
+    }
+
+    /// A copy of the reload status.
+    pub fn status(&self) -> AppStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Notes an attempt (a rejected one also as the last error).
+    pub fn record(&self, attempt: &Attempt) {
+        if let Ok(mut s) = self.status.lock() {
+            if attempt.result == "rejected" {
+                s.last_error = Some(attempt.clone());
+            }
+            s.last_attempt = Some(attempt.clone());
+        }
+    }
+
+    /// Makes `set` the active one.
+    pub fn activate(&self, set: AppSet) -> Arc<AppSet> {
+        let set = Arc::new(set);
+        self.active.store(Some(Arc::clone(&set)));
+        set
+    }
+}
+
+/// The decision applications of this instance.
+#[derive(Debug)]
+pub struct Pdp {
+    /// The folder holding one folder per application.
+    dir: PathBuf,
+    /// Every application known, by name.
+    apps: RwLock<BTreeMap<String, Arc<App>>>,
+    /// One reload at a time (applications are reloaded one after another;
+    /// each keeps its own set whatever the others' fate).
+    pub(crate) reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl Pdp {
+    /// The applications under `dir` (none loaded yet).
+    pub fn new(dir: &Path) -> Pdp {
+        Pdp {
+            dir: dir.to_path_buf(),
+            apps: RwLock::new(BTreeMap::new()),
+            reload_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The applications' folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// An application by name.
+    pub fn app(&self, name: &str) -> Option<Arc<App>> {
+        self.apps.read().ok()?.get(name).cloned()
+    }
+
+    /// Every application, by name.
+    pub fn apps(&self) -> Vec<Arc<App>> {
+        self.apps
+            .read()
+            .map(|a| a.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The application `name`, made known if it was not.
+    pub fn app_or_new(&self, name: &str) -> Option<Arc<App>> {
+        let mut apps = self.apps.write().ok()?;
+        Some(Arc::clone(
+            apps.entry(name.to_string())
+                .or_insert_with(|| Arc::new(App::new(name))),
+        ))
+    }
+
+    /// Forgets the application `name` (its folder is gone).
+    pub fn remove(&self, name: &str) -> Option<Arc<App>> {
+        self.apps.write().ok()?.remove(name)
+    }
+}
