@@ -34,6 +34,8 @@ pub struct Config {
     /// folder each (`{pdp_dir}/<app>/`: `schema.cedarschema`,
     /// `policies/*.cedar`, `tests/`, `entities.json`); absent: none.
     pub pdp_dir: PathBuf,
+    /// The AuthZEN decision point: its default application and bounds.
+    pub pdp: PdpConfig,
     /// `human` (default) or `json` log lines.
     pub log_format: LogFormat,
     /// Bearer token for `/admin/*`. Without one the admin API is not served.
@@ -334,6 +336,40 @@ impl Default for LifecycleConfig {
             watch_debounce_ms: 250,
             shadow_policies_dir: None,
             metrics: true,
+        }
+    }
+}
+
+/// The AuthZEN Authorization API of the decision applications (`[pdp]`).
+/// See `src/pdp.rs`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PdpConfig {
+    /// The application answered at `/access/v1/…` and described by
+    /// `/.well-known/authzen-configuration`; unset: those paths answer
+    /// 404 and every application is asked at `/pdp/<app>/access/v1/…`.
+    pub default_app: Option<String>,
+    /// Largest request body, in bytes (larger: HTTP 413).
+    pub max_body_bytes: usize,
+    /// Most evaluations in one `evaluations` request (more: HTTP 400,
+    /// nothing decided). Each is a decision record.
+    pub max_evaluations: usize,
+    /// Largest `properties` or `context` object of one evaluation, in
+    /// bytes of JSON (larger: HTTP 400): what the request adds to an
+    /// entity is recorded with each of its decisions.
+    pub max_object_bytes: usize,
+    /// Longest `type`, `id` or action `name`, in bytes (longer: HTTP 400).
+    pub max_name_bytes: usize,
+}
+
+impl Default for PdpConfig {
+    fn default() -> Self {
+        PdpConfig {
+            default_app: None,
+            max_body_bytes: 1024 * 1024,
+            max_evaluations: 1_000,
+            max_object_bytes: 64 * 1024,
+            max_name_bytes: 1024,
         }
     }
 }
@@ -702,6 +738,7 @@ impl Default for Config {
             policies_dir: PathBuf::from("policies"),
             schema_file: PathBuf::from("schemas/gateway.cedarschema"),
             pdp_dir: PathBuf::from("pdp"),
+            pdp: PdpConfig::default(),
             log_format: LogFormat::Human,
             admin_token: None,
             auditor_token: None,

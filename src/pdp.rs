@@ -32,9 +32,85 @@
 //! `POST /admin/pdp/apps/{app}/reload`; one application's failure never
 //! touches another's set nor the gateway's, and a gateway reload never
 //! touches an application. A removed folder removes its application.
+//!
+//! ## Where it answers
+//!
+//! Each application is a PDP of its own with base URL
+//! `{public_url}/pdp/<app>`: `POST /pdp/<app>/access/v1/evaluation`,
+//! `POST /pdp/<app>/access/v1/evaluations`, and its metadata at
+//! `GET /.well-known/authzen-configuration/pdp/<app>` (the well-known
+//! string inserted after the host, as the specification derives it). The
+//! application named by `pdp.default_app` also answers at the default
+//! paths `/access/v1/evaluation`, `/access/v1/evaluations` and
+//! `/.well-known/authzen-configuration` (base URL `{public_url}`). The
+//! metadata documents are public; the search endpoints are not offered
+//! yet, so the documents do not name them.
+//!
+//! ## Who may ask
+//!
+//! A key of the PDP role: `POST /admin/orgs/{org}/keys {"label", "pdpApps":
+//! ["records"]}` (or `cedargate key create --pdp-app records`), sent as
+//! `Authorization: Bearer rsk_live_…`. It asks the applications it names
+//! and nothing else (another application: 403, whether it exists or not;
+//! the MCP endpoints and `POST /api/sessions`: 403); a daemon key asks no
+//! application. Wrong keys are throttled as everywhere
+//! (`crate::guesses`), and a key's and its org's rate limits apply, one
+//! token per evaluation.
+//!
+//! ## Mapping and answers
+//!
+//! The mapping onto Cedar (`type`, `id`, `properties`, `action`, `context`)
+//! is `crate::policy::application`'s, its rules in that module's doc: an
+//! ill-typed request is a 400 naming the field, never a deny. A decision
+//! answers `{"decision": bool, "context": {"decision_id", "policies",
+//! "reason_user"?}}`: the id of its decision record, the determining
+//! policies, and, when some determining policy has `@advice`, the advice
+//! keyed by the HTTP status it stands for (`"403"` for a deny, `"200"` for
+//! an allow), as the specification's example of `reason_user` does.
+//!
+//! ## Decisions where the specification is silent
+//!
+//! - **A batch is checked whole before anything is decided**: any
+//!   ill-typed evaluation answers 400 naming it (`evaluations[3].subject`),
+//!   and nothing of the batch is decided or recorded. The specification's
+//!   per-evaluation errors are for failures met while deciding, and a
+//!   decision here never fails once its request is well-typed (a Cedar
+//!   evaluation error on a `forbid` is a deny, recorded with the error).
+//! - **`evaluations` absent or empty** is one evaluation of the top-level
+//!   fields, answered as `/evaluation` answers it (`decision`, `context`)
+//!   and also as a batch of one (`evaluations: [ … ]`), so a client
+//!   reading either shape reads it.
+//! - **Short-circuit semantics** (`deny_on_first_deny`,
+//!   `permit_on_first_permit`) answer the evaluations decided, in order,
+//!   up to the one that stopped the batch; the rest are neither decided nor
+//!   recorded. An unknown `evaluations_semantic` is a 400.
+//! - **Bounds** (`[pdp]`): the body (413), evaluations per request, one
+//!   `properties` or `context` object, one `type`, `id` or `name` (400),
+//!   and JSON nesting (`limits.max_json_depth`, 400), each checked before
+//!   anything is decided.
+//! - **Errors** are `{"error": {"code", "message"}}` like the operator
+//!   API's (`error.rs`); `X-Request-ID` is echoed on every answer, errors
+//!   included, and recorded with each decision (at most 256 bytes, else
+//!   400).
+//!
+//! ## The trail
+//!
+//! Every evaluation is one decision record on the gateway's chain
+//! ([`crate::audit::application`]): action `authzen:<app>:<action name>`,
+//! principal and resource the Cedar uids, the context as decided, the
+//! application's policy-set hash and entity-data snapshot, the determining
+//! policies and errors, the caller's org; its notes name the application,
+//! the key, the request id, the entities the request added and the members
+//! left out. An answer is sent only after its records are committed.
 
 pub mod admin;
+pub mod admission;
+pub mod error;
+pub mod evaluate;
+pub mod input;
 pub mod lifecycle;
+pub mod metadata;
+pub mod routes;
 pub mod watch;
 
 use std::collections::BTreeMap;

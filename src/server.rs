@@ -193,6 +193,18 @@ pub fn app(gw: Arc<Gateway>) -> Router {
                 get(|| async { axum::response::Redirect::permanent(crate::console::PATH) }),
             );
     }
+    // The AuthZEN routes: wrong daemon keys throttled, `X-Request-ID`
+    // echoed on every answer.
+    router = router.merge(
+        crate::pdp::routes::routes()
+            .route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&gw),
+                crate::guesses::daemon_keys,
+            ))
+            .layer(axum::middleware::from_fn(
+                crate::pdp::routes::echo_request_id,
+            )),
+    );
     // The MCP routes time their bodies in admission, which answers 400 or
     // 408 with a JSON-RPC error; these routes get the same bounds from
     // layers (a body over them fails to buffer: 400).

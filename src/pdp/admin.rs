@@ -33,21 +33,25 @@ async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> impl IntoRe
         .pdp
         .apps()
         .iter()
-        .map(|app| described(app, &base))
+        .map(|app| described(&gw, app, &base))
         .collect();
     Json(json!({
         "dir": gw.pdp.dir().display().to_string(),
+        "defaultApp": gw.config.pdp.default_app,
         "apps": apps,
     }))
 }
 
 /// One application as the listing shows it.
-fn described(app: &App, base: &str) -> Value {
+fn described(gw: &Gateway, app: &App, base: &str) -> Value {
     let status = app.status();
+    let is_default = gw.config.pdp.default_app.as_deref() == Some(app.name.as_str());
     let mut entry = json!({
         "name": app.name,
         "state": "unavailable",
+        "default": is_default,
         "baseUrl": format!("{base}/pdp/{}", app.name),
+        "metadataUrl": format!("{base}{}/pdp/{}", super::metadata::PATH, app.name),
         "lastReload": status.last_attempt,
         "lastError": status.last_error,
     });

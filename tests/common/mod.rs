@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clients;
 pub mod modern;
 pub mod oidc;
+pub mod pdp;
 pub mod pg;
 pub mod sdk_peer;
 pub mod setup;
