@@ -134,12 +134,13 @@ fn entity_of(
     }
     // A stored entity is decided as stored unless a property adds to it.
     let adds = stored.is_none_or(|s| declared.keys().any(|k| s.attr(k).is_none()));
-    let json = merged_json(&uid, stored, &declared);
     let properties = |message: String| InputError::Properties {
         field: field.to_string(),
         entity: Uid(uid.clone()).text(),
         message,
     };
+    let json = merged_json(&uid, stored, &declared)
+        .map_err(|e| properties(format!("cannot read the stored entity: {e}")))?;
     let entity = Entity::from_json_value(json.clone(), Some(&set.bundle.schema))
         .map_err(|e| properties(e.to_string()))?;
     if let Some(stored) = stored {
@@ -169,23 +170,27 @@ fn declared_members(
 }
 
 /// The entity JSON of the stored entity (or a new one) with `declared`
-/// set over its attributes.
-fn merged_json(uid: &EntityUid, stored: Option<&Entity>, declared: &Map<String, Value>) -> Value {
-    let mut json = stored
-        .and_then(|s| s.to_json_value().ok())
-        .unwrap_or_else(|| {
-            serde_json::json!({
-                "uid": { "type": uid.type_name().to_string(), "id": uid.id().unescaped() },
-                "attrs": {},
-                "parents": [],
-            })
-        });
+/// set over its attributes. A stored entity that cannot be written as JSON
+/// refuses the request rather than be decided without its stored data.
+fn merged_json(
+    uid: &EntityUid,
+    stored: Option<&Entity>,
+    declared: &Map<String, Value>,
+) -> Result<Value, Box<cedar_policy::entities_errors::EntitiesError>> {
+    let mut json = match stored {
+        Some(s) => s.to_json_value().map_err(Box::new)?,
+        None => serde_json::json!({
+            "uid": { "type": uid.type_name().to_string(), "id": uid.id().unescaped() },
+            "attrs": {},
+            "parents": [],
+        }),
+    };
     if let Some(Value::Object(attrs)) = json.get_mut("attrs") {
         for (name, value) in declared {
             attrs.insert(name.clone(), value.clone());
         }
     }
-    json
+    Ok(json)
 }
 
 /// Refuses a property that changes an attribute the stored entity holds.
