@@ -396,3 +396,37 @@ async fn a_caller_of_one_application_cannot_ask_another() {
         "only the allowed ask was recorded"
     );
 }
+
+/// A key's rate limit is spent one token per evaluation, before anything
+/// is mapped or decided: over it, 429 with `Retry-After`, nothing recorded.
+#[tokio::test]
+async fn evaluations_spend_the_key_s_rate_limit() {
+    let apps = Apps::copied(&[("records", "records")]);
+    let dir = apps.dir.clone();
+    let g = TestGateway::start_with(|c| {
+        c.pdp_dir = dir;
+        c.rate_limits.key = cedargate::config::Bucket {
+            per_second: 1,
+            burst: 3,
+        };
+    })
+    .await;
+    let key = g.pdp_key("acme", &["records"]).await;
+    let three = json!({"subject": alice(), "action": {"name": "read"},
+        "evaluations": [{"resource": record1()}, {"resource": record1()}, {"resource": record1()}]});
+    let (status, answer) = g.pdp(EVALUATIONS, &key, three).await;
+    assert_eq!(status, 200, "{answer}");
+    let before = g.decisions().await.len();
+    let (status, headers, answer) = g
+        .pdp_raw(
+            EVALUATION,
+            Some(&key),
+            &[],
+            ask(alice(), "read", record1()).to_string(),
+        )
+        .await;
+    assert_eq!(status, 429, "{answer}");
+    assert!(headers.contains_key("retry-after"));
+    assert_eq!(answer["error"]["code"], "too_many_requests");
+    assert_eq!(g.decisions().await.len(), before);
+}

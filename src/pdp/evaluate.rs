@@ -1,9 +1,10 @@
-//! The decisions of one admitted AuthZEN request, in named steps: map
-//! every evaluation onto the application's schema (any ill-typed one: 400,
-//! nothing decided) → spend the key's and its org's rate limits, one token
-//! per evaluation (429) → check the trail's disk (507) → decide in order,
-//! stopping where the batch's semantic says → record every decision in one
-//! group commit → answer (only after the commit).
+//! The decisions of one admitted AuthZEN request, in named steps: spend
+//! the key's and its org's rate limits, one token per evaluation (429,
+//! before any work) → map every evaluation onto the application's schema
+//! (any ill-typed one: 400, nothing decided) → check the trail's disk
+//! (507) → decide in order, stopping where the batch's semantic says →
+//! record every decision in one group commit → answer (only after the
+//! commit).
 
 use serde_json::{Map, Value, json};
 
@@ -27,11 +28,11 @@ pub async fn decide(
     batch: bool,
 ) -> Result<Vec<Value>, PdpError> {
     let set = &admitted.set;
+    spend(gw, admitted, inputs.len()).await?;
     let prepared = inputs
         .iter()
         .map(|input| set.prepare(input))
         .collect::<Result<Vec<_>, _>>()?;
-    spend(gw, admitted, prepared.len()).await?;
     gw.store
         .space()
         .check()
