@@ -360,6 +360,19 @@ pub struct PdpConfig {
     pub max_object_bytes: usize,
     /// Longest `type`, `id` or action `name`, in bytes (longer: HTTP 400).
     pub max_name_bytes: usize,
+    /// Results in one search page when the request gives no `page.limit`.
+    pub search_page: usize,
+    /// Largest `page.limit` of a search (more, or 0: HTTP 400).
+    pub max_search_page: usize,
+    /// Candidates one search page decides at most: a page that reaches it
+    /// answers the results found so far with a `next_token` going on from
+    /// there, so a search over many entities costs a bounded time per page.
+    pub max_search_examined: usize,
+    /// Milliseconds one search page may spend deciding candidates (then it
+    /// answers as at `max_search_examined`).
+    pub search_budget_ms: u64,
+    /// Seconds a search's `next_token` stays valid (then: HTTP 400).
+    pub page_token_ttl_secs: u64,
 }
 
 impl Default for PdpConfig {
@@ -370,6 +383,11 @@ impl Default for PdpConfig {
             max_evaluations: 1_000,
             max_object_bytes: 64 * 1024,
             max_name_bytes: 1024,
+            search_page: 100,
+            max_search_page: 1_000,
+            max_search_examined: 10_000,
+            search_budget_ms: 500,
+            page_token_ttl_secs: 600,
         }
     }
 }

@@ -37,14 +37,14 @@
 //!
 //! Each application is a PDP of its own with base URL
 //! `{public_url}/pdp/<app>`: `POST /pdp/<app>/access/v1/evaluation`,
-//! `POST /pdp/<app>/access/v1/evaluations`, and its metadata at
+//! `POST /pdp/<app>/access/v1/evaluations`,
+//! `POST /pdp/<app>/access/v1/search/{subject,resource,action}` (rules in
+//! [`search`]), and its metadata at
 //! `GET /.well-known/authzen-configuration/pdp/<app>` (the well-known
 //! string inserted after the host, as the specification derives it). The
 //! application named by `pdp.default_app` also answers at the default
-//! paths `/access/v1/evaluation`, `/access/v1/evaluations` and
-//! `/.well-known/authzen-configuration` (base URL `{public_url}`). The
-//! metadata documents are public; the search endpoints are not offered
-//! yet, so the documents do not name them.
+//! paths `/access/v1/…` and `/.well-known/authzen-configuration` (base URL
+//! `{public_url}`). The metadata documents are public.
 //!
 //! ## Who may ask
 //!
@@ -110,7 +110,9 @@ pub mod evaluate;
 pub mod input;
 pub mod lifecycle;
 pub mod metadata;
+pub mod page_token;
 pub mod routes;
+pub mod search;
 pub mod watch;
 
 use std::collections::BTreeMap;

@@ -216,10 +216,12 @@ async fn each_application_describes_itself() {
         doc["access_evaluations_endpoint"],
         json!(format!("{pdp}/access/v1/evaluations"))
     );
-    assert!(
-        doc.get("search_subject_endpoint").is_none(),
-        "search is not offered yet"
-    );
+    for kind in ["subject", "resource", "action"] {
+        assert_eq!(
+            doc[format!("search_{kind}_endpoint")],
+            json!(format!("{pdp}/access/v1/search/{kind}"))
+        );
+    }
     let (status, doc) = g.get_json("/.well-known/authzen-configuration").await;
     assert_eq!(status, 200, "{doc}");
     assert_eq!(doc["policy_decision_point"], json!(g.base));

@@ -18,6 +18,12 @@
 //!   in a batch), `entities` (what the request added to the stored data,
 //!   Cedar entity JSON: with the snapshot, exactly the entities decided
 //!   with) and `ignored` (members the schema does not declare).
+//!
+//! A search page is one record ([`search_record`]): the searched side's
+//! column holds its type (`Records::user`), the action column `*` for an
+//! action search, and `notes.authzen.search` the search, its results in
+//! order and how many candidates it decided (each result decided exactly
+//! as an evaluation of it would be).
 
 use serde_json::{Map, Value, json};
 
@@ -90,4 +96,93 @@ fn notes(set: &AppSet, prepared: &Prepared<'_>, asker: &Asker<'_>, index: Option
         authzen.insert("ignored".into(), json!(prepared.ignored));
     }
     json!({ "authzen": authzen })
+}
+
+/// One page of a search, as its record holds it.
+#[derive(Debug, Clone, Default)]
+pub struct SearchPage {
+    /// `subject`, `resource` or `action`.
+    pub kind: &'static str,
+    /// The subject's uid, or the searched type of a subject search.
+    pub principal: String,
+    /// The action's name (`*` for an action search).
+    pub action: String,
+    /// The resource's uid, or the searched type of a resource search.
+    pub resource: String,
+    /// The Cedar context the candidates were decided with.
+    pub context: String,
+    /// The candidates allowed (ids, or action names), in order.
+    pub results: Vec<String>,
+    /// The determining policies of the results.
+    pub reasons: Vec<String>,
+    /// The errors of any candidate's decision.
+    pub errors: Vec<String>,
+    /// Candidates decided.
+    pub examined: usize,
+    /// Whether the search goes on after this page.
+    pub more: bool,
+    /// The entities the request added to the stored data.
+    pub overlay: Vec<Value>,
+    /// The members left out.
+    pub ignored: Vec<String>,
+}
+
+/// The record of one search page, however many candidates it decided
+/// (`notes.authzen.search`: the search, its results, how many candidates
+/// were decided; decision `allow` when some are returned).
+pub fn search_record(
+    set: &AppSet,
+    page: &SearchPage,
+    asker: &Asker<'_>,
+    time: &str,
+) -> NewDecision {
+    let mut authzen = Map::new();
+    authzen.insert("application".into(), json!(set.name));
+    authzen.insert(
+        "search".into(),
+        json!({
+            "kind": page.kind,
+            "results": page.results,
+            "examined": page.examined,
+            "more": page.more,
+        }),
+    );
+    authzen.insert("key".into(), json!(asker.key_id));
+    if let Some(id) = asker.request_id {
+        authzen.insert("requestId".into(), json!(id));
+    }
+    if !page.overlay.is_empty() {
+        authzen.insert("entities".into(), json!(page.overlay));
+    }
+    if !page.ignored.is_empty() {
+        authzen.insert("ignored".into(), json!(page.ignored));
+    }
+    NewDecision {
+        id: uuid::Uuid::now_v7().to_string(),
+        time: time.to_string(),
+        org_id: Some(asker.org_id.to_string()),
+        session_id: None,
+        principal: page.principal.clone(),
+        action: format!("{AUTHZEN_ACTION_PREFIX}{}:{}", set.name, page.action),
+        resource: page.resource.clone(),
+        context: page.context.clone(),
+        entities_hash: set.data.hash.clone(),
+        entities: Some(set.data.json.clone()),
+        policy_hash: set.bundle.hash.clone(),
+        decision: if page.results.is_empty() {
+            "deny"
+        } else {
+            "allow"
+        }
+        .to_string(),
+        reasons: json_text(&page.reasons),
+        errors: json_text(&page.errors),
+        outcome: json!({
+            "status": "searched",
+            "results": page.results.len(),
+            "examined": page.examined,
+        })
+        .to_string(),
+        notes: json!({ "authzen": authzen }).to_string(),
+    }
 }

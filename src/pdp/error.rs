@@ -42,6 +42,9 @@ pub enum PdpError {
     /// The body lacks a member or has one of the wrong JSON type (400).
     #[error(transparent)]
     Shape(#[from] ShapeError),
+    /// A search's `page.token` is not one for this query, or expired (400).
+    #[error(transparent)]
+    PageToken(#[from] super::page_token::TokenError),
     /// The request does not fit the application's schema (400).
     #[error(transparent)]
     Input(#[from] InputError),
@@ -96,6 +99,7 @@ impl PdpError {
                 (StatusCode::BAD_REQUEST, "too_many_evaluations")
             }
             PdpError::Shape(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            PdpError::PageToken(_) => (StatusCode::BAD_REQUEST, "invalid_page_token"),
             PdpError::Input(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             PdpError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             PdpError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),

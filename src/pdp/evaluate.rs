@@ -49,7 +49,11 @@ pub async fn decide(
 }
 
 /// One token per evaluation from the key's and its org's buckets.
-async fn spend(gw: &Gateway, admitted: &Admitted, evaluations: usize) -> Result<(), PdpError> {
+pub(super) async fn spend(
+    gw: &Gateway,
+    admitted: &Admitted,
+    evaluations: usize,
+) -> Result<(), PdpError> {
     let who = Subjects {
         org: &admitted.key.org_id,
         agent: None,

@@ -1,7 +1,7 @@
 //! The AuthZEN request bodies as JSON: which members are required and of
 //! which JSON type, the defaults a batch's top level gives its
-//! evaluations, its options, and the bounds on what one request may
-//! carry. No Cedar here: what a well-shaped request means for an
+//! evaluations, its options, a search's page, and the bounds on what one
+//! request may carry. No Cedar here: what a well-shaped request means for an
 //! application is `crate::policy::application`'s.
 //!
 //! Unknown members are ignored at every level, as the specification asks;
@@ -20,6 +20,10 @@ pub struct Bounds {
     pub max_object_bytes: usize,
     /// Longest `type`, `id` or `name`, in bytes.
     pub max_name_bytes: usize,
+    /// A search page's size when `page.limit` is not given.
+    pub search_page: usize,
+    /// Largest `page.limit`.
+    pub max_search_page: usize,
 }
 
 impl Bounds {
@@ -29,6 +33,8 @@ impl Bounds {
             max_evaluations: config.max_evaluations,
             max_object_bytes: config.max_object_bytes,
             max_name_bytes: config.max_name_bytes,
+            search_page: config.search_page.clamp(1, config.max_search_page.max(1)),
+            max_search_page: config.max_search_page.max(1),
         }
     }
 }
@@ -108,11 +114,133 @@ pub enum ShapeError {
         /// The bound.
         max: usize,
     },
+    /// A `page.limit` that is not an integer from 1 to `max_search_page`.
+    #[error("`page.limit` must be an integer from 1 to {0}")]
+    PageLimit(usize),
     /// An `evaluations_semantic` the specification does not define.
     #[error(
         "`options.evaluations_semantic` must be `execute_all`, `deny_on_first_deny` or `permit_on_first_permit`"
     )]
     Semantic,
+}
+
+/// Which of the three searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchKind {
+    /// `search/subject`: the subjects of a type.
+    Subject,
+    /// `search/resource`: the resources of a type.
+    Resource,
+    /// `search/action`: the actions.
+    Action,
+}
+
+impl SearchKind {
+    /// Its name in paths and records.
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchKind::Subject => "subject",
+            SearchKind::Resource => "resource",
+            SearchKind::Action => "action",
+        }
+    }
+}
+
+/// A search request: the evaluation each candidate is decided as (the
+/// searched entity's id, or the action's name, left empty), and the page
+/// asked for.
+#[derive(Debug, Clone)]
+pub struct Search<'a> {
+    /// Which search.
+    pub kind: SearchKind,
+    /// The evaluation of a candidate, but for the searched member.
+    pub template: RequestInput<'a>,
+    /// `page.token` (an empty one counts as absent).
+    pub token: Option<&'a str>,
+    /// `page.limit`, or the default page size.
+    pub limit: usize,
+}
+
+/// A search request of `kind`: the searched entity needs only a `type` (an
+/// `id` is ignored), the others are required in full; an action search
+/// ignores any `action`.
+pub fn search<'a>(
+    body: &'a Value,
+    kind: SearchKind,
+    bounds: &Bounds,
+) -> Result<Search<'a>, ShapeError> {
+    let top = body.as_object().ok_or(ShapeError::Body)?;
+    let required = |key: &str| present(top, key).ok_or_else(|| ShapeError::Missing(key.into()));
+    let subject = match kind {
+        SearchKind::Subject => searched(required("subject")?, "subject", bounds)?,
+        _ => entity(required("subject")?, "subject", bounds)?,
+    };
+    let resource = match kind {
+        SearchKind::Resource => searched(required("resource")?, "resource", bounds)?,
+        _ => entity(required("resource")?, "resource", bounds)?,
+    };
+    let action = match kind {
+        SearchKind::Action => ActionInput {
+            name: "",
+            properties: None,
+        },
+        _ => action(required("action")?, "action", bounds)?,
+    };
+    let (token, limit) = page(top, bounds)?;
+    Ok(Search {
+        kind,
+        template: RequestInput {
+            subject,
+            action,
+            resource,
+            context: object_member(top, "context", "context", bounds)?,
+            at: String::new(),
+        },
+        token,
+        limit,
+    })
+}
+
+/// The searched entity: `{type, properties?}`, its id left empty.
+fn searched<'a>(v: &'a Value, field: &str, bounds: &Bounds) -> Result<EntityInput<'a>, ShapeError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ShapeError::NotObject(field.into()))?;
+    Ok(EntityInput {
+        type_name: name(obj, "type", field, bounds)?,
+        id: "",
+        properties: object_member(obj, "properties", &format!("{field}.properties"), bounds)?,
+    })
+}
+
+/// `page.token` and `page.limit`.
+fn page<'a>(
+    top: &'a Map<String, Value>,
+    bounds: &Bounds,
+) -> Result<(Option<&'a str>, usize), ShapeError> {
+    let Some(page) = present(top, "page") else {
+        return Ok((None, bounds.search_page));
+    };
+    let page = page
+        .as_object()
+        .ok_or(ShapeError::NotObject("page".into()))?;
+    let token = match present(page, "token") {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .ok_or(ShapeError::NotString("page.token".into()))?,
+        )
+        .filter(|t| !t.is_empty()),
+    };
+    let limit = match present(page, "limit") {
+        None => bounds.search_page,
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| (1..=bounds.max_search_page).contains(n))
+            .ok_or(ShapeError::PageLimit(bounds.max_search_page))?,
+    };
+    Ok((token, limit))
 }
 
 /// The one evaluation of an `evaluation` request.
@@ -350,6 +478,8 @@ mod tests {
         max_evaluations: 3,
         max_object_bytes: 64,
         max_name_bytes: 8,
+        search_page: 2,
+        max_search_page: 5,
     };
 
     fn alice() -> Value {
@@ -483,5 +613,74 @@ mod tests {
         assert!(!Semantic::DenyOnFirstDeny.stops_after(true));
         assert!(Semantic::PermitOnFirstPermit.stops_after(true));
         assert!(!Semantic::ExecuteAll.stops_after(false));
+    }
+
+    #[test]
+    fn a_search_needs_the_searched_type_and_the_rest_in_full() {
+        let record = json!({"type": "record", "id": "r1"});
+        let body = json!({"subject": {"type": "user", "id": "ignored"}, "action": {"name": "read"}, "resource": record.clone(), "page": {"limit": 5, "token": ""}});
+        let s = search(&body, SearchKind::Subject, &BOUNDS).unwrap();
+        assert_eq!(
+            (s.template.subject.type_name, s.template.subject.id),
+            ("user", "")
+        );
+        assert_eq!((s.token, s.limit), (None, 5));
+        let actionless = json!({"subject": alice(), "resource": record.clone(), "action": 7});
+        let s = search(&actionless, SearchKind::Action, &BOUNDS).unwrap();
+        assert_eq!(
+            (s.template.action.name, s.limit),
+            ("", 2),
+            "an action search ignores `action`"
+        );
+        for (body, kind, error) in [
+            (
+                json!({"subject": {"type": "user"}, "resource": record.clone()}),
+                SearchKind::Subject,
+                ShapeError::Missing("action".into()),
+            ),
+            (
+                json!({"action": {"name": "read"}, "resource": {"type": "record"}}),
+                SearchKind::Resource,
+                ShapeError::Missing("subject".into()),
+            ),
+            (
+                json!({"subject": alice()}),
+                SearchKind::Action,
+                ShapeError::Missing("resource".into()),
+            ),
+            (
+                json!({"subject": {"type": "user"}, "action": {"name": "read"}, "resource": {"type": "record"}}),
+                SearchKind::Subject,
+                ShapeError::Missing("resource.id".into()),
+            ),
+            (
+                json!({"subject": {"type": "user"}, "action": {"name": "read"}, "resource": {"type": "record"}}),
+                SearchKind::Resource,
+                ShapeError::Missing("subject.id".into()),
+            ),
+            (
+                json!({"subject": {"type": "user"}, "resource": record.clone()}),
+                SearchKind::Action,
+                ShapeError::Missing("subject.id".into()),
+            ),
+        ] {
+            assert_eq!(search(&body, kind, &BOUNDS).unwrap_err(), error, "{body}");
+        }
+        for limit in [
+            json!(0),
+            json!(6),
+            json!(1_000_000),
+            json!(-1),
+            json!(1.5),
+            json!("2"),
+        ] {
+            let body =
+                json!({"subject": alice(), "resource": record.clone(), "page": {"limit": limit}});
+            assert_eq!(
+                search(&body, SearchKind::Action, &BOUNDS).unwrap_err(),
+                ShapeError::PageLimit(5),
+                "{limit}"
+            );
+        }
     }
 }

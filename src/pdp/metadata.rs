@@ -5,8 +5,8 @@
 //! inserted after the host); the default application's identifier is
 //! `{base}` and its document the bare well-known path. `{base}` is
 //! `public_url` when set, else the `Host` the client used when allowed
-//! (`crate::mcp::public_url`). Only the endpoints offered are named: the
-//! search endpoints are not yet.
+//! (`crate::mcp::public_url`). Every endpoint is named, the three search
+//! APIs included.
 
 use std::sync::Arc;
 
@@ -31,6 +31,9 @@ pub fn document(pdp: &str) -> Value {
         "policy_decision_point": pdp,
         "access_evaluation_endpoint": format!("{pdp}/access/v1/evaluation"),
         "access_evaluations_endpoint": format!("{pdp}/access/v1/evaluations"),
+        "search_subject_endpoint": format!("{pdp}/access/v1/search/subject"),
+        "search_resource_endpoint": format!("{pdp}/access/v1/search/resource"),
+        "search_action_endpoint": format!("{pdp}/access/v1/search/action"),
     })
 }
 

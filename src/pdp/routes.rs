@@ -1,6 +1,7 @@
-//! The AuthZEN routes: the evaluation endpoints of each application at its
-//! own base path and of the default one at the root, their metadata
-//! documents, and the `X-Request-ID` echo around all of them.
+//! The AuthZEN routes: the evaluation and search endpoints of each
+//! application at its own base path and of the default one at the root,
+//! their metadata documents, and the `X-Request-ID` echo around all of
+//! them.
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::admission::{self, REQUEST_ID};
 use super::error::PdpError;
-use super::input::{self, Bounds, Semantic};
+use super::input::{self, Bounds, SearchKind, Semantic};
 use super::metadata;
 use crate::gateway::Gateway;
 
@@ -27,6 +28,8 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/access/v1/evaluations", post(default_evaluations))
         .route("/pdp/{app}/access/v1/evaluation", post(app_evaluation))
         .route("/pdp/{app}/access/v1/evaluations", post(app_evaluations))
+        .route("/access/v1/search/{kind}", post(default_search))
+        .route("/pdp/{app}/access/v1/search/{kind}", post(app_search))
         .route(metadata::PATH, get(metadata::default_document))
         .route(
             &format!("{}/pdp/{{app}}", metadata::PATH),
@@ -76,6 +79,44 @@ async fn app_evaluations(
     body: Body,
 ) -> Response {
     answered(evaluations(&gw, Some(&app), &headers, body).await)
+}
+
+async fn default_search(
+    State(gw): State<Arc<Gateway>>,
+    Path(kind): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match search_kind(&kind) {
+        Some(kind) => answered(super::search::search(&gw, kind, None, &headers, body).await),
+        None => not_found(),
+    }
+}
+
+async fn app_search(
+    State(gw): State<Arc<Gateway>>,
+    Path((app, kind)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match search_kind(&kind) {
+        Some(kind) => answered(super::search::search(&gw, kind, Some(&app), &headers, body).await),
+        None => not_found(),
+    }
+}
+
+/// `search/{kind}`: `subject`, `resource` or `action`.
+fn search_kind(kind: &str) -> Option<SearchKind> {
+    match kind {
+        "subject" => Some(SearchKind::Subject),
+        "resource" => Some(SearchKind::Resource),
+        "action" => Some(SearchKind::Action),
+        _ => None,
+    }
+}
+
+fn not_found() -> Response {
+    axum::http::StatusCode::NOT_FOUND.into_response()
 }
 
 fn answered(result: Result<Value, PdpError>) -> Response {

@@ -16,6 +16,7 @@ mod mapping;
 pub mod vocabulary;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cedar_policy::{Entities, Request};
@@ -57,6 +58,9 @@ pub struct AppData {
     pub hash: String,
     /// Entities in the file.
     pub count: usize,
+    /// The ids of the stored entities of each type (by its namespaced
+    /// name), sorted: the candidates of a search.
+    by_type: HashMap<String, Vec<String>>,
     /// The file's path (`entities.json`, which may be absent).
     pub path: String,
 }
@@ -223,7 +227,44 @@ impl AppSet {
         names
     }
 
-    /// The actions the schema declares.
+    /// The ids of the stored entities of the type `type_name` names (as
+    /// [`vocabulary::Vocabulary::entity_type`] reads it), sorted; none for
+    /// a type the application does not declare.
+    pub fn stored_ids(&self, type_name: &str) -> &[String] {
+        self.vocabulary
+            .entity_type(type_name)
+            .and_then(|t| self.data.by_type.get(&t.name.to_string()))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the stored data holds the entity `type_name`/`id`.
+    pub fn stores(&self, type_name: &str, id: &str) -> bool {
+        self.stored_ids(type_name)
+            .binary_search_by(|s| s.as_str().cmp(id))
+            .is_ok()
+    }
+
+    /// The namespaced name of the entity type `type_name` names.
+    pub fn type_text(&self, type_name: &str) -> Option<String> {
+        self.vocabulary
+            .entity_type(type_name)
+            .map(|t| t.name.to_string())
+    }
+
+    /// The uid text of `type_name`/`id`, when the type is the
+    /// application's.
+    pub fn uid_text(&self, type_name: &str, id: &str) -> Option<String> {
+        let ty = self.vocabulary.entity_type(type_name)?;
+        Some(
+            Uid(cedar_policy::EntityUid::from_type_name_and_id(
+                ty.name.clone(),
+                cedar_policy::EntityId::new(id),
+            ))
+            .text(),
+        )
+    }
+
+    /// The actions the schema declares, sorted.
     pub fn action_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.vocabulary.actions.keys().map(String::as_str).collect();
         names.sort_unstable();

@@ -6,6 +6,7 @@
 //! lifecycle that activates the set (`crate::pdp::lifecycle`), as for the
 //! gateway's set.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -74,8 +75,20 @@ fn entity_data(path: &Path, schema: &cedar_policy::Schema) -> Result<AppData, Po
     let entities = Entities::from_json_value(json, Some(schema)).map_err(|e| {
         PolicyLoadError::single(&file, format!("entity data does not fit the schema: {e}"))
     })?;
+    let mut by_type: HashMap<String, Vec<String>> = HashMap::new();
+    for entity in entities.iter() {
+        let uid = entity.uid();
+        by_type
+            .entry(uid.type_name().to_string())
+            .or_default()
+            .push(uid.id().unescaped().to_string());
+    }
+    for ids in by_type.values_mut() {
+        ids.sort_unstable();
+    }
     Ok(AppData {
         count,
+        by_type,
         entities,
         hash: hex::encode(Sha256::digest(text.as_bytes())),
         json: Arc::from(text),
