@@ -31,7 +31,9 @@
 //! on SIGHUP (every application) and on `POST /admin/pdp/apps/reload` or
 //! `POST /admin/pdp/apps/{app}/reload`; one application's failure never
 //! touches another's set nor the gateway's, and a gateway reload never
-//! touches an application. A removed folder removes its application.
+//! touches an application. A removed folder removes its application. A
+//! good set that could not be recorded (the database was down, as it may
+//! be at start-up) is tried again every `database.heartbeat_secs`.
 //!
 //! ## Where it answers
 //!

@@ -16,6 +16,19 @@ use crate::policy::application::AppSet;
 use crate::policy::application::load::load_app;
 use crate::policy::tests_runner::{self, TestReport};
 
+/// How a reload refused for want of the database begins its message: the
+/// set was good, but could not be recorded (tried again by
+/// [`super::watch`] every `database.heartbeat_secs`).
+pub const UNRECORDED: &str = "cannot record the policy set";
+
+/// Whether `app`'s latest reload was refused only because its set could
+/// not be recorded.
+pub fn unrecorded(app: &super::App) -> bool {
+    app.status().last_attempt.is_some_and(|a| {
+        a.result == "rejected" && a.message.is_some_and(|m| m.starts_with(UNRECORDED))
+    })
+}
+
 /// Loads one application's candidate set the way every activation does:
 /// schema, policies and entity data (`load_app`), then its policy tests
 /// under `dir/tests`.
@@ -140,7 +153,7 @@ async fn activate(
         .submit(vec![policy_set_op(&set.bundle)])
         .await
     {
-        attempt.message = Some(format!("cannot record the policy set: {e}"));
+        attempt.message = Some(format!("{UNRECORDED}: {e}"));
         return Err(noted(app, attempt));
     }
     for w in &set.bundle.warnings {

@@ -2,8 +2,9 @@
 //! own (`crate::lifecycle::watch`) and independent of them: a file watch
 //! on the applications' folder (recursively; a change reloads the
 //! application whose folder it is in, a change of the folder itself every
-//! application) when `lifecycle.watch` is on, and SIGHUP (every
-//! application). Both end when the returned handle is dropped.
+//! application) when `lifecycle.watch` is on, SIGHUP (every
+//! application), and a retry of the sets the database could not record.
+//! All end when the returned handle is dropped.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -29,10 +30,13 @@ impl Drop for Triggers {
     }
 }
 
-/// Starts the file watch (when configured and the folder exists) and the
-/// SIGHUP handler.
+/// Starts the file watch (when configured and the folder exists), the
+/// SIGHUP handler, and the retry of sets the database could not record.
 pub fn start(gw: &Arc<Gateway>) -> Triggers {
     let mut triggers = Triggers::default();
+    triggers
+        .tasks
+        .push(tokio::spawn(retry_unrecorded(Arc::downgrade(gw))));
     if gw.config.lifecycle.watch && gw.pdp.dir().is_dir() {
         match file_watch(gw) {
             Ok(task) => triggers.tasks.push(task),
@@ -56,6 +60,27 @@ pub fn start(gw: &Arc<Gateway>) -> Triggers {
         }
     }
     triggers
+}
+
+/// Reloads, every `database.heartbeat_secs`, the applications whose
+/// latest set was good but could not be recorded (the database was down,
+/// at start-up above all), until the gateway is dropped.
+async fn retry_unrecorded(gw: std::sync::Weak<Gateway>) {
+    loop {
+        let Some(every) = gw
+            .upgrade()
+            .map(|g| g.config.database.heartbeat_secs.max(1))
+        else {
+            return;
+        };
+        tokio::time::sleep(Duration::from_secs(every)).await;
+        let Some(gw) = gw.upgrade() else { return };
+        for app in gw.pdp.apps() {
+            if super::lifecycle::unrecorded(&app) {
+                let _ = super::lifecycle::reload_app(&gw, &app.name, "retry").await;
+            }
+        }
+    }
 }
 
 /// What changed since the last reload: some applications, or the
