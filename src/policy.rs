@@ -7,6 +7,7 @@
 //! request that cannot be built, all deny.
 
 pub mod action_slices;
+pub mod application;
 pub mod cedar_names;
 pub mod describe;
 pub mod dropped;

@@ -57,7 +57,8 @@ fn summary(d: &[SourceDiagnostic]) -> String {
 }
 
 impl PolicyLoadError {
-    fn single(file: &str, message: String) -> Self {
+    /// One problem in `file` that has no location inside it.
+    pub fn single(file: &str, message: String) -> Self {
         PolicyLoadError {
             diagnostics: vec![SourceDiagnostic {
                 file: file.to_string(),
