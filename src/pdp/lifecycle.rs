@@ -18,7 +18,7 @@ use crate::policy::tests_runner::{self, TestReport};
 
 /// How a reload refused for want of the database begins its message: the
 /// set was good, but could not be recorded (tried again by
-/// [`super::watch`] every `database.heartbeat_secs`).
+/// the watcher (`watch.rs`) every `database.heartbeat_secs`).
 pub const UNRECORDED: &str = "cannot record the policy set";
 
 /// Whether `app`'s latest reload was refused only because its set could
