@@ -47,7 +47,7 @@ pub use uid::{Uid, UidError};
 /// Cedar namespace of the gateway vocabulary.
 pub const NAMESPACE: &str = "Gateway";
 
-/// The actions of the public vocabulary (DESIGN §3).
+/// The actions of the public vocabulary (`schemas/gateway.cedarschema`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
