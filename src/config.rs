@@ -516,8 +516,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Bounds on what one HTTP request may carry (ARCHITECTURE.md, "Invariants":
-/// every bound has a limit and a test that crosses it).
+/// Bounds on what one HTTP request may carry (ARCHITECTURE.md, invariant
+/// 4, "Bounded everything").
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
