@@ -24,6 +24,7 @@ pub mod replay_verdicts;
 pub mod schema_gen;
 pub mod session_verdicts;
 pub mod set_hash;
+pub mod solver;
 pub mod step_up;
 pub mod tests_runner;
 mod uid;
