@@ -20,11 +20,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cedar_policy_symcc::CedarSymCompiler;
+use cedar_policy_symcc::solver::LocalSolver;
+
 /// How long `--version` may take before a solver is declared not working.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The oldest cvc5 (major, minor) symcc 0.8's encoding is written for.
 const OLDEST: (u32, u32) = (1, 3);
+
+/// The compiler the proofs ask: symcc over one cvc5 process.
+pub(crate) type Compiler = CedarSymCompiler<LocalSolver>;
 
 /// Where a solver path came from (said in messages, so an operator knows
 /// which setting to change).
@@ -229,6 +235,32 @@ fn parse_version(version: &str) -> Option<(u32, u32)> {
         .parse()
         .ok()?;
     Some((major, minor))
+}
+
+impl Solver {
+    /// A new solver process and a symbolic compiler on it. `-q` keeps
+    /// warnings off stderr, which symcc never reads (a full pipe would
+    /// stall the process); `--tlimit-per` bounds each query, and a query
+    /// past it answers `unknown`.
+    pub(crate) fn compiler(&self) -> Result<Compiler, SolverError> {
+        let tlimit = format!("--tlimit-per={}", self.query_timeout.as_millis().max(1));
+        let solver = LocalSolver::from_command(
+            tokio::process::Command::new(&self.path)
+                .args(["--lang", "smt", "-q"])
+                .arg(tlimit)
+                .kill_on_drop(true),
+        )
+        .map_err(|e| self.does_not_run(e.to_string()))?;
+        CedarSymCompiler::new(solver).map_err(|e| self.does_not_run(e.to_string()))
+    }
+
+    fn does_not_run(&self, why: String) -> SolverError {
+        SolverError::DoesNotRun {
+            path: self.path.clone(),
+            origin: self.origin,
+            why,
+        }
+    }
 }
 
 #[cfg(test)]
