@@ -1,0 +1,377 @@
+//! `policy diff [--prove]`: what a candidate policy directory changes,
+//! and, proved by the solver for every request environment, what it
+//! allows that the live set denies. It needs no running gateway and no
+//! database: a security team runs it on a pull request.
+//!
+//! Exit status: 0 nothing widens (or `--allow-widening`); 1 the candidate
+//! allows a request the live set denies; 2 it could not run (a set that
+//! does not load, no solver); 3 no widening was found but some
+//! environment was not settled in time ("unknown"); 4 the authorizer
+//! decided a counterexample otherwise than the solver claimed (a bug,
+//! whatever the flags).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::config::Config;
+use crate::lifecycle::tool_schemas;
+use crate::policy::prove_diff::{self, DiffReport, Direction, EnvDiff, Verdict};
+use crate::policy::prover::Prover;
+use crate::policy::set_diff::{self, PolicyChanges};
+use crate::policy::solver::{self, Solver};
+use crate::policy::witness::Witness;
+use crate::policy::{PolicyBundle, load};
+use crate::tools::Catalog;
+
+/// Exit status when a widening is found.
+const WIDENS: u8 = 1;
+/// Exit status when the command cannot run.
+const CANNOT_RUN: u8 = 2;
+/// Exit status when some widening question was not settled.
+const UNSETTLED: u8 = 3;
+/// Exit status when the authorizer and the solver disagree.
+const DISAGREES: u8 = 4;
+
+/// The solver settings a proof command may override.
+#[derive(Debug, Args)]
+pub struct ProveLimits {
+    /// Time one solver query may take, in ms (default: `[prove]
+    /// query_timeout_ms`); past it the environment is "unknown".
+    #[arg(long, value_name = "MS")]
+    pub query_timeout_ms: Option<u64>,
+    /// Time the whole proof may take, in seconds (default: `[prove]
+    /// run_timeout_secs`).
+    #[arg(long, value_name = "SECS")]
+    pub run_timeout_secs: Option<u64>,
+}
+
+/// `policy diff` flags.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The candidate policy directory.
+    #[arg(value_name = "CANDIDATE_DIR")]
+    pub candidate: PathBuf,
+    /// The live policy directory (default: `policies_dir` of the config).
+    #[arg(long, value_name = "DIR")]
+    pub live: Option<PathBuf>,
+    /// Prove, for every request environment, what each set allows that the
+    /// other denies (needs the solver, `bash solver/build.sh`).
+    #[arg(long)]
+    pub prove: bool,
+    /// Exit 0 even when the candidate allows requests the live set denies.
+    #[arg(long, requires = "prove")]
+    pub allow_widening: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Solver limits.
+    #[command(flatten)]
+    pub limits: ProveLimits,
+}
+
+/// Runs `policy diff`.
+pub fn diff(config: &Config, args: &DiffArgs) -> ExitCode {
+    let live_dir = args
+        .live
+        .clone()
+        .unwrap_or_else(|| config.policies_dir.clone());
+    let (live, candidate) = match (
+        load_set(config, &live_dir),
+        load_set(config, &args.candidate),
+    ) {
+        (Ok(l), Ok(c)) => (l, c),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    let changes = set_diff::changes(&live, &candidate);
+    if !args.prove {
+        if args.json {
+            println!("{}", serde_json::json!({ "policies": changes }));
+        } else {
+            print!("{}", render_changes(&changes));
+            println!("(pass --prove to prove what the change allows and denies)");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let solver = match find_solver(config, &args.limits) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    let run = run_limit(config, &args.limits);
+    let report = match block_on(async {
+        let mut prover = Prover::new(solver.clone(), run);
+        prove_diff::diff(&live, &candidate, &mut prover).await
+    }) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    report_diff(&report, &changes, &solver, args)
+}
+
+/// Prints the report and picks the exit status.
+fn report_diff(
+    report: &DiffReport,
+    changes: &PolicyChanges,
+    solver: &Solver,
+    args: &DiffArgs,
+) -> ExitCode {
+    if args.json {
+        let json = serde_json::json!({
+            "policies": changes,
+            "solver": { "path": solver.path, "version": solver.version },
+            "proof": report,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).unwrap_or_default()
+        );
+    } else {
+        print!("{}", render_changes(changes));
+        print!("{}", render_proof(report, solver));
+    }
+    let disagreements = report.disagreements();
+    if disagreements > 0 {
+        eprintln!(
+            "BUG: the authorizer decided {disagreements} counterexample(s) otherwise than the solver claimed; the proof cannot be trusted (please report it with this output)"
+        );
+        return ExitCode::from(DISAGREES);
+    }
+    if report.widenings() > 0 && !args.allow_widening {
+        eprintln!(
+            "error: the candidate allows requests the live set denies in {} request environment(s); pass --allow-widening to accept that",
+            report.widenings()
+        );
+        return ExitCode::from(WIDENS);
+    }
+    if report.unsettled() > 0 && !args.allow_widening {
+        eprintln!(
+            "error: {} request environment(s) were not settled within the limits: the candidate may widen there",
+            report.unsettled()
+        );
+        return ExitCode::from(UNSETTLED);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Loads one set under the effective schema (the schema file plus the
+/// built-in tools' typed actions).
+fn load_set(config: &Config, dir: &std::path::Path) -> Result<PolicyBundle, String> {
+    let tools = Catalog::builtin()
+        .map(|c| tool_schemas(&c))
+        .map_err(|e| format!("error: {e}"))?;
+    load::load_bundle_with_tools(&config.schema_file, dir, &tools).map_err(|e| e.render())
+}
+
+/// The solver, with the query limit of the flags or the config.
+pub(super) fn find_solver(config: &Config, limits: &ProveLimits) -> Result<Solver, String> {
+    let query = Duration::from_millis(
+        limits
+            .query_timeout_ms
+            .unwrap_or(config.prove.query_timeout_ms),
+    );
+    match block_on(solver::find(config.prove.solver.as_deref(), query)) {
+        Ok(found) => found.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("cannot start the runtime: {e}")),
+    }
+}
+
+/// The run's time limit, from the flags or the config.
+pub(super) fn run_limit(config: &Config, limits: &ProveLimits) -> Duration {
+    Duration::from_secs(
+        limits
+            .run_timeout_secs
+            .unwrap_or(config.prove.run_timeout_secs),
+    )
+}
+
+/// Runs `future` on a runtime of its own (the proof commands are not
+/// inside one).
+pub(super) fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(future))
+}
+
+/// The policies added, removed and changed.
+fn render_changes(changes: &PolicyChanges) -> String {
+    if changes.is_empty() {
+        return "policies: none added, removed or changed\n".into();
+    }
+    let mut out = String::from("policies:\n");
+    for (label, ids) in [
+        ("added", &changes.added),
+        ("removed", &changes.removed),
+        ("changed", &changes.changed),
+    ] {
+        for id in ids {
+            out.push_str(&format!("  {label:<8} {id}\n"));
+        }
+    }
+    out
+}
+
+/// The proof, one line per environment and a witness under each flip.
+fn render_proof(report: &DiffReport, solver: &Solver) -> String {
+    let mut out = format!(
+        "proof: cvc5 {} (`{}`), {} request environments, per-query limit {} ms\n",
+        solver.version,
+        solver.path.display(),
+        report.envs.len(),
+        solver.query_timeout.as_millis()
+    );
+    for a in &report.assumptions {
+        out.push_str(&format!("  assuming {a}\n"));
+    }
+    let width = report
+        .envs
+        .iter()
+        .map(|e| e.env.to_string().chars().count())
+        .max()
+        .unwrap_or(0);
+    for env in &report.envs {
+        out.push_str(&render_env(env, width));
+    }
+    out.push_str(&summary(report));
+    out
+}
+
+fn render_env(env: &EnvDiff, width: usize) -> String {
+    let name = env.env.to_string();
+    let pad = width.saturating_sub(name.chars().count());
+    let mut out = format!(
+        "  {name}{}  {:<18} {:>6} ms\n",
+        " ".repeat(pad),
+        verdict_word(env.verdict),
+        env.millis
+    );
+    for (label, direction) in [
+        (
+            "WIDENS: the candidate allows, the live set denies",
+            &env.widening,
+        ),
+        (
+            "narrows: the live set allows, the candidate denies",
+            &env.narrowing,
+        ),
+    ] {
+        match direction {
+            Direction::None => {}
+            Direction::Unknown { why } => out.push_str(&format!("    unknown ({why})\n")),
+            Direction::Found {
+                witness,
+                disagreement,
+            } => {
+                out.push_str(&format!("    {label}:\n"));
+                out.push_str(&render_witness(witness, "      "));
+                if let Some(d) = disagreement {
+                    out.push_str(&format!("    BUG: {d}\n"));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Equivalent => "equivalent",
+        Verdict::LessPermissive => "less permissive",
+        Verdict::MorePermissive => "MORE PERMISSIVE",
+        Verdict::Incomparable => "INCOMPARABLE",
+        Verdict::Unknown => "unknown",
+    }
+}
+
+fn summary(report: &DiffReport) -> String {
+    let count = |v: Verdict| report.envs.iter().filter(|e| e.verdict == v).count();
+    format!(
+        "summary: {} equivalent, {} less permissive, {} more permissive, {} incomparable, {} unknown ({} ms)\n",
+        count(Verdict::Equivalent),
+        count(Verdict::LessPermissive),
+        count(Verdict::MorePermissive),
+        count(Verdict::Incomparable),
+        count(Verdict::Unknown),
+        report.millis
+    )
+}
+
+/// A witness: the request, its entities, and each set's decision.
+pub(super) fn render_witness(w: &Witness, indent: &str) -> String {
+    let mut out = format!(
+        "{indent}principal: {}\n{indent}action:    {}\n{indent}resource:  {}\n{indent}context:   {}\n",
+        w.principal, w.action, w.resource, w.context
+    );
+    let entities = w.entities.as_array().map(Vec::as_slice).unwrap_or_default();
+    out.push_str(&format!(
+        "{indent}entities:{}\n",
+        if entities.is_empty() { " none" } else { "" }
+    ));
+    for e in entities {
+        out.push_str(&format!("{indent}  {}\n", render_entity(e)));
+    }
+    for d in &w.decisions {
+        let word = |allowed: bool| if allowed { "allow" } else { "deny" };
+        let mut line = format!("{indent}{}: {}", d.set, word(d.allows));
+        if d.gateway_allows != d.allows {
+            line.push_str(&format!(
+                " (the gateway's verdict: {}: an erroring forbid denies)",
+                word(d.gateway_allows)
+            ));
+        }
+        if !d.reasons.is_empty() {
+            line.push_str(&format!(", by {}", d.reasons.join(", ")));
+        }
+        if !d.errors.is_empty() {
+            line.push_str(&format!(", errors: {}", d.errors.join("; ")));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// One entity as `Type::"id" in [parents] {attrs} tags {…}`.
+fn render_entity(e: &serde_json::Value) -> String {
+    let uid = |u: &serde_json::Value| {
+        let ty = u
+            .get("type")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?");
+        let id = u.get("id").cloned().unwrap_or(serde_json::Value::Null);
+        format!("{ty}::{id}")
+    };
+    let mut out = e.get("uid").map(uid).unwrap_or_default();
+    let parents: Vec<String> = e
+        .get("parents")
+        .and_then(serde_json::Value::as_array)
+        .map(|p| p.iter().map(uid).collect())
+        .unwrap_or_default();
+    if !parents.is_empty() {
+        out.push_str(&format!(" in [{}]", parents.join(", ")));
+    }
+    for key in ["attrs", "tags"] {
+        match e.get(key) {
+            Some(v) if v.as_object().is_some_and(|m| !m.is_empty()) => {
+                out.push_str(&format!(" {}{v}", if key == "tags" { "tags " } else { "" }));
+            }
+            _ => {}
+        }
+    }
+    out
+}
