@@ -20,6 +20,7 @@ mod literals;
 pub mod load;
 pub mod node_reads;
 pub mod prove_diff;
+pub mod prove_lint;
 pub mod prover;
 pub mod recorded;
 pub mod replay_verdicts;
