@@ -260,19 +260,21 @@ fn render_env(env: &EnvDiff, width: usize) -> String {
         verdict_word(env.verdict),
         env.millis
     );
-    for (label, direction) in [
+    for (which, label, direction) in [
         (
+            "widening",
             "WIDENS: the candidate allows, the live set denies",
             &env.widening,
         ),
         (
+            "narrowing",
             "narrows: the live set allows, the candidate denies",
             &env.narrowing,
         ),
     ] {
         match direction {
             Direction::None => {}
-            Direction::Unknown { why } => out.push_str(&format!("    unknown ({why})\n")),
+            Direction::Unknown { why } => out.push_str(&format!("    {which} unknown: {why}\n")),
             Direction::Found {
                 witness,
                 disagreement,
