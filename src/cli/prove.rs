@@ -1,7 +1,8 @@
 //! `policy diff [--prove]`: what a candidate policy directory changes,
 //! and, proved by the solver for every request environment, what it
-//! allows that the live set denies. It needs no running gateway and no
-//! database: a security team runs it on a pull request.
+//! allows that the live set denies; `policy lint --prove`: dead,
+//! redundant, shadowed and erroring policies. Neither needs a running
+//! gateway or a database: a security team runs them on a pull request.
 //!
 //! Exit status: 0 nothing widens (or `--allow-widening`); 1 the candidate
 //! allows a request the live set denies; 2 it could not run (a set that
@@ -19,6 +20,7 @@ use clap::Args;
 use crate::config::Config;
 use crate::lifecycle::tool_schemas;
 use crate::policy::prove_diff::{self, DiffReport, Direction, EnvDiff, Verdict};
+use crate::policy::prove_lint::{self, Finding, LintReport, Problem};
 use crate::policy::prover::Prover;
 use crate::policy::set_diff::{self, PolicyChanges};
 use crate::policy::solver::{self, Solver};
@@ -374,6 +376,155 @@ fn render_entity(e: &serde_json::Value) -> String {
             }
             _ => {}
         }
+    }
+    out
+}
+
+/// `policy lint` flags.
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Policy directory (default: `policies_dir` of the config).
+    #[arg(long, value_name = "DIR")]
+    pub policies: Option<PathBuf>,
+    /// Prove each finding with the solver (required: every check of
+    /// `lint` is a proof today).
+    #[arg(long, required = true)]
+    pub prove: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Solver limits.
+    #[command(flatten)]
+    pub limits: ProveLimits,
+}
+
+/// Runs `policy lint --prove`. Exit status: 0 no finding; 1 findings; 2 it
+/// could not run; 3 no finding but some question unsettled; 4 the
+/// authorizer decided a witness otherwise than the solver claimed.
+pub fn lint(config: &Config, args: &LintArgs) -> ExitCode {
+    let dir = args
+        .policies
+        .clone()
+        .unwrap_or_else(|| config.policies_dir.clone());
+    let bundle = match load_set(config, &dir) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    let solver = match find_solver(config, &args.limits) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    let run = run_limit(config, &args.limits);
+    let report = match block_on(async {
+        let mut prover = Prover::new(solver.clone(), run);
+        prove_lint::lint(&bundle, &mut prover).await
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    if args.json {
+        let json = serde_json::json!({
+            "solver": { "path": solver.path, "version": solver.version },
+            "lint": report,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).unwrap_or_default()
+        );
+    } else {
+        print!("{}", render_lint(&report, &bundle, &solver));
+    }
+    lint_status(&report)
+}
+
+fn lint_status(report: &LintReport) -> ExitCode {
+    if report.disagreements() > 0 {
+        eprintln!(
+            "BUG: the authorizer decided {} witness(es) otherwise than the solver claimed; the findings cannot be trusted (please report it with this output)",
+            report.disagreements()
+        );
+        return ExitCode::from(DISAGREES);
+    }
+    if !report.findings.is_empty() {
+        return ExitCode::from(WIDENS);
+    }
+    if !report.unsettled.is_empty() {
+        eprintln!(
+            "error: {} question(s) were not settled within the limits",
+            report.unsettled.len()
+        );
+        return ExitCode::from(UNSETTLED);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The lint report, one finding after the other.
+fn render_lint(report: &LintReport, bundle: &PolicyBundle, solver: &Solver) -> String {
+    let mut out = format!(
+        "lint: {} policies, {} request environments (cvc5 {}, per-query limit {} ms)\n",
+        bundle.policy_ids.len(),
+        report.envs,
+        solver.version,
+        solver.query_timeout.as_millis()
+    );
+    for f in &report.findings {
+        out.push_str(&render_finding(f));
+    }
+    for u in &report.unsettled {
+        out.push_str(&format!(
+            "  unsettled  `{}` ({}) in {}: {}\n",
+            u.policy, u.check, u.env, u.why
+        ));
+    }
+    out.push_str(&format!(
+        "summary: {} finding(s), {} unsettled question(s) ({} ms)\n",
+        report.findings.len(),
+        report.unsettled.len(),
+        report.millis
+    ));
+    out
+}
+
+fn render_finding(f: &Finding) -> String {
+    let by = |none: &str| match f.by.as_slice() {
+        [] => none.to_string(),
+        ids => ids
+            .iter()
+            .map(|id| format!("`{id}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let (word, what) = match f.kind {
+        Problem::Dead => ("dead", "matches no request: it never applies".to_string()),
+        Problem::Redundant => (
+            "redundant",
+            format!("every request it allows is allowed by {}", by("the other permits together")),
+        ),
+        Problem::Shadowed => (
+            "shadowed",
+            format!("every request it matches is denied by {}: it can never allow", by("the forbids together")),
+        ),
+        Problem::CanError => ("can error", match f.effect {
+            "forbid" => "errors on some well-typed request: Cedar skips it there (the gateway denies such a request, failing closed)".to_string(),
+            _ => "errors on some well-typed request: Cedar skips it there, so it grants nothing".to_string(),
+        }),
+    };
+    let mut out = format!("  {word:<10} {} `{}`: {what}\n", f.effect, f.policy);
+    if let (Some(env), Some(w)) = (&f.env, &f.witness) {
+        out.push_str(&format!("    for example, in {env}:\n"));
+        out.push_str(&render_witness(w, "      "));
+    }
+    if let Some(d) = &f.disagreement {
+        out.push_str(&format!("    BUG: {d}\n"));
     }
     out
 }

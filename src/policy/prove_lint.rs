@@ -214,11 +214,9 @@ impl Step<'_> {
                     source: p.clone(),
                     policy,
                 }),
-                Err(e) => self.unsettle(
-                    p.id().as_ref(),
-                    "compile",
-                    Unproved::Failed(e.to_string()),
-                ),
+                Err(e) => {
+                    self.unsettle(p.id().as_ref(), "compile", Unproved::Failed(e.to_string()))
+                }
             }
         }
         out
