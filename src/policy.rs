@@ -19,6 +19,7 @@ pub mod identity;
 mod literals;
 pub mod load;
 pub mod node_reads;
+mod prove_assumptions;
 pub mod prove_diff;
 pub mod prove_lint;
 pub mod prover;

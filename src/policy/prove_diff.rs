@@ -12,17 +12,18 @@
 //! "unknown", never "equivalent".
 //!
 //! Both sets are read with the gateway's facts about typed tools
-//! ([`assumptions`]): a typed tool is decided only under its own action,
+//! ([`Assumptions`]): a typed tool is decided only under its own action,
 //! and that action only on that tool; a dropped typed action decides
 //! nothing. Requests the gateway never makes cannot be counterexamples.
 
 use std::time::Instant;
 
-use cedar_policy::{Policy, PolicyId, RequestEnv};
+use cedar_policy::RequestEnv;
 use cedar_policy_symcc::CompiledPolicySet;
 use serde::Serialize;
 
 use super::PolicyBundle;
+use super::prove_assumptions::Assumptions;
 use super::prover::{EnvName, Prover, Unproved, request_envs};
 use super::witness::Witness;
 
@@ -148,10 +149,11 @@ pub async fn diff(
         return Err(SchemaMismatch);
     }
     let started = Instant::now();
+    let assumptions = Assumptions::of(live);
     let mut envs = Vec::new();
     for (name, env) in request_envs(&live.schema) {
         let begun = Instant::now();
-        let (widening, narrowing) = match compile_both(live, candidate, &env) {
+        let (widening, narrowing) = match compile_both((live, candidate), &assumptions, &env) {
             Ok(sets) => compare(&sets, live, candidate, prover).await,
             Err(why) => (
                 Direction::Unknown { why: why.clone() },
@@ -168,11 +170,10 @@ pub async fn diff(
     }
     Ok(DiffReport {
         envs,
-        assumptions: vec![
-            "a typed tool is decided only under its own action, and that action only on that tool"
-                .into(),
-            "a dropped typed action decides nothing".into(),
-        ],
+        assumptions: Assumptions::STATED
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         millis: millis(started),
     })
 }
@@ -197,11 +198,11 @@ type Compiled = (CompiledPolicySet, CompiledPolicySet);
 
 /// Compiles each set's slice for `env`, with the gateway's assumptions.
 fn compile_both(
-    live: &PolicyBundle,
-    candidate: &PolicyBundle,
+    (live, candidate): (&PolicyBundle, &PolicyBundle),
+    assumptions: &Assumptions,
     env: &RequestEnv,
 ) -> Result<Compiled, Unproved> {
-    let assumed = assumptions(live, env)?;
+    let assumed = assumptions.for_env(live, env)?;
     let compile = |name: &str, bundle: &PolicyBundle| -> Result<CompiledPolicySet, Unproved> {
         let mut set = bundle
             .slices
@@ -274,58 +275,4 @@ fn direction(
         witness: Box::new(witness),
         disagreement,
     }
-}
-
-/// The gateway's facts about typed tools in `env`, as `forbid` policies
-/// both sets are read with (requests the gateway never makes are denied
-/// by both, so they cannot tell the sets apart):
-/// - under a typed tool's action, only that tool;
-/// - under a group action (`call_tool`, `a2a_invoke`), no tool that has a
-///   typed action;
-/// - under a dropped typed action, nothing.
-pub(crate) fn assumptions(
-    bundle: &PolicyBundle,
-    env: &RequestEnv,
-) -> Result<Vec<Policy>, Unproved> {
-    let tool = super::Kind::Tool.qualified();
-    let action = env.action();
-    let mut texts = Vec::new();
-    if super::schema_gen::dropped_actions(&bundle.schema_text).contains_key(action.id().unescaped())
-    {
-        texts.push("forbid (principal, action, resource);".to_string());
-    } else if env.resource().to_string() == tool {
-        if let Some(name) = bundle
-            .typed
-            .iter()
-            .find(|(_, t)| t.action == *action)
-            .map(|(n, _)| n)
-        {
-            let uid = super::Kind::Tool.uid(name).0;
-            texts.push(format!(
-                "forbid (principal, action, resource) unless {{ resource == {uid} }};"
-            ));
-        }
-        let mut members: Vec<String> = bundle
-            .typed
-            .iter()
-            .filter(|(_, t)| t.group.uid().0 == *action)
-            .map(|(n, _)| super::Kind::Tool.uid(n).0.to_string())
-            .collect();
-        members.sort();
-        if !members.is_empty() {
-            texts.push(format!(
-                "forbid (principal, action, resource) when {{ [{}].contains(resource) }};",
-                members.join(", ")
-            ));
-        }
-    }
-    texts
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let id = PolicyId::new(format!("cedargate: assumption {i}"));
-            Policy::parse(Some(id), text)
-                .map_err(|e| Unproved::Failed(format!("assumption `{text}`: {e}")))
-        })
-        .collect()
 }
