@@ -80,7 +80,7 @@ impl Witness {
 }
 
 /// The entities of a witness without the action entities (the schema's,
-/// the same in every witness).
+/// the same in every witness), by uid.
 fn entities_json(env: &Env) -> serde_json::Value {
     let Ok(serde_json::Value::Array(all)) = env.entities.to_json_value() else {
         return serde_json::Value::Array(Vec::new());
@@ -90,7 +90,14 @@ fn entities_json(env: &Env) -> serde_json::Value {
             .and_then(serde_json::Value::as_str)
             .is_some_and(|t| t == "Action" || t.ends_with("::Action"))
     };
-    serde_json::Value::Array(all.into_iter().filter(|e| !is_action(e)).collect())
+    let mut kept: Vec<serde_json::Value> = all.into_iter().filter(|e| !is_action(e)).collect();
+    // Cedar's entity store has no order: sort by uid so a witness prints
+    // the same way every time.
+    kept.sort_by_key(|e| {
+        let part = |key: &str| e.pointer(key).map(ToString::to_string).unwrap_or_default();
+        (part("/uid/type"), part("/uid/id"))
+    });
+    serde_json::Value::Array(kept)
 }
 
 /// `env` decided by Cedar's authorizer on the whole set, and by the
