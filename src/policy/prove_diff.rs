@@ -276,3 +276,89 @@ fn direction(
         disagreement,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use cedar_policy::{Context, Entities, EntityUid, Request};
+
+    use super::*;
+    use crate::policy::PolicyFile;
+    use crate::policy::load::bundle_from_sources;
+
+    const SCHEMA: &str = include_str!("../../schemas/gateway.cedarschema");
+
+    fn bundle(text: &str) -> PolicyBundle {
+        let files = vec![PolicyFile {
+            path: "p.cedar".into(),
+            text: text.into(),
+        }];
+        bundle_from_sources("s", SCHEMA, files).unwrap_or_else(|e| panic!("{}", e.render()))
+    }
+
+    fn uid(text: &str) -> EntityUid {
+        EntityUid::from_str(text).unwrap()
+    }
+
+    /// A witness the authorizer does not flip as the solver claimed is
+    /// reported as a disagreement, never passed on as a widening.
+    #[test]
+    fn a_witness_the_authorizer_does_not_flip_is_a_disagreement() {
+        let live = bundle("@id(\"none\")\nforbid (principal, action, resource);\n");
+        let candidate = bundle(
+            "@id(\"keys\")\npermit (principal is Gateway::ApiKey, action == Gateway::Action::\"access_session\", resource);\n",
+        );
+        let sets = [(LIVE, &live), (CANDIDATE, &candidate)];
+        let request = |principal: &str| {
+            let request = Request::new(
+                uid(principal),
+                uid("Gateway::Action::\"access_session\""),
+                uid("Gateway::Session::\"s\""),
+                Context::empty(),
+                None,
+            )
+            .unwrap();
+            cedar_policy_symcc::Env {
+                request,
+                entities: Entities::empty(),
+            }
+        };
+        // The candidate does allow a key: the flip holds.
+        let flips = direction(
+            Ok(Some(request("Gateway::ApiKey::\"k\""))),
+            &sets,
+            CANDIDATE,
+        );
+        assert!(
+            matches!(
+                &flips,
+                Direction::Found {
+                    disagreement: None,
+                    ..
+                }
+            ),
+            "{flips:?}"
+        );
+        // A person is allowed by neither: a claimed widening is a bug.
+        let wrong = direction(Ok(Some(request("Gateway::User::\"u\""))), &sets, CANDIDATE);
+        let Direction::Found {
+            disagreement: Some(why),
+            witness,
+        } = wrong
+        else {
+            panic!("{wrong:?}")
+        };
+        assert!(why.contains("live: deny, candidate: deny"), "{why}");
+        assert_eq!(witness.allows(CANDIDATE), Some(false));
+        assert_eq!(
+            verdict(
+                &Direction::None,
+                &Direction::Unknown {
+                    why: Unproved::RunLimit(1)
+                }
+            ),
+            Verdict::Unknown
+        );
+    }
+}
