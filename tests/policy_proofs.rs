@@ -6,7 +6,8 @@
 //! typed argument and the entity hierarchy, each counterexample decided
 //! again, independently, by `policy test` under both sets; `policy lint
 //! --prove` on dead, redundant, shadowed and erroring policies; a timeout
-//! reported as unknown; and what happens without a solver.
+//! reported as unknown; what happens without a solver; and `--upstreams`,
+//! typing an upstream server's tools from a running gateway's database.
 
 #![allow(
     clippy::unwrap_used,
@@ -679,4 +680,105 @@ fn without_a_solver_proofs_refuse_to_run_and_serve_says_so_once() {
         said.last().unwrap().contains("cedargate listening"),
         "{said:#?}"
     );
+}
+
+/// An upstream MCP server listing one tool, `read {path}`: enough for the
+/// gateway to type `fs.read` from its approved first listing.
+async fn files_upstream() -> String {
+    async fn handle(body: String) -> axum::Json<Value> {
+        let msg: Value = serde_json::from_str(&body).unwrap();
+        let result = match msg["method"].as_str().unwrap_or_default() {
+            "initialize" => json!({"protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "files", "version": "1"}}),
+            "tools/list" => json!({"tools": [{"name": "read", "description": "Reads a file",
+                "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}},
+                                "required": ["path"]}}]}),
+            _ => json!({}),
+        };
+        axum::Json(json!({"jsonrpc": "2.0", "id": msg["id"], "result": result}))
+    }
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handle));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// `--upstreams` proves policies on the typed actions the gateway's
+/// database brings (an approved upstream tool's arguments), read while the
+/// gateway runs; without it those actions are unknown to the schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tools_are_proved_with_upstreams() {
+    let Some(solver) = solver() else { return };
+    let g = common::TestGateway::start().await;
+    g.tenant("acme").await;
+    let url = files_upstream().await;
+    let (status, body) = g
+        .admin(
+            reqwest::Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "fs", "transport": "streamable-http", "url": url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let mut typed = false;
+    for _ in 0..200 {
+        let (_, body) = g.admin(reqwest::Method::GET, "/admin/policies", None).await;
+        typed = body["typedTools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "fs.read");
+        if typed {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(typed, "fs.read was never typed");
+
+    let tmp_only = "@id(\"reads-under-tmp\")\npermit (principal, action == Gateway::Action::\"fs.read\", resource)\nwhen { context.args.path like \"/tmp/*\" };\n";
+    let ws = Workspace::new(&solver, &[("fs.cedar", tmp_only)]);
+    let url = g.gw.config.database_url();
+    let mut text = std::fs::read_to_string(&ws.config).unwrap();
+    text = text.replace(
+        "\n[prove]",
+        &format!("\n[database]\nurl = {url:?}\n\n[prove]"),
+    );
+    std::fs::write(&ws.config, text).unwrap();
+    let candidate = ws.candidate("any-read", |dir| {
+        std::fs::write(
+            dir.join("fs.cedar"),
+            tmp_only.replace("\"/tmp/*\"", "\"/*\""),
+        )
+        .unwrap();
+    });
+    let ws = std::sync::Arc::new(ws);
+    let proved = {
+        let (ws, candidate) = (std::sync::Arc::clone(&ws), candidate.clone());
+        tokio::task::spawn_blocking(move || {
+            let without = ws.run(&["policy", "diff", "--prove", candidate.to_str().unwrap()]);
+            (without, ws.diff(&candidate, &["--upstreams"]))
+        })
+        .await
+        .unwrap()
+    };
+    let (without, (status, report)) = proved;
+    assert_eq!(without.status.code(), Some(2));
+    assert!(stderr(&without).contains("fs.read"), "{}", stderr(&without));
+    assert_eq!(status, Some(1), "{report:#}");
+    // (`policy test` knows no upstream tools: the report's own re-decisions.)
+    let found = &env(&report, "fs.read", "Agent")["widening"];
+    assert_eq!(found["status"], "found", "{report:#}");
+    assert!(found["disagreement"].is_null(), "{found:#}");
+    let w = &found["witness"];
+    assert_eq!(w["decisions"][0]["allows"], false, "{w:#}");
+    assert_eq!(w["decisions"][1]["allows"], true, "{w:#}");
+    assert_eq!(
+        w["decisions"][1]["reasons"],
+        json!(["reads-under-tmp"]),
+        "{w:#}"
+    );
+    let path = w["context"]["args"]["path"].as_str().unwrap();
+    assert!(!path.starts_with("/tmp/"), "{w:#}");
+    assert_eq!(w["resource"], "Gateway::Tool::\"fs.read\"");
 }

@@ -19,13 +19,16 @@ use clap::Args;
 
 use crate::config::Config;
 use crate::lifecycle::tool_schemas;
+use crate::lifecycle::upstream_types::typed_upstream_tools;
 use crate::policy::prove_diff::{self, DiffReport, Direction, EnvDiff, Verdict};
 use crate::policy::prove_lint::{self, Finding, LintReport, Problem};
 use crate::policy::prover::Prover;
+use crate::policy::schema_gen::ToolSchema;
 use crate::policy::set_diff::{self, PolicyChanges};
 use crate::policy::solver::{self, Solver};
 use crate::policy::witness::Witness;
 use crate::policy::{PolicyBundle, load};
+use crate::store::Store;
 use crate::tools::Catalog;
 
 /// Exit status when a widening is found.
@@ -50,6 +53,17 @@ pub struct ProveLimits {
     pub run_timeout_secs: Option<u64>,
 }
 
+/// What the effective schema types besides the schema file and the
+/// built-in tools.
+#[derive(Debug, Args)]
+pub struct Vocabulary {
+    /// Also type the tools of the upstream MCP servers approved in the
+    /// configured database, as the gateway does (off by default, so the
+    /// command needs no database).
+    #[arg(long)]
+    pub upstreams: bool,
+}
+
 /// `policy diff` flags.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -72,6 +86,9 @@ pub struct DiffArgs {
     /// Solver limits.
     #[command(flatten)]
     pub limits: ProveLimits,
+    /// The effective schema.
+    #[command(flatten)]
+    pub vocabulary: Vocabulary,
 }
 
 /// Runs `policy diff`.
@@ -80,12 +97,15 @@ pub fn diff(config: &Config, args: &DiffArgs) -> ExitCode {
         .live
         .clone()
         .unwrap_or_else(|| config.policies_dir.clone());
-    let (live, candidate) = match (
-        load_set(config, &live_dir),
-        load_set(config, &args.candidate),
-    ) {
-        (Ok(l), Ok(c)) => (l, c),
-        (Err(e), _) | (_, Err(e)) => {
+    let loaded = tools(config, &args.vocabulary).and_then(|tools| {
+        Ok((
+            load_set(config, &live_dir, &tools)?,
+            load_set(config, &args.candidate, &tools)?,
+        ))
+    });
+    let (live, candidate) = match loaded {
+        Ok(sets) => sets,
+        Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(CANNOT_RUN);
         }
@@ -170,13 +190,33 @@ fn report_diff(
     ExitCode::SUCCESS
 }
 
-/// Loads one set under the effective schema (the schema file plus the
-/// built-in tools' typed actions).
-fn load_set(config: &Config, dir: &std::path::Path) -> Result<PolicyBundle, String> {
-    let tools = Catalog::builtin()
+/// The tools the effective schema types: the built-in ones, and with
+/// `--upstreams` those of the approved upstream servers in the database.
+fn tools(config: &Config, vocabulary: &Vocabulary) -> Result<Vec<ToolSchema>, String> {
+    let mut tools = Catalog::builtin()
         .map(|c| tool_schemas(&c))
         .map_err(|e| format!("error: {e}"))?;
-    load::load_bundle_with_tools(&config.schema_file, dir, &tools).map_err(|e| e.render())
+    if vocabulary.upstreams {
+        let store = Store::open_ready(&config.database_url(), &config.store_options())
+            .map_err(|e| format!("error: --upstreams: {e}"))?;
+        let (upstream, notes) = store
+            .read_blocking(typed_upstream_tools)
+            .map_err(|e| format!("error: --upstreams: {e}"))?;
+        for note in notes {
+            eprintln!("note: {note}");
+        }
+        tools.extend(upstream);
+    }
+    Ok(tools)
+}
+
+/// Loads one set under the effective schema of `tools`.
+fn load_set(
+    config: &Config,
+    dir: &std::path::Path,
+    tools: &[ToolSchema],
+) -> Result<PolicyBundle, String> {
+    load::load_bundle_with_tools(&config.schema_file, dir, tools).map_err(|e| e.render())
 }
 
 /// The solver, with the query limit of the flags or the config.
@@ -396,6 +436,9 @@ pub struct LintArgs {
     /// Solver limits.
     #[command(flatten)]
     pub limits: ProveLimits,
+    /// The effective schema.
+    #[command(flatten)]
+    pub vocabulary: Vocabulary,
 }
 
 /// Runs `policy lint --prove`. Exit status: 0 no finding; 1 findings; 2 it
@@ -406,7 +449,7 @@ pub fn lint(config: &Config, args: &LintArgs) -> ExitCode {
         .policies
         .clone()
         .unwrap_or_else(|| config.policies_dir.clone());
-    let bundle = match load_set(config, &dir) {
+    let bundle = match tools(config, &args.vocabulary).and_then(|t| load_set(config, &dir, &t)) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("{e}");
