@@ -11,6 +11,7 @@ use serde_json::json;
 pub mod checkpoints;
 pub mod lifecycle;
 pub mod log_lines;
+pub mod prove;
 pub mod trail;
 pub mod upstreams;
 

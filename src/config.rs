@@ -69,6 +69,9 @@ pub struct Config {
     pub worker_threads: Option<std::num::NonZeroUsize>,
     /// Policy lifecycle: reload on file changes, shadow mode, metrics.
     pub lifecycle: LifecycleConfig,
+    /// Proofs about policy sets (`policy diff --prove`, `policy lint
+    /// --prove`): the SMT solver and the time they may take.
+    pub prove: ProveConfig,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
     pub a2a: A2aConfig,
     /// Background listing of registered upstream MCP servers.
@@ -388,6 +391,37 @@ impl Default for PdpConfig {
             max_search_examined: 10_000,
             search_budget_ms: 500,
             page_token_ttl_secs: 600,
+        }
+    }
+}
+
+/// The solver behind the policy proofs (`[prove]`) and their time limits.
+/// Proofs never run on the request path: they are commands a security
+/// team runs (and, later, a reload's gate), seconds rather than
+/// microseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProveConfig {
+    /// The cvc5 (1.3 or newer) executable. Unset: `$CVC5`, else
+    /// `target/solver/cvc5` beside the running binary's target directory,
+    /// else `target/solver/cvc5` under the working directory (where
+    /// `bash solver/build.sh` puts it). Never `cvc5` on `PATH`: Debian's is
+    /// 1.0.3, too old for the encoding.
+    pub solver: Option<PathBuf>,
+    /// Time one solver query may take (a request environment needs two to
+    /// four); past it the answer is "unknown", never "equivalent".
+    pub query_timeout_ms: u64,
+    /// Time a whole proof run may take; request environments not reached
+    /// by then are reported "unknown".
+    pub run_timeout_secs: u64,
+}
+
+impl Default for ProveConfig {
+    fn default() -> Self {
+        Self {
+            solver: None,
+            query_timeout_ms: 10_000,
+            run_timeout_secs: 300,
         }
     }
 }
@@ -771,6 +805,7 @@ impl Default for Config {
             cache_ttl_secs: 30,
             worker_threads: None,
             lifecycle: LifecycleConfig::default(),
+            prove: ProveConfig::default(),
             a2a: A2aConfig::default(),
             upstream_refresh: UpstreamRefreshConfig::default(),
             upstream_limits: UpstreamLimitsConfig::default(),

@@ -108,6 +108,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         tracing::warn!(warning = %w, "policy validation warning");
     }
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
+    note_solver(&config.prove).await;
     let gw = Arc::new(Gateway::new(config, store, bundle, catalog)?);
     gw.lifecycle.set_upstream_tools(upstream_tools);
     // Record the policy set and register this instance now when the
@@ -127,6 +128,20 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
             .map_err(StartError::Shadow)?;
     }
     Ok(gw)
+}
+
+/// Says once whether policy proofs can run on this machine. Nothing the
+/// gateway serves depends on it: proofs are off the request path.
+async fn note_solver(prove: &crate::config::ProveConfig) {
+    let query = std::time::Duration::from_millis(prove.query_timeout_ms);
+    match crate::policy::solver::find(prove.solver.as_deref(), query).await {
+        Ok(s) => {
+            tracing::info!(solver = %s.path.display(), version = %s.version, "policy proofs available")
+        }
+        Err(e) => {
+            tracing::info!(reason = %e, "policy proofs unavailable; the gateway runs without them")
+        }
+    }
 }
 
 /// The upstream tools typed from the stored pins, read before the first
