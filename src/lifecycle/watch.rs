@@ -11,10 +11,18 @@ use tokio::sync::mpsc;
 
 use crate::gateway::Gateway;
 
-/// Background reload triggers; aborted on drop.
+/// Background reload triggers; aborted on drop (the gateway's policy
+/// set's here, the decision applications' in `pdp::watch`).
 #[derive(Debug, Default)]
 pub struct Triggers {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Triggers {
+    /// Keeps `task` until the triggers are dropped.
+    pub fn push(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.tasks.push(task);
+    }
 }
 
 impl Drop for Triggers {

@@ -16,30 +16,17 @@ use tokio::sync::Notify;
 
 use crate::gateway::Gateway;
 
-/// Background reload triggers; aborted on drop.
-#[derive(Debug, Default)]
-pub struct Triggers {
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Triggers {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
-}
+// The decision applications' triggers are the policy set's kind.
+pub use crate::lifecycle::watch::Triggers;
 
 /// Starts the file watch (when configured and the folder exists), the
 /// SIGHUP handler, and the retry of sets the database could not record.
 pub fn start(gw: &Arc<Gateway>) -> Triggers {
     let mut triggers = Triggers::default();
-    triggers
-        .tasks
-        .push(tokio::spawn(retry_unrecorded(Arc::downgrade(gw))));
+    triggers.push(tokio::spawn(retry_unrecorded(Arc::downgrade(gw))));
     if gw.config.lifecycle.watch && gw.pdp.dir().is_dir() {
         match file_watch(gw) {
-            Ok(task) => triggers.tasks.push(task),
+            Ok(task) => triggers.push(task),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot watch the decision applications; reload them with SIGHUP or the admin API")
             }
@@ -49,7 +36,7 @@ pub fn start(gw: &Arc<Gateway>) -> Triggers {
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(mut hup) => {
             let gw = Arc::clone(gw);
-            triggers.tasks.push(tokio::spawn(async move {
+            triggers.push(tokio::spawn(async move {
                 while hup.recv().await.is_some() {
                     let _ = super::lifecycle::reload_all(&gw, "sighup").await;
                 }
