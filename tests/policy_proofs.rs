@@ -21,23 +21,11 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::sync::OnceLock;
 
 use common::cli::{bin, stderr, stdout};
 use common::repo;
+use common::setup::solver;
 use serde_json::{Value, json};
-
-/// The solver, built once per test binary; `None` (skip) outside CI when
-/// it cannot be built.
-fn solver() -> Option<PathBuf> {
-    static BUILD: OnceLock<Result<(), String>> = OnceLock::new();
-    let built = common::setup::install_once(
-        &BUILD,
-        &repo().join("solver/build.sh"),
-        "the cvc5 solver (solver/build.sh)",
-    );
-    built.then(|| repo().join("target/solver/cvc5"))
-}
 
 /// Typed tools declared by hand in the schema file, as a security team
 /// does for tools whose arguments it writes policies on.
