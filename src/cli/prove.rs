@@ -182,7 +182,7 @@ fn report_diff(
     }
     if report.unsettled() > 0 && !args.allow_widening {
         eprintln!(
-            "error: {} request environment(s) were not settled within the limits: the candidate may widen there",
+            "error: {} request environment(s) are unknown (each says why): the candidate may widen there",
             report.unsettled()
         );
         return ExitCode::from(UNSETTLED);
