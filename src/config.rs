@@ -418,8 +418,8 @@ pub enum ProveMode {
 
 /// The solver behind the policy proofs (`[prove]`) and their time limits.
 /// Proofs never run on the request path: they are commands a security
-/// team runs (and, later, a reload's gate), seconds rather than
-/// microseconds.
+/// team runs and a reload's gate (`[lifecycle] prove`), seconds rather
+/// than microseconds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProveConfig {
