@@ -330,6 +330,9 @@ pub struct LifecycleConfig {
     pub shadow_policies_dir: Option<PathBuf>,
     /// Serve Prometheus metrics on `GET /metrics`.
     pub metrics: bool,
+    /// Whether a reload proves the candidate against the active set
+    /// (`[prove]` names the solver and its limits).
+    pub prove: ProveMode,
 }
 
 impl Default for LifecycleConfig {
@@ -339,6 +342,7 @@ impl Default for LifecycleConfig {
             watch_debounce_ms: 250,
             shadow_policies_dir: None,
             metrics: true,
+            prove: ProveMode::Off,
         }
     }
 }
@@ -395,10 +399,27 @@ impl Default for PdpConfig {
     }
 }
 
+/// What a reload does with a proof of its candidate against the active set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProveMode {
+    /// No proof.
+    #[default]
+    Off,
+    /// Activate the candidate, then prove it against the set it replaced
+    /// and report the proof (`GET /admin/policies`, the console, the log).
+    Report,
+    /// Prove first; a candidate that allows a request the active set denies
+    /// (or whose proof is not settled) is refused, the refusal recorded in
+    /// the trail, until an admin accepts that exact candidate
+    /// (`POST /admin/policies/accept`). Needs a solver at start-up.
+    RefuseWidening,
+}
+
 /// The solver behind the policy proofs (`[prove]`) and their time limits.
 /// Proofs never run on the request path: they are commands a security
-/// team runs (and, later, a reload's gate), seconds rather than
-/// microseconds.
+/// team runs and a reload's gate (`[lifecycle] prove`), seconds rather
+/// than microseconds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProveConfig {

@@ -15,6 +15,7 @@
 //! [`ReloadStatus`].
 
 pub mod admin;
+pub mod gate;
 pub mod reload;
 pub mod shadow;
 pub mod upstream_types;
@@ -123,10 +124,15 @@ pub struct Attempt {
     pub at: String,
     /// `startup`, `file-watch`, `sighup`, `admin`.
     pub trigger: String,
-    /// `applied`, `unchanged` or `rejected`.
+    /// `applied`, `unchanged`, `rejected` (it does not load, validate or
+    /// pass its tests) or `refused` (its proof: `[lifecycle] prove =
+    /// "refuse-widening"`).
     pub result: String,
     /// Hash of the set it loaded (absent when rejected).
     pub hash: Option<String>,
+    /// What the proof of the candidate concluded, when one ran before the
+    /// swap (`refuse-widening`); the whole proof is the last proof.
+    pub proof: Option<String>,
     /// Why it was rejected.
     pub message: Option<String>,
     /// Located problems (`file:line:col: message`).
@@ -167,6 +173,14 @@ pub struct Lifecycle {
     status: Mutex<ReloadStatus>,
     /// One reload at a time, so two triggers never race on the swap.
     reload_lock: tokio::sync::Mutex<()>,
+    /// The solver reloads are proved with, found once at start-up (none:
+    /// proofs are off whatever `[lifecycle] prove` says; `refuse-widening`
+    /// refuses to start without one).
+    solver: std::sync::OnceLock<crate::policy::solver::Solver>,
+    /// The candidate hash an admin accepted despite its proof.
+    accepted: Mutex<Option<String>>,
+    /// The last proof a reload made.
+    last_proof: Mutex<Option<Arc<gate::GateProof>>>,
 }
 
 impl Lifecycle {
@@ -181,7 +195,51 @@ impl Lifecycle {
             upstreams_changed: Arc::new(tokio::sync::Notify::new()),
             status: Mutex::new(ReloadStatus::default()),
             reload_lock: tokio::sync::Mutex::new(()),
+            solver: std::sync::OnceLock::new(),
+            accepted: Mutex::new(None),
+            last_proof: Mutex::new(None),
         }
+    }
+
+    /// Sets the solver reloads are proved with (once, at start-up).
+    pub fn set_solver(&self, solver: crate::policy::solver::Solver) {
+        let _ = self.solver.set(solver);
+    }
+
+    /// The solver reloads are proved with, if one was found.
+    pub fn solver(&self) -> Option<&crate::policy::solver::Solver> {
+        self.solver.get()
+    }
+
+    /// Accepts the candidate of `hash` despite its proof.
+    pub fn accept(&self, hash: &str) {
+        if let Ok(mut a) = self.accepted.lock() {
+            *a = Some(hash.to_string());
+        }
+    }
+
+    /// Whether an admin accepted the candidate of `hash`.
+    pub fn is_accepted(&self, hash: &str) -> bool {
+        self.accepted
+            .lock()
+            .is_ok_and(|a| a.as_deref() == Some(hash))
+    }
+
+    /// The candidate hash an admin accepted, if any.
+    pub fn accepted(&self) -> Option<String> {
+        self.accepted.lock().ok().and_then(|a| a.clone())
+    }
+
+    /// Keeps `proof` as the last proof.
+    pub fn set_last_proof(&self, proof: gate::GateProof) {
+        if let Ok(mut p) = self.last_proof.lock() {
+            *p = Some(Arc::new(proof));
+        }
+    }
+
+    /// The last proof a reload made.
+    pub fn last_proof(&self) -> Option<Arc<gate::GateProof>> {
+        self.last_proof.lock().ok().and_then(|p| p.clone())
     }
 
     /// The tools whose arguments the effective schema types now: the
@@ -233,7 +291,7 @@ impl Lifecycle {
     fn record(&self, attempt: &Attempt) {
         self.metrics.reload(&attempt.result);
         if let Ok(mut s) = self.status.lock() {
-            if attempt.result == "rejected" {
+            if attempt.result == "rejected" || attempt.result == "refused" {
                 s.last_error = Some(attempt.clone());
             }
             s.last_attempt = Some(attempt.clone());
@@ -249,6 +307,7 @@ impl Lifecycle {
             trigger: "startup".into(),
             result: "applied".into(),
             hash: Some(bundle.hash.clone()),
+            proof: None,
             message: None,
             diagnostics: Vec::new(),
             test_failures: Vec::new(),

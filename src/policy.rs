@@ -22,6 +22,7 @@ pub mod load;
 pub mod node_reads;
 mod prove_assumptions;
 pub mod prove_diff;
+mod prove_fail_closed;
 pub mod prove_lint;
 pub mod prover;
 pub mod recorded;

@@ -73,6 +73,9 @@ pub enum StartError {
     /// `[audit]` retention is misconfigured.
     #[error("audit retention: {0}")]
     Retention(String),
+    /// `[lifecycle] prove` cannot be honoured.
+    #[error("policy proofs: {0}")]
+    Prove(String),
     /// The listener could not be bound or served.
     #[error("cannot serve on `{addr}`: {source}")]
     Io {
@@ -108,8 +111,16 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         tracing::warn!(warning = %w, "policy validation warning");
     }
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
-    note_solver(&config.prove).await;
+    let solver = note_solver(&config.prove).await;
+    if config.lifecycle.prove == crate::config::ProveMode::RefuseWidening && solver.is_none() {
+        return Err(StartError::Prove(
+            "`[lifecycle] prove = \"refuse-widening\"` needs the SMT solver (`bash solver/build.sh`, or `[prove] solver`)".into(),
+        ));
+    }
     let gw = Arc::new(Gateway::new(config, store, bundle, catalog)?);
+    if let Some(solver) = solver {
+        gw.lifecycle.set_solver(solver);
+    }
     gw.lifecycle.set_upstream_tools(upstream_tools);
     // Record the policy set and register this instance now when the
     // database answers; otherwise the heartbeat does it once it does.
@@ -130,16 +141,19 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     Ok(gw)
 }
 
-/// Says once whether policy proofs can run on this machine. Nothing the
+/// Says once whether policy proofs can run on this machine, and returns
+/// the solver reloads are proved with (`[lifecycle] prove`). Nothing the
 /// gateway serves depends on it: proofs are off the request path.
-async fn note_solver(prove: &crate::config::ProveConfig) {
+async fn note_solver(prove: &crate::config::ProveConfig) -> Option<crate::policy::solver::Solver> {
     let query = std::time::Duration::from_millis(prove.query_timeout_ms);
     match crate::policy::solver::find(prove.solver.as_deref(), query).await {
         Ok(s) => {
-            tracing::info!(solver = %s.path.display(), version = %s.version, "policy proofs available")
+            tracing::info!(solver = %s.path.display(), version = %s.version, "policy proofs available");
+            Some(s)
         }
         Err(e) => {
-            tracing::info!(reason = %e, "policy proofs unavailable; the gateway runs without them")
+            tracing::info!(reason = %e, "policy proofs unavailable; the gateway runs without them");
+            None
         }
     }
 }
@@ -343,7 +357,10 @@ async fn ready_body(gw: &Gateway) -> serde_json::Value {
         body["policyWarnings"] = warnings.into();
     }
     body["policySet"] = POLICY_SET_CURRENT.into();
-    if let Some(last) = status.last_attempt.filter(|a| a.result == "rejected") {
+    if let Some(last) = status
+        .last_attempt
+        .filter(|a| a.result == "rejected" || a.result == "refused")
+    {
         body["policySet"] = POLICY_SET_STALE.into();
         body["policyReloadRejected"] = json!({
             "at": last.at,

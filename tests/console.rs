@@ -1290,3 +1290,48 @@ async fn the_remote_tools_page_shows_each_peers_load() {
     );
     assert!(row.contains("-32202"), "{row}");
 }
+
+/// The Policy set page shows the last proof of a reload: its outcome, the
+/// environments that are not equivalent, and each counterexample with its
+/// entities and both sets' decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_set_page_shows_the_last_proof() {
+    let Some(solver) = common::setup::solver() else {
+        return;
+    };
+    let g = start_with(|c| {
+        c.lifecycle.watch = false;
+        c.lifecycle.prove = cedargate::config::ProveMode::RefuseWidening;
+        c.prove.solver = Some(solver);
+    })
+    .await;
+    let auditor = Console::sign_in(&g.base, AUDITOR_TOKEN).await;
+    let (_, html) = auditor.get("/console/policies").await;
+    assert!(html.contains("No reload proved yet."), "{html}");
+    std::fs::write(
+        g.gw.config.policies_dir.join("deployers.cedar"),
+        "@id(\"deployers-write-any-graph\")\npermit (principal in Gateway::Role::\"deployers\", action == Gateway::Action::\"write_node\", resource);\n",
+    )
+    .unwrap();
+    let (status, body) = g
+        .admin(reqwest::Method::POST, "/admin/policies/reload", None)
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let candidate = body["attempt"]["hash"].as_str().unwrap();
+    let (_, html) = auditor.get("/console/policies").await;
+    assert!(html.contains("id=\"proof-outcome\">widens<"), "{html}");
+    assert!(html.contains(candidate), "{html}");
+    assert!(
+        html.contains("<td>write_node (Agent → Project)</td><td>more-permissive</td>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("widening in write_node (Agent → Project)"),
+        "{html}"
+    );
+    assert!(
+        html.contains("allow by deployers-write-any-graph"),
+        "{html}"
+    );
+    assert!(html.contains("Gateway::Role"), "{html}");
+}

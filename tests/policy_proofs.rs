@@ -21,23 +21,11 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::sync::OnceLock;
 
 use common::cli::{bin, stderr, stdout};
 use common::repo;
+use common::setup::solver;
 use serde_json::{Value, json};
-
-/// The solver, built once per test binary; `None` (skip) outside CI when
-/// it cannot be built.
-fn solver() -> Option<PathBuf> {
-    static BUILD: OnceLock<Result<(), String>> = OnceLock::new();
-    let built = common::setup::install_once(
-        &BUILD,
-        &repo().join("solver/build.sh"),
-        "the cvc5 solver (solver/build.sh)",
-    );
-    built.then(|| repo().join("target/solver/cvc5"))
-}
 
 /// Typed tools declared by hand in the schema file, as a security team
 /// does for tools whose arguments it writes policies on.
@@ -477,6 +465,38 @@ fn a_role_added_to_an_exemption_widens_through_the_hierarchy() {
         "{w:#}"
     );
     assert_eq!(env(&report, "a2a_invoke", "User")["verdict"], "equivalent");
+}
+
+/// The gateway denies where a forbid errors (Cedar skips it): removing a
+/// live forbid that never matches but can error is Cedar-equivalent, yet
+/// the gateway would allow what it denied. The proof says "unknown" there,
+/// naming the forbid, never "equivalent".
+#[test]
+fn a_removed_forbid_that_can_error_leaves_the_widening_open() {
+    let Some(solver) = solver() else { return };
+    let overflows = "@id(\"never-but-overflows\")\nforbid (principal, action in [Gateway::Action::\"call_tool\"], resource)\nwhen {\n  context has usage &&\n  context.usage.callsLastMinute + context.usage.agentCallsLastMinute > 100 &&\n  context.usage.callsLastMinute + context.usage.agentCallsLastMinute < 50\n};\n";
+    let ws = Workspace::new(&solver, &[("busy.cedar", overflows)]);
+    let candidate = ws.candidate("without-it", |dir| {
+        std::fs::remove_file(dir.join("busy.cedar")).unwrap();
+    });
+    let (status, report) = ws.diff(&candidate, &[]);
+    assert_eq!(status, Some(3), "{report:#}");
+    for action in ["call_tool", "af_memory_remember"] {
+        let open = env(&report, action, "Agent");
+        assert_eq!(open["verdict"], "unknown", "{open:#}");
+        assert_eq!(
+            open["widening"]["why"]["reason"], "erroring-forbid",
+            "{open:#}"
+        );
+        assert_eq!(open["widening"]["why"]["detail"], "`never-but-overflows`");
+        assert_eq!(open["narrowing"]["status"], "none");
+    }
+    // Its typed tools without `usage` in their context cannot make it error.
+    assert_eq!(
+        env(&report, "fs.write_file", "Agent")["verdict"],
+        "equivalent"
+    );
+    assert_eq!(env(&report, "view_tool", "Agent")["verdict"], "equivalent");
 }
 
 #[test]

@@ -35,6 +35,16 @@
 //! `crate::identity::TokenError::reason`, never the token nor its claims),
 //! "address", "entry" (mcp), "burstQuietSeconds"}`.
 //!
+//! Two are about the policy set (`crate::lifecycle::gate`):
+//! `policy_set_refused`, a reload's candidate refused by its proof, and
+//! `policy_set_accepted`, an admin accepting a candidate despite it. Their
+//! `principal` is the candidate (`Gateway::PolicySet::"<hash>"`, its text
+//! recorded as a policy set beside the refusal), `resource` the active
+//! set, no org; a refusal's `outcome` holds `{candidateHash, liveHash,
+//! trigger, outcome, message, widenings, unsettled, counterexamples}`
+//! (the first three widening requests, each with its context and
+//! entities), an acceptance's `{candidateHash, liveHash, by}`.
+//!
 //! `audit replay` counts events and decides nothing for them.
 
 use serde_json::json;
@@ -58,6 +68,13 @@ pub const CREDENTIAL_GUESSES_THROTTLED: &str = "credential_guesses_throttled";
 /// A burst of access tokens was refused (recorded once per burst and
 /// reason).
 pub const ACCESS_TOKEN_REFUSED: &str = "access_token_refused";
+
+/// A reload's candidate was refused by its proof (`[lifecycle] prove =
+/// "refuse-widening"`).
+pub const POLICY_SET_REFUSED: &str = "policy_set_refused";
+
+/// An admin accepted a candidate despite its proof.
+pub const POLICY_SET_ACCEPTED: &str = "policy_set_accepted";
 
 /// The entity snapshot of an event: none.
 const NO_ENTITIES: &str = "[]";
@@ -178,6 +195,35 @@ fn credential_event(
         entities_hash: hex::encode(Sha256::digest(NO_ENTITIES.as_bytes())),
         entities: Some(NO_ENTITIES.into()),
         policy_hash: policy_hash.to_string(),
+        decision: EVENT.into(),
+        reasons: "[]".into(),
+        errors: "[]".into(),
+        outcome: outcome.to_string(),
+        notes: "null".into(),
+    }
+}
+
+/// The trail record of a policy set event ([`POLICY_SET_REFUSED`],
+/// [`POLICY_SET_ACCEPTED`]): `principal` the candidate
+/// (`Gateway::PolicySet::"<hash>"`), `resource` the active set, no org;
+/// `policy_hash` the active set's.
+pub fn policy_set_event(
+    action: &str,
+    (candidate, live): (&str, &str),
+    outcome: &serde_json::Value,
+) -> NewDecision {
+    NewDecision {
+        id: uuid::Uuid::now_v7().to_string(),
+        time: crate::ids::now_rfc3339(),
+        org_id: None,
+        session_id: None,
+        principal: format!("Gateway::PolicySet::{}", json!(candidate)),
+        action: action.to_string(),
+        resource: format!("Gateway::PolicySet::{}", json!(live)),
+        context: "{}".into(),
+        entities_hash: hex::encode(Sha256::digest(NO_ENTITIES.as_bytes())),
+        entities: Some(NO_ENTITIES.into()),
+        policy_hash: live.to_string(),
         decision: EVENT.into(),
         reasons: "[]".into(),
         errors: "[]".into(),

@@ -31,8 +31,8 @@ use crate::policy::{PolicyBundle, load};
 use crate::store::Store;
 use crate::tools::Catalog;
 
-/// Exit status when a widening is found.
-const WIDENS: u8 = 1;
+/// Exit status when a widening (diff) or a finding (lint) is found.
+const FOUND: u8 = 1;
 /// Exit status when the command cannot run.
 const CANNOT_RUN: u8 = 2;
 /// Exit status when some widening question was not settled.
@@ -178,11 +178,11 @@ fn report_diff(
             "error: the candidate allows requests the live set denies in {} request environment(s); pass --allow-widening to accept that",
             report.widenings()
         );
-        return ExitCode::from(WIDENS);
+        return ExitCode::from(FOUND);
     }
     if report.unsettled() > 0 && !args.allow_widening {
         eprintln!(
-            "error: {} request environment(s) were not settled within the limits: the candidate may widen there",
+            "error: {} request environment(s) are unknown (each says why): the candidate may widen there",
             report.unsettled()
         );
         return ExitCode::from(UNSETTLED);
@@ -498,7 +498,7 @@ fn lint_status(report: &LintReport) -> ExitCode {
         return ExitCode::from(DISAGREES);
     }
     if !report.findings.is_empty() {
-        return ExitCode::from(WIDENS);
+        return ExitCode::from(FOUND);
     }
     if !report.unsettled.is_empty() {
         eprintln!(

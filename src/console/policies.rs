@@ -1,7 +1,10 @@
 //! `GET /console/policies`: the active set (files, policy ids, hash), the
 //! hash every live instance on the database runs, the last reload and the
-//! last rejected one, the policy tests of the policy directory run against
-//! the active set, and shadow mode (its counters and newest divergences).
+//! last rejected one, the last proof of a reload (`[lifecycle] prove`: its
+//! outcome, the environments that are not equivalent, each counterexample
+//! with its entities and both sets' decisions), the policy tests of the
+//! policy directory run against the active set, and shadow mode (its
+//! counters and newest divergences).
 //! `POST /console/policies/reload` (admin only) runs the same reload as
 //! `POST /admin/policies/reload` and records it in the trail.
 
@@ -43,6 +46,8 @@ pub async fn page(
         .store
         .read(move |c| crate::store::shadow::recent(c, hash.as_deref(), DIVERGENCES))
         .await?;
+    let proof = gw.lifecycle.last_proof();
+    let counterexamples = counterexamples(proof.as_deref());
     let files: Vec<_> = bundle
         .files
         .iter()
@@ -66,8 +71,34 @@ pub async fn page(
             tests_error,
             shadow,
             divergences,
+            prove => gw.config.lifecycle.prove,
+            proof => proof.as_deref(),
+            counterexamples,
         },
     )
+}
+
+/// The last proof's counterexamples, their context and entities as
+/// indented JSON.
+fn counterexamples(proof: Option<&crate::lifecycle::gate::GateProof>) -> Vec<minijinja::Value> {
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    proof
+        .map(|p| p.counterexamples.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            minijinja::context! {
+                env => c.env,
+                direction => c.direction,
+                principal => c.witness.principal,
+                action => c.witness.action,
+                resource => c.witness.resource,
+                context => pretty(&c.witness.context),
+                entities => pretty(&c.witness.entities),
+                decisions => c.witness.decisions,
+            }
+        })
+        .collect()
 }
 
 /// `POST /console/policies/reload` (admin): reloads, records the attempt

@@ -1,6 +1,7 @@
 //! Operator API of the policy lifecycle and auditor access, nested under
 //! `/admin` behind the admin token:
 //! `GET /admin/policies`, `POST /admin/policies/reload`,
+//! `POST /admin/policies/accept`,
 //! `GET|PUT|DELETE /admin/shadow`, `GET /admin/decisions`.
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
     Router::new()
         .route("/policies", get(active_policies))
         .route("/policies/reload", post(reload))
+        .route("/policies/accept", post(accept))
         .route(
             "/shadow",
             get(shadow_status).put(shadow_start).delete(shadow_stop),
@@ -60,26 +62,70 @@ async fn active_policies(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
         "warnings": b.warnings,
         "lastReload": status.last_attempt,
         "lastError": status.last_error,
+        "prove": gw.config.lifecycle.prove,
+        "lastProof": gw.lifecycle.last_proof().as_deref(),
+        "acceptedHash": gw.lifecycle.accepted(),
     }))
 }
 
-fn rejected(attempt: crate::lifecycle::Attempt, active: &str) -> Response {
-    (
-        StatusCode::UNPROCESSABLE_ENTITY,
-        Json(json!({
-            "error": {
-                "code": "policy_set_rejected",
-                "message": attempt.message.clone().unwrap_or_default(),
-            },
-            "attempt": attempt,
-            "activeHash": active,
-        })),
-    )
-        .into_response()
+fn rejected(gw: &Gateway, attempt: crate::lifecycle::Attempt) -> Response {
+    let refused = attempt.result == "refused";
+    let mut body = json!({
+        "error": {
+            "code": if refused { "policy_set_refused" } else { "policy_set_rejected" },
+            "message": attempt.message.clone().unwrap_or_default(),
+        },
+        "attempt": attempt,
+        "activeHash": gw.pep.current().hash,
+    });
+    if refused {
+        body["proof"] = json!(gw.lifecycle.last_proof().as_deref());
+    }
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
 async fn reload(State(gw): State<Arc<Gateway>>) -> Response {
-    match crate::lifecycle::reload::reload(&gw, "admin").await {
+    reload_as(&gw, "admin").await
+}
+
+/// `POST /admin/policies/accept` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Accept {
+    hash: String,
+}
+
+/// `POST /admin/policies/accept {"hash":…}`: accepts the candidate of that
+/// exact hash despite its proof (recorded in the trail), then reloads; the
+/// candidate activates when the policy files still hash to it.
+async fn accept(
+    State(gw): State<Arc<Gateway>>,
+    payload: Result<Json<Accept>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let Json(req) = payload.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    if req.hash.len() != 64 || !req.hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(AppError::BadRequest(
+            "`hash` must be a policy set hash (64 hex digits)".into(),
+        ));
+    }
+    let hash = req.hash.to_ascii_lowercase();
+    gw.lifecycle.accept(&hash);
+    let live = gw.pep.current().hash.clone();
+    let event = crate::audit::events::policy_set_event(
+        crate::audit::events::POLICY_SET_ACCEPTED,
+        (&hash, &live),
+        &json!({ "candidateHash": hash, "liveHash": live, "by": "admin" }),
+    );
+    gw.store
+        .writer()
+        .submit(vec![crate::store::WriteOp::Decision(Box::new(event))])
+        .await?;
+    tracing::warn!(candidate = %hash, "policy candidate accepted despite its proof");
+    Ok(reload_as(&gw, "accept").await)
+}
+
+async fn reload_as(gw: &Arc<Gateway>, trigger: &str) -> Response {
+    match crate::lifecycle::reload::reload(gw, trigger).await {
         Ok(attempt) => Json(json!({
             "result": attempt.result,
             "hash": attempt.hash,
@@ -88,7 +134,7 @@ async fn reload(State(gw): State<Arc<Gateway>>) -> Response {
             "warnings": attempt.warnings,
         }))
         .into_response(),
-        Err(attempt) => rejected(attempt, &gw.pep.current().hash),
+        Err(attempt) => rejected(gw, attempt),
     }
 }
 

@@ -6,11 +6,14 @@
 
 use std::sync::Arc;
 
-use super::{Attempt, CandidateError, load_candidate, policy_set_op};
+use super::{Attempt, CandidateError, gate, load_candidate, policy_set_op};
+use crate::audit::events;
 use crate::cluster::membership;
+use crate::config::ProveMode;
 use crate::gateway::Gateway;
 use crate::policy::PolicyBundle;
 use crate::policy::tests_runner::TestReport;
+use crate::store::WriteOp;
 
 /// Reloads the policy set: load → validate → test → record → swap. The
 /// returned attempt says what happened; on `Err` the active set is
@@ -31,11 +34,16 @@ pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt
     attempt.tests_run = report.outcomes.len();
     attempt.hash = Some(bundle.hash.clone());
     attempt.warnings = bundle.warnings.clone();
-    if bundle.hash == gw.pep.current().hash {
+    let previous = gw.pep.current();
+    if bundle.hash == previous.hash {
         attempt.result = "unchanged".into();
         lifecycle.record(&attempt);
         return Ok(attempt);
     }
+    let Some(bundle) = refuse_widening(gw, bundle, &previous, &mut attempt).await else {
+        lifecycle.record(&attempt);
+        return Err(attempt);
+    };
     // The set is recorded before it decides anything, so every decision's
     // policy hash can be resolved for replay.
     if let Err(e) = gw.store.writer().submit(vec![policy_set_op(&bundle)]).await {
@@ -43,7 +51,10 @@ pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt
         lifecycle.record(&attempt);
         return Err(attempt);
     }
-    activate(gw, bundle, trigger);
+    let active = activate(gw, bundle, trigger);
+    if gw.config.lifecycle.prove == ProveMode::Report {
+        report_in_background(gw, previous, active, trigger);
+    }
     attempt.result = "applied".into();
     lifecycle.record(&attempt);
     // Show the new hash in this instance's row at once (after the attempt
@@ -117,6 +128,7 @@ pub(crate) fn rejected(trigger: &str) -> Attempt {
         trigger: trigger.to_string(),
         result: "rejected".into(),
         hash: None,
+        proof: None,
         message: None,
         diagnostics: Vec::new(),
         test_failures: Vec::new(),
@@ -125,8 +137,104 @@ pub(crate) fn rejected(trigger: &str) -> Attempt {
     }
 }
 
+/// Under `[lifecycle] prove = "refuse-widening"`, proves the candidate
+/// against the active set first: a proof that does not pass refuses it
+/// (`None`; the refusal, its counterexamples and the candidate's text go
+/// to the trail) unless an admin accepted its hash. Other modes pass the
+/// candidate through.
+async fn refuse_widening(
+    gw: &Gateway,
+    bundle: PolicyBundle,
+    live: &Arc<PolicyBundle>,
+    attempt: &mut Attempt,
+) -> Option<PolicyBundle> {
+    if gw.config.lifecycle.prove != ProveMode::RefuseWidening {
+        return Some(bundle);
+    }
+    let candidate = Arc::new(bundle);
+    let proof = gate::prove(
+        setting(gw),
+        Arc::clone(live),
+        Arc::clone(&candidate),
+        &attempt.trigger,
+    )
+    .await;
+    attempt.proof = Some(proof.message.clone());
+    let accepted = gw.lifecycle.is_accepted(&candidate.hash);
+    let passes = proof.passes();
+    if !passes && !accepted {
+        attempt.result = "refused".into();
+        attempt.message = Some(format!(
+            "refused by the proof: {}; to activate this exact candidate anyway: POST /admin/policies/accept {{\"hash\":\"{}\"}}",
+            proof.message, candidate.hash
+        ));
+        tracing::warn!(trigger = %attempt.trigger, candidate = %candidate.hash, proof = %proof.message, "policy reload refused by its proof; the active set is unchanged");
+        record_refusal(gw, &candidate, &proof).await;
+        gw.lifecycle.set_last_proof(proof);
+        return None;
+    }
+    if !passes {
+        tracing::warn!(candidate = %candidate.hash, proof = %proof.message, "policy reload proof did not pass; activating the candidate an admin accepted");
+    }
+    gw.lifecycle.set_last_proof(proof);
+    match Arc::try_unwrap(candidate) {
+        Ok(bundle) => Some(bundle),
+        Err(_) => {
+            attempt.message = Some("the candidate is still held by its proof".into());
+            None
+        }
+    }
+}
+
+/// What this gateway's proofs run with.
+fn setting(gw: &Gateway) -> gate::Setting {
+    gate::Setting {
+        solver: gw.lifecycle.solver().cloned(),
+        run: std::time::Duration::from_secs(gw.config.prove.run_timeout_secs),
+        mode: gw.config.lifecycle.prove,
+    }
+}
+
+/// Records a refusal in the trail with the candidate's text, so an auditor
+/// sees what was refused and why (a failure to record it is logged: the
+/// refusal stands).
+async fn record_refusal(gw: &Gateway, candidate: &PolicyBundle, proof: &gate::GateProof) {
+    let event = events::policy_set_event(
+        events::POLICY_SET_REFUSED,
+        (&proof.candidate_hash, &proof.live_hash),
+        &gate::refusal_outcome(proof),
+    );
+    let ops = vec![policy_set_op(candidate), WriteOp::Decision(Box::new(event))];
+    if let Err(e) = gw.store.writer().submit(ops).await {
+        tracing::error!(error = %e, "cannot record the refused policy set");
+    }
+}
+
+/// Under `[lifecycle] prove = "report"`, proves the activated set against
+/// the one it replaced in the background and keeps the proof.
+fn report_in_background(
+    gw: &Arc<Gateway>,
+    previous: Arc<PolicyBundle>,
+    active: Arc<PolicyBundle>,
+    trigger: &str,
+) {
+    let (gw, trigger) = (Arc::clone(gw), trigger.to_string());
+    tokio::spawn(async move {
+        let proof = gate::prove(setting(&gw), previous, active, &trigger).await;
+        match proof.outcome {
+            gate::Outcome::Equivalent | gate::Outcome::Narrower => {
+                tracing::info!(candidate = %proof.candidate_hash, proof = %proof.message, "policy reload proved");
+            }
+            _ => {
+                tracing::warn!(candidate = %proof.candidate_hash, proof = %proof.message, "policy reload proof: the active set may allow what the one before denied")
+            }
+        }
+        gw.lifecycle.set_last_proof(proof);
+    });
+}
+
 /// Swaps the recorded set in and notes it as active.
-fn activate(gw: &Gateway, bundle: PolicyBundle, trigger: &str) {
+fn activate(gw: &Gateway, bundle: PolicyBundle, trigger: &str) -> Arc<PolicyBundle> {
     for w in &bundle.warnings {
         tracing::warn!(warning = %w, "policy validation warning");
     }
@@ -137,4 +245,5 @@ fn activate(gw: &Gateway, bundle: PolicyBundle, trigger: &str) {
         .metrics
         .active_set(&active.hash, super::unix(&active.loaded_at));
     tracing::info!(trigger, hash = %active.hash, policies = active.policy_ids.len(), "policy set reloaded");
+    active
 }

@@ -11,6 +11,10 @@
 //! disagreement. An environment the solver could not settle in time is
 //! "unknown", never "equivalent".
 //!
+//! The proof is of Cedar's decisions. The gateway also denies where a
+//! `forbid` errors; a live forbid the candidate changes or removes that can
+//! error leaves the widening question open ([`super::prove_fail_closed`]).
+//!
 //! Both sets are read with the gateway's facts about typed tools
 //! ([`Assumptions`]): a typed tool is decided only under its own action,
 //! and that action only on that tool; a dropped typed action decides
@@ -24,6 +28,7 @@ use serde::Serialize;
 
 use super::PolicyBundle;
 use super::prove_assumptions::Assumptions;
+use super::prove_fail_closed::unseen_widening;
 use super::prover::{EnvName, Prover, Unproved, request_envs};
 use super::witness::Witness;
 
@@ -153,13 +158,18 @@ pub async fn diff(
     let mut envs = Vec::new();
     for (name, env) in request_envs(&live.schema) {
         let begun = Instant::now();
-        let (widening, narrowing) = match compile_both((live, candidate), &assumptions, &env) {
+        let (mut widening, narrowing) = match compile_both((live, candidate), &assumptions, &env) {
             Ok(sets) => compare(&sets, live, candidate, prover).await,
             Err(why) => (
                 Direction::Unknown { why: why.clone() },
                 Direction::Unknown { why },
             ),
         };
+        if matches!(widening, Direction::None)
+            && let Some(why) = unseen_widening((live, candidate), &env, prover).await
+        {
+            widening = Direction::Unknown { why };
+        }
         envs.push(EnvDiff {
             env: name,
             verdict: verdict(&widening, &narrowing),

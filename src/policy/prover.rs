@@ -31,6 +31,13 @@ pub enum Unproved {
     /// not be compiled, a model could not be read back).
     #[error("{0}")]
     Failed(String),
+    /// Live forbids the candidate changes or removes can error here: the
+    /// gateway denies where they do, which Cedar's semantics (the
+    /// proof's) does not see (`super::prove_fail_closed`).
+    #[error(
+        "the live set's {0} can error here and the candidate changes it: the gateway denies where it errors, so the candidate may widen where the proof cannot see"
+    )]
+    ErroringForbid(String),
 }
 
 /// One request environment: a principal type, an action and a resource

@@ -49,7 +49,7 @@ pub fn changes(live: &PolicyBundle, candidate: &PolicyBundle) -> PolicyChanges {
 }
 
 /// A policy's parsed form (its text when it has no JSON form).
-fn form(policy: &cedar_policy::Policy) -> String {
+pub(crate) fn form(policy: &cedar_policy::Policy) -> String {
     policy
         .to_json()
         .map(|v| v.to_string())

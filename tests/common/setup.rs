@@ -67,3 +67,16 @@ pub fn clients_installed() -> bool {
         "real MCP clients",
     )
 }
+
+/// Builds the cvc5 solver of the policy proofs once per test binary
+/// (`solver/build.sh`: the pinned PyPI wheel's libraries and a small front
+/// end); its path, or `None` (skip) outside CI when it cannot be built.
+pub fn solver() -> Option<PathBuf> {
+    static BUILD: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = install_once(
+        &BUILD,
+        &super::repo().join("solver/build.sh"),
+        "the cvc5 solver (solver/build.sh)",
+    );
+    built.then(|| super::repo().join("target/solver/cvc5"))
+}

@@ -1,0 +1,334 @@
+//! A reload gated by its proof (`[lifecycle] prove`), through the real
+//! server and the real solver (built by `bash solver/build.sh` when absent;
+//! under `CI=true` a failed build fails the tests, elsewhere they skip):
+//!
+//! - `refuse-widening`: a narrowing candidate is proved less permissive and
+//!   applied; a widening one is refused with its counterexample, the active
+//!   set stays and keeps deciding, the refusal (with the counterexample and
+//!   the candidate's text) is in the trail, until an admin accepts that
+//!   exact hash (also in the trail);
+//! - `report`: the candidate is applied at once and the proof reported
+//!   after it;
+//! - `refuse-widening` without a solver refuses to start.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cedargate::config::ProveMode;
+use common::setup::solver;
+use common::{TestGateway, copy_policies};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// A narrowing change: people may not write graphs.
+const NARROWER: &str = "@id(\"people-do-not-write-graphs\")\nforbid (principal is Gateway::User, action == Gateway::Action::\"write_node\", resource);\n";
+
+/// A widening change: deployers may write any project's graph.
+const WIDER: &str = "@id(\"deployers-write-any-graph\")\npermit (principal in Gateway::Role::\"deployers\", action == Gateway::Action::\"write_node\", resource);\n";
+
+/// A gateway on a writable copy of the shipped policies (no file watch:
+/// the test reloads) proving reloads in `mode` with `solver`.
+async fn gateway(mode: ProveMode, solver: PathBuf) -> (TestGateway, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    let dir_for_config = policies.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = dir_for_config;
+        c.lifecycle.watch = false;
+        c.lifecycle.prove = mode;
+        c.prove.solver = Some(solver);
+    })
+    .await;
+    (g, dir, policies)
+}
+
+async fn reload(g: &TestGateway) -> (u16, Value) {
+    g.admin(Method::POST, "/admin/policies/reload", None).await
+}
+
+async fn policies(g: &TestGateway) -> Value {
+    let (status, body) = g.admin(Method::GET, "/admin/policies", None).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The trail's events of `action`, each outcome parsed.
+async fn events(g: &TestGateway, action: &str) -> Vec<Value> {
+    use cedargate::store::audit_query::{DecisionFilter, Order, page_filtered};
+    g.gw.store.writer().flush().await.unwrap();
+    let rows =
+        g.gw.store
+            .read(|c| page_filtered(c, &DecisionFilter::default(), None, Order::Asc, 1000))
+            .await
+            .unwrap();
+    rows.iter()
+        .filter(|d| d.record.action == action)
+        .map(|d| {
+            assert_eq!(d.record.decision, "event");
+            json!({
+                "principal": d.record.principal,
+                "resource": d.record.resource,
+                "outcome": serde_json::from_str::<Value>(&d.record.outcome).unwrap(),
+            })
+        })
+        .collect()
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuse_widening_refuses_a_widening_reload_until_its_hash_is_accepted() {
+    let Some(solver) = solver() else { return };
+    let (g, _dir, dir) = gateway(ProveMode::RefuseWidening, solver).await;
+    let shipped = g.gw.pep.current().hash.clone();
+
+    // Narrower: proved, applied.
+    write(&dir, "people.cedar", NARROWER);
+    let (status, body) = reload(&g).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["result"], "applied");
+    let narrowed = body["hash"].as_str().unwrap().to_string();
+    let proof = &policies(&g).await["lastProof"];
+    assert_eq!(proof["outcome"], "narrower", "{proof:#}");
+    assert_eq!(
+        (proof["liveHash"].as_str(), proof["candidateHash"].as_str()),
+        (Some(shipped.as_str()), Some(narrowed.as_str()))
+    );
+    assert_eq!(
+        proof["counterexamples"][0]["direction"], "narrowing",
+        "{proof:#}"
+    );
+
+    // Wider: refused with its counterexample; the active set stays.
+    write(&dir, "deployers.cedar", WIDER);
+    let (status, body) = reload(&g).await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["error"]["code"], "policy_set_refused", "{body:#}");
+    assert_eq!(body["activeHash"], narrowed.as_str());
+    let candidate = body["attempt"]["hash"].as_str().unwrap().to_string();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&candidate),
+        "{body:#}"
+    );
+    assert_eq!(body["proof"]["outcome"], "widens");
+    let example = &body["proof"]["counterexamples"][0];
+    assert_eq!(example["direction"], "widening");
+    assert_eq!(example["env"], "write_node (Agent → Project)");
+    let decided: Vec<(Value, Value)> = example["witness"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["set"].clone(), d["allows"].clone()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            (json!("live"), json!(false)),
+            (json!("candidate"), json!(true))
+        ]
+    );
+    assert_eq!(
+        g.gw.pep.current().hash,
+        narrowed,
+        "the active set keeps deciding"
+    );
+    let status = policies(&g).await;
+    assert_eq!(status["lastError"]["result"], "refused", "{status:#}");
+    let (ready, body) = g.admin(Method::GET, "/readyz", None).await;
+    let set = body["policySet"].as_str().unwrap_or_default();
+    assert!(set.starts_with("stale"), "{ready} {body:#}");
+
+    // The refusal is evidence: in the trail with its counterexample, and
+    // the candidate's text recorded under its hash.
+    let refused = events(&g, "policy_set_refused").await;
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    let outcome = &refused[0]["outcome"];
+    assert_eq!(outcome["candidateHash"], candidate.as_str());
+    assert_eq!(outcome["liveHash"], narrowed.as_str());
+    assert_eq!(
+        outcome["counterexamples"][0]["principal"],
+        example["witness"]["principal"]
+    );
+    assert!(
+        outcome["counterexamples"][0]["entities"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+    );
+    let recorded =
+        g.gw.store
+            .read({
+                let c = candidate.clone();
+                move |conn| cedargate::store::audit_query::policy_set(conn, &c)
+            })
+            .await
+            .unwrap();
+    assert!(
+        recorded.is_some(),
+        "the refused candidate's text is recorded"
+    );
+
+    // Accepting another hash changes nothing; accepting it activates it.
+    let (status, _) = g
+        .admin(
+            Method::POST,
+            "/admin/policies/accept",
+            Some(json!({"hash": "nope"})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let (status, body) = g
+        .admin(
+            Method::POST,
+            "/admin/policies/accept",
+            Some(json!({"hash": candidate})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["result"], "applied");
+    assert_eq!(g.gw.pep.current().hash, candidate);
+    let accepted = events(&g, "policy_set_accepted").await;
+    assert_eq!(accepted.len(), 1, "{accepted:#?}");
+    assert_eq!(accepted[0]["outcome"]["candidateHash"], candidate.as_str());
+    assert_eq!(policies(&g).await["acceptedHash"], candidate.as_str());
+    assert_eq!(
+        accepted[0]["principal"],
+        format!("Gateway::PolicySet::\"{candidate}\"")
+    );
+    let verified =
+        g.gw.store
+            .read(cedargate::store::decisions::verify)
+            .await
+            .unwrap();
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_applies_at_once_and_reports_the_proof_after() {
+    let Some(solver) = solver() else { return };
+    let (g, _dir, dir) = gateway(ProveMode::Report, solver).await;
+    write(&dir, "deployers.cedar", WIDER);
+    let (status, body) = reload(&g).await;
+    assert_eq!(status, 200, "{body:#}");
+    let applied = body["hash"].as_str().unwrap().to_string();
+    assert_eq!(g.gw.pep.current().hash, applied);
+    let mut proof = Value::Null;
+    for _ in 0..300 {
+        proof = policies(&g).await["lastProof"].clone();
+        if proof["candidateHash"] == applied.as_str() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(proof["outcome"], "widens", "{proof:#}");
+    assert_eq!(proof["mode"], "report");
+    assert_eq!(
+        proof["counterexamples"][0]["env"],
+        "write_node (Agent → Project)"
+    );
+    assert!(events(&g, "policy_set_refused").await.is_empty());
+}
+
+#[tokio::test]
+async fn refuse_widening_without_a_solver_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = cedargate::config::Config {
+        data_dir: dir.path().join("data"),
+        policies_dir: common::repo().join("policies"),
+        schema_file: common::repo().join("schemas/gateway.cedarschema"),
+        demo_tenant: false,
+        ..cedargate::config::Config::default()
+    };
+    config.database.url = common::database_url_for(dir.path());
+    config.lifecycle.prove = ProveMode::RefuseWidening;
+    config.prove.solver = Some(dir.path().join("no-cvc5-here"));
+    let Err(e) = cedargate::server::prepare(config).await else {
+        panic!("started without a solver")
+    };
+    assert!(e.to_string().contains("needs the SMT solver"), "{e}");
+}
+
+/// A candidate the solver cannot settle within the limits: allowed tool
+/// calls only when the caller's three usage counters' cubes sum to 114.
+const UNSETTLED: &str = "@id(\"sum-of-cubes\")\npermit (principal, action in [Gateway::Action::\"call_tool\"], resource)\nwhen {\n  context has usage &&\n  context.usage.callsLastMinute * context.usage.callsLastMinute * context.usage.callsLastMinute +\n  context.usage.agentCallsLastMinute * context.usage.agentCallsLastMinute * context.usage.agentCallsLastMinute +\n  context.usage.orgCallsLastMinute * context.usage.orgCallsLastMinute * context.usage.orgCallsLastMinute == 114\n};\n";
+
+/// While a reload's proof runs (here until its 3 s limit), requests are
+/// decided on the active set without waiting; a proof that ends unsettled
+/// refuses the candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_proof_never_delays_requests_and_an_unsettled_one_refuses() {
+    let Some(solver) = solver() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let policies = copy_policies(dir.path());
+    let for_config = policies.clone();
+    let g = std::sync::Arc::new(
+        TestGateway::start_with(move |c| {
+            c.policies_dir = for_config;
+            c.lifecycle.watch = false;
+            c.lifecycle.prove = ProveMode::RefuseWidening;
+            c.prove.solver = Some(solver);
+            c.prove.query_timeout_ms = 2_000;
+            c.prove.run_timeout_secs = 3;
+        })
+        .await,
+    );
+    let t = g.tenant("acme").await;
+    let active = g.gw.pep.current().hash.clone();
+    write(&policies, "cubes.cedar", UNSETTLED);
+    let started = std::time::Instant::now();
+    let reloading = tokio::spawn({
+        let g = std::sync::Arc::clone(&g);
+        async move { reload(&g).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut slowest, mut asked_during) = (Duration::ZERO, 0);
+    while !reloading.is_finished() {
+        asked_during += 1;
+        let asked = std::time::Instant::now();
+        let (status, body) = g
+            .mcp(
+                &t,
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
+            "{body}"
+        );
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = reloading.await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "the proof ran to its limit"
+    );
+    assert!(
+        asked_during >= 5,
+        "only {asked_during} requests while it proved"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a request waited {slowest:?}"
+    );
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["proof"]["outcome"], "unknown", "{body:#}");
+    assert!(body["proof"]["unsettled"].as_u64().unwrap() > 0);
+    assert_eq!(g.gw.pep.current().hash, active);
+}
