@@ -100,6 +100,9 @@ pub enum GatewayError {
     /// `[console.oidc]` is refused.
     #[error(transparent)]
     ConsoleSignIn(#[from] crate::console::oidc::config::OidcConfigError),
+    /// `[telemetry]` (or an `OTEL_*` variable) is refused.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// Shared gateway state.
@@ -115,6 +118,8 @@ pub struct Gateway {
     pub catalog: Catalog,
     /// Reload status, shadow evaluation and metrics.
     pub lifecycle: crate::lifecycle::Lifecycle,
+    /// Trace export (off unless `[telemetry]` or `OTEL_*` name a collector).
+    pub telemetry: crate::telemetry::Telemetry,
     /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
     pub graphs: Arc<crate::graph::Graphs>,
     /// Remote A2A peers: registry cache, bridge client, hook bus (shared
@@ -200,6 +205,8 @@ impl Gateway {
             lifecycle.metrics.upstreams.clone(),
         )?);
         let graphs = Arc::new(crate::graph::from_config(&config.graph)?);
+        let telemetry =
+            crate::telemetry::Telemetry::start(&config.telemetry, &lifecycle.metrics.traces)?;
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
         }
@@ -207,6 +214,7 @@ impl Gateway {
         pep.set_observer(lifecycle.observer());
         Ok(Gateway {
             lifecycle,
+            telemetry,
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
