@@ -191,6 +191,11 @@ impl RequestSpan {
         span.set_status(Status::error(cut(message, 512).to_string()));
     }
 
+    /// Whether the tool's arguments and result go on the span.
+    pub fn records_io(&self) -> bool {
+        self.record_io
+    }
+
     /// The tool answered a result with `isError`.
     pub fn tool_error(&self) {
         let span = self.cx.span();
@@ -489,6 +494,14 @@ impl ClientSpan {
         span.set_status(Status::error(cut(message, 512).to_string()));
     }
 
+    /// Adds this span's trace context to `params._meta` (the MCP
+    /// conventions' carrier).
+    pub fn inject_meta(&self, params: &mut Value) {
+        if let Some(headers) = headers_of(&self.cx) {
+            meta_with(params, headers);
+        }
+    }
+
     /// The peer answered with JSON-RPC error `code`.
     pub fn remote_error(&self, code: i64, message: &str) {
         self.failed(&code.to_string(), message);
@@ -509,28 +522,37 @@ impl Drop for ClientSpan {
 pub fn trace_headers() -> Option<(String, Option<String>)> {
     Context::map_current(|cx| {
         cx.get::<Handle>()?;
-        let span = cx.span();
-        let sc = span.span_context();
-        if !sc.is_valid() {
-            return None;
-        }
-        let traceparent = format!(
-            "00-{}-{}-{:02x}",
-            sc.trace_id(),
-            sc.span_id(),
-            sc.trace_flags().to_u8() & TraceFlags::SAMPLED.to_u8()
-        );
-        let state = sc.trace_state().header();
-        Some((traceparent, (!state.is_empty()).then_some(state)))
+        headers_of(cx)
     })
+}
+
+/// `traceparent` and `tracestate` of the span of `cx`, if valid.
+fn headers_of(cx: &Context) -> Option<(String, Option<String>)> {
+    let span = cx.span();
+    let sc = span.span_context();
+    if !sc.is_valid() {
+        return None;
+    }
+    let traceparent = format!(
+        "00-{}-{}-{:02x}",
+        sc.trace_id(),
+        sc.span_id(),
+        sc.trace_flags().to_u8() & TraceFlags::SAMPLED.to_u8()
+    );
+    let state = sc.trace_state().header();
+    Some((traceparent, (!state.is_empty()).then_some(state)))
 }
 
 /// Adds the current span's trace context to `params._meta` (the MCP
 /// conventions' carrier), when there is one.
 pub fn inject_meta(params: &mut Value) {
-    let Some((traceparent, tracestate)) = trace_headers() else {
-        return;
-    };
+    if let Some(headers) = trace_headers() {
+        meta_with(params, headers);
+    }
+}
+
+/// `params._meta` with `traceparent` (and `tracestate`) set.
+fn meta_with(params: &mut Value, (traceparent, tracestate): (String, Option<String>)) {
     let Value::Object(map) = params else {
         return;
     };
