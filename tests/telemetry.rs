@@ -1,0 +1,472 @@
+//! Traces through the real server, exported to a real OTLP/HTTP receiver
+//! started here (`POST /v1/traces`, decoded with the official
+//! `opentelemetry-proto` definitions): a `tools/call` through an upstream
+//! MCP server is one trace (server span, decision span naming the record
+//! `/admin/decisions` shows, commit span, upstream client span), and the
+//! upstream receives the trace context (its `traceparent` header and
+//! `params._meta`); a denied call's spans carry the deny; a collector that
+//! is down or hangs fails no request and its drops are counted; sampling
+//! at 0 exports nothing. Both backends (`CG_TEST_BACKEND`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use common::{Tenant, TestGateway};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// The caller's trace: the agent's own span the request continues.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// A running OTLP/HTTP receiver and the spans it got.
+struct Receiver {
+    url: String,
+    spans: Arc<Mutex<Vec<Span>>>,
+}
+
+async fn receive(State(spans): State<Arc<Mutex<Vec<Span>>>>, body: Bytes) -> Response {
+    let request = ExportTraceServiceRequest::decode(body).unwrap();
+    let mut got = spans.lock().unwrap();
+    for resource in request.resource_spans {
+        for scope in resource.scope_spans {
+            got.extend(scope.spans);
+        }
+    }
+    (
+        [("content-type", "application/x-protobuf")],
+        Vec::<u8>::new(),
+    )
+        .into_response()
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let app = axum::Router::new()
+            .route("/v1/traces", axum::routing::post(receive))
+            .with_state(Arc::clone(&spans));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Receiver {
+            url: format!("http://{addr}"),
+            spans,
+        }
+    }
+
+    /// The spans of `trace`, once `wanted` of them arrived (or after 10 s).
+    async fn trace(&self, trace: &str, wanted: usize) -> Vec<Span> {
+        for _ in 0..200 {
+            let spans = self.of(trace);
+            if spans.len() >= wanted {
+                return spans;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.of(trace)
+    }
+
+    fn of(&self, trace: &str) -> Vec<Span> {
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| hex(&s.trace_id) == trace)
+            .cloned()
+            .collect()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The string (or int, as text; or string array, comma-joined) value of
+/// attribute `key`.
+fn attr(span: &Span, key: &str) -> Option<String> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?;
+    match value.value.as_ref()? {
+        Any::StringValue(s) => Some(s.clone()),
+        Any::IntValue(i) => Some(i.to_string()),
+        Any::ArrayValue(a) => Some(
+            a.values
+                .iter()
+                .filter_map(|v| match v.value.as_ref()? {
+                    Any::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+fn named<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    spans
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no span `{name}` in {:?}", names(spans)))
+}
+
+fn names(spans: &[Span]) -> Vec<String> {
+    spans.iter().map(|s| s.name.clone()).collect()
+}
+
+/// A small recording MCP upstream: what each `tools/call` carried.
+#[derive(Default)]
+struct Seen {
+    calls: Mutex<Vec<(Option<String>, Value)>>,
+}
+
+async fn upstream(State(seen): State<Arc<Seen>>, headers: HeaderMap, body: String) -> Response {
+    let msg: Value = serde_json::from_str(&body).unwrap();
+    let Some(id) = msg.get("id").cloned() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let result = match msg["method"].as_str().unwrap_or_default() {
+        "initialize" => json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                               "serverInfo": {"name": "recorder", "version": "1"}}),
+        "tools/list" => json!({"tools": [
+            {"name": "echo", "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
+             "annotations": {"readOnlyHint": true}}
+        ]}),
+        "tools/call" => {
+            let traceparent = headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            seen.calls
+                .lock()
+                .unwrap()
+                .push((traceparent, msg["params"]["_meta"].clone()));
+            json!({"content": [{"type": "text", "text": msg["params"]["arguments"]["message"]}]})
+        }
+        _ => {
+            return axum::Json(
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}),
+            )
+            .into_response();
+        }
+    };
+    axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+}
+
+/// Starts the recording upstream; its URL and what it saw.
+async fn start_upstream() -> (String, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(upstream))
+        .with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/mcp"), seen)
+}
+
+/// A gateway exporting to `endpoint` (tweaked by `more`), a tenant of
+/// `acme` and the recording upstream registered for it as `files`.
+async fn setup(
+    endpoint: &str,
+    policy: Option<&str>,
+    more: impl FnOnce(&mut cedargate::telemetry::config::TelemetryConfig),
+) -> (TestGateway, Tenant, Arc<Seen>) {
+    let endpoint = endpoint.to_string();
+    let tweak = move |c: &mut cedargate::config::Config| {
+        c.telemetry.endpoint = Some(endpoint);
+        c.telemetry.export_delay_ms = Some(50);
+        more(&mut c.telemetry);
+    };
+    let g = match policy {
+        Some(text) => {
+            let dir = tempfile::tempdir().unwrap();
+            let policies = common::copy_policies(dir.path());
+            std::fs::write(policies.join("extra.cedar"), text).unwrap();
+            let g = TestGateway::start_with(|c| {
+                c.policies_dir = policies;
+                tweak(c);
+            })
+            .await;
+            std::mem::forget(dir);
+            g
+        }
+        None => TestGateway::start_with(tweak).await,
+    };
+    let t = g.tenant("acme").await;
+    let (url, seen) = start_upstream().await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "files", "transport": "streamable-http", "url": url, "timeoutMs": 5000})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+    (g, t, seen)
+}
+
+/// A `tools/call` of `files.echo`, continuing the caller's trace when
+/// `traced`.
+async fn call_echo(g: &TestGateway, t: &Tenant, traced: bool) -> Value {
+    let mut params = json!({"name": "files.echo", "arguments": {"message": "hi"}});
+    if traced {
+        params["_meta"] = json!({"traceparent": format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")});
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18")],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn a_proxied_call_is_one_trace_from_the_agent_to_the_upstream() {
+    let receiver = Receiver::start().await;
+    let (g, t, seen) = setup(&receiver.url, None, |_| {}).await;
+    let body = call_echo(&g, &t, true).await;
+    assert_eq!(body["result"]["content"][0]["text"], "hi", "{body}");
+
+    let spans = receiver.trace(CALLER_TRACE, 5).await;
+    let server = named(&spans, "tools/call files.echo");
+    assert_eq!(server.kind, 2, "server kind");
+    assert_eq!(hex(&server.parent_span_id), CALLER_SPAN);
+    assert_eq!(
+        attr(server, "mcp.method.name").as_deref(),
+        Some("tools/call")
+    );
+    assert_eq!(
+        attr(server, "gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    assert_eq!(
+        attr(server, "gen_ai.tool.name").as_deref(),
+        Some("files.echo")
+    );
+    assert_eq!(attr(server, "jsonrpc.request.id").as_deref(), Some("7"));
+    assert_eq!(attr(server, "mcp.session.id"), Some(t.session_id.clone()));
+    assert_eq!(
+        attr(server, "mcp.protocol.version").as_deref(),
+        Some("2025-06-18")
+    );
+    assert_eq!(attr(server, "network.transport").as_deref(), Some("tcp"));
+    assert_eq!(attr(server, "error.type"), None);
+    assert_eq!(
+        attr(server, "gen_ai.tool.call.arguments"),
+        None,
+        "not opted in"
+    );
+
+    // The decision span names the record the trail holds.
+    let decision = named(&spans, "cedar call_tool");
+    assert_eq!(decision.parent_span_id, server.span_id);
+    assert_eq!(attr(decision, "cedar.decision").as_deref(), Some("allow"));
+    assert_eq!(
+        attr(decision, "cedar.policy_ids").as_deref(),
+        Some("upstream-tools-for-own-org")
+    );
+    let record = g
+        .decisions()
+        .await
+        .into_iter()
+        .find(|d| d.record.action == "call_tool")
+        .unwrap();
+    assert_eq!(
+        attr(decision, "cedargate.decision.id"),
+        Some(record.record.id.clone())
+    );
+    assert_eq!(
+        attr(decision, "cedargate.decision.seq"),
+        Some(record.seq.to_string())
+    );
+    assert_eq!(
+        attr(decision, "cedar.policy_set.hash"),
+        Some(record.record.policy_hash.clone())
+    );
+    // The record names the trace and the request's span.
+    let notes: Value = serde_json::from_str(&record.record.notes).unwrap();
+    assert_eq!(notes["traceId"], CALLER_TRACE, "{notes}");
+    assert_eq!(notes["spanId"], hex(&server.span_id), "{notes}");
+
+    let commit = named(&spans, "cedargate.commit");
+    assert_eq!(commit.parent_span_id, server.span_id);
+    assert!(attr(commit, "db.system.name").is_some());
+
+    let client = named(&spans, "tools/call echo");
+    assert_eq!(client.kind, 3, "client kind");
+    assert_eq!(client.parent_span_id, server.span_id);
+    assert_eq!(attr(client, "server.address").as_deref(), Some("127.0.0.1"));
+
+    // The upstream continued the same trace, as a child of the client span.
+    let calls = seen.calls.lock().unwrap().clone();
+    let (header, meta) = &calls[0];
+    let expected = format!("00-{CALLER_TRACE}-{}-01", hex(&client.span_id));
+    assert_eq!(header.as_deref(), Some(expected.as_str()));
+    assert_eq!(meta["traceparent"], expected, "{meta}");
+}
+
+#[tokio::test]
+async fn a_denied_call_carries_the_deny_on_its_spans() {
+    let receiver = Receiver::start().await;
+    let policy = r#"
+@id("no-echo")
+forbid (principal, action in Gateway::Action::"call_tool", resource == Gateway::Tool::"files.echo");
+"#;
+    let (g, t, seen) = setup(&receiver.url, Some(policy), |_| {}).await;
+    let body = call_echo(&g, &t, true).await;
+    assert_eq!(body["error"]["code"], -32003, "{body}");
+    let spans = receiver.trace(CALLER_TRACE, 3).await;
+    let decision = named(&spans, "cedar call_tool");
+    assert_eq!(attr(decision, "cedar.decision").as_deref(), Some("deny"));
+    assert_eq!(
+        attr(decision, "cedar.policy_ids").as_deref(),
+        Some("no-echo")
+    );
+    let server = named(&spans, "tools/call files.echo");
+    assert_eq!(attr(server, "error.type").as_deref(), Some("-32003"));
+    assert_eq!(
+        server.status.as_ref().map(|s| s.code),
+        Some(2),
+        "status error"
+    );
+    assert!(
+        spans.iter().all(|s| s.kind != 3),
+        "no client span: {:?}",
+        names(&spans)
+    );
+    assert!(seen.calls.lock().unwrap().is_empty());
+    drop(g);
+}
+
+#[tokio::test]
+async fn a_new_trace_is_started_and_noted_and_sampling_at_zero_exports_nothing() {
+    let receiver = Receiver::start().await;
+    let (g, t, _) = setup(&receiver.url, None, |_| {}).await;
+    call_echo(&g, &t, false).await;
+    let record = g
+        .decisions()
+        .await
+        .into_iter()
+        .find(|d| d.record.action == "call_tool")
+        .unwrap();
+    let notes: Value = serde_json::from_str(&record.record.notes).unwrap();
+    let trace = notes["traceId"].as_str().unwrap().to_string();
+    assert_eq!(trace.len(), 32, "{notes}");
+    assert!(notes.get("traceparent").is_none(), "{notes}");
+    let spans = receiver.trace(&trace, 4).await;
+    assert!(
+        spans.iter().any(|s| s.name == "cedar call_tool"),
+        "{:?}",
+        names(&spans)
+    );
+
+    let quiet = Receiver::start().await;
+    let (g0, t0, _) = setup(&quiet.url, None, |c| c.sampling_ratio = Some(0.0)).await;
+    for _ in 0..3 {
+        call_echo(&g0, &t0, false).await;
+    }
+    g0.gw.telemetry.flush();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(quiet.spans.lock().unwrap().is_empty());
+    let record = g0.decisions().await.into_iter().next_back().unwrap();
+    assert!(
+        !record.record.notes.contains("traceId"),
+        "{}",
+        record.record.notes
+    );
+}
+
+/// A collector that accepts connections and never answers.
+async fn hanging_collector() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The value of the dropped-spans counter for `reason` on `/metrics`.
+async fn dropped(g: &TestGateway, reason: &str) -> u64 {
+    let text = g
+        .http
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = format!("cedargate_trace_spans_dropped_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_collector_that_hangs_or_is_down_fails_no_request_and_drops_are_counted() {
+    // Hanging: the first export waits out its timeout; the queue of 4
+    // fills behind it and the rest is dropped, never waited for.
+    let hanging = hanging_collector().await;
+    let (g, t, _) = setup(&hanging, None, |c| {
+        c.max_queue_spans = Some(4);
+        c.max_batch_spans = Some(2);
+        c.export_timeout_ms = Some(30_000);
+    })
+    .await;
+    for _ in 0..10 {
+        let body = call_echo(&g, &t, true).await;
+        assert_eq!(body["result"]["content"][0]["text"], "hi", "{body}");
+    }
+    assert!(dropped(&g, "queue_full").await > 0);
+
+    // Down: nothing listens; every export fails, and is counted.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let (g, t, _) = setup(&closed, None, |c| c.export_timeout_ms = Some(500)).await;
+    for _ in 0..3 {
+        call_echo(&g, &t, true).await;
+    }
+    let mut failed = 0;
+    for _ in 0..100 {
+        failed = dropped(&g, "export_failed").await;
+        if failed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(failed > 0);
+}
