@@ -50,7 +50,7 @@
 //! `sampling_ratio` decides new traces.
 //!
 //! **Decisions where the issue is silent.**
-//! - Each [`crate::gateway::Gateway`] owns its tracer provider (several
+//! - Each `Gateway` owns its tracer provider (several
 //!   gateways share a test process, and a process-wide provider would
 //!   mix their traces), so spans are made through the `opentelemetry` API
 //!   with the gateway's own tracer, and the current request's span travels

@@ -1,6 +1,6 @@
 //! `[telemetry]`: where and how the gateway exports its traces (OTLP), and
 //! how a decision links to them. Off unless an endpoint is named, here or
-//! in the standard `OTEL_EXPORTER_OTLP_*` variables ([`super::settings`]
+//! in the standard `OTEL_EXPORTER_OTLP_*` variables (`settings`
 //! resolves the two).
 
 use std::collections::BTreeMap;
