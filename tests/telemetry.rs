@@ -470,3 +470,125 @@ async fn a_collector_that_hangs_or_is_down_fails_no_request_and_drops_are_counte
     }
     assert!(failed > 0);
 }
+
+/// A caller's `traceparent` for trace number `n` (its span `…0n`).
+fn caller(n: u8) -> (String, String, String) {
+    let trace = format!("{:032x}", 0xabc0_u128 + u128::from(n));
+    let span = format!("{:016x}", 0x10_u64 + u64::from(n));
+    (format!("00-{trace}-{span}-01"), trace, span)
+}
+
+/// The server span of `trace` and the upstream's received context for it.
+async fn continued(receiver: &Receiver, seen: &Seen, trace: &str, span: &str) {
+    let spans = receiver.trace(trace, 4).await;
+    let server = named(&spans, "tools/call files.echo");
+    assert_eq!(hex(&server.parent_span_id), span, "{:?}", names(&spans));
+    let client = named(&spans, "tools/call echo");
+    let expected = format!("00-{trace}-{}-01", hex(&client.span_id));
+    let calls = seen.calls.lock().unwrap().clone();
+    assert!(
+        calls.iter().any(
+            |(header, meta)| header.as_deref() == Some(expected.as_str())
+                && meta["traceparent"] == expected
+        ),
+        "{expected} not among {calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_transport_continues_the_callers_trace_and_carries_it_on() {
+    let receiver = Receiver::start().await;
+    let (g, t, seen) = setup(&receiver.url, None, |_| {}).await;
+    let echo = json!({"name": "files.echo", "arguments": {"message": "hi"}});
+    let call = |id: i64, meta: Option<&str>| {
+        let mut params = echo.clone();
+        if let Some(tp) = meta {
+            params["_meta"] = json!({ "traceparent": tp });
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+
+    // Streamable HTTP, the context in the HTTP header only.
+    let (tp, trace, span) = caller(1);
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18"), ("traceparent", &tp)],
+            call(1, None).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    continued(&receiver, &seen, &trace, &span).await;
+
+    // A batch: each message continues its own `_meta` context.
+    let (tp2, trace2, span2) = caller(2);
+    let (tp3, trace3, span3) = caller(3);
+    let batch = json!([call(2, Some(&tp2)), call(3, Some(&tp3))]);
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18")],
+            batch.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    continued(&receiver, &seen, &trace2, &span2).await;
+    continued(&receiver, &seen, &trace3, &span3).await;
+
+    // 2026-07-28: the context in `_meta`, beside the revision's fields.
+    let (tp4, trace4, span4) = caller(4);
+    let mut params = echo.clone();
+    params["_meta"] = json!({ "traceparent": tp4 });
+    let body = common::modern::request(4, "tools/call", params);
+    let answer = common::modern::modern(&g, &t, &body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    continued(&receiver, &seen, &trace4, &span4).await;
+    let spans = receiver.trace(&trace4, 4).await;
+    let server = named(&spans, "tools/call files.echo");
+    assert_eq!(
+        attr(server, "mcp.protocol.version").as_deref(),
+        Some("2026-07-28")
+    );
+    assert_eq!(attr(server, "mcp.session.id"), None);
+
+    // HTTP+SSE: posted to the stream's endpoint, answered on the stream.
+    let resp = g
+        .http
+        .get(format!("{}/sse", t.mcp_url))
+        .bearer_auth(&t.key)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let mut events = common::sse::Events {
+        resp,
+        buf: String::new(),
+    };
+    let endpoint = loop {
+        if let Some(end) = events.buf.find("\n\n") {
+            let block: String = events.buf.drain(..end + 2).collect();
+            if let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) {
+                break format!("{}{}", g.base, data.trim());
+            }
+            continue;
+        }
+        let chunk = events.resp.chunk().await.unwrap().unwrap();
+        events.buf.push_str(std::str::from_utf8(&chunk).unwrap());
+    };
+    let (tp5, trace5, span5) = caller(5);
+    let posted = g
+        .http
+        .post(&endpoint)
+        .bearer_auth(&t.key)
+        .header("content-type", "application/json")
+        .body(call(5, Some(&tp5)).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status().as_u16(), 202);
+    let answer = events.next().await.unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], "hi", "{answer}");
+    continued(&receiver, &seen, &trace5, &span5).await;
+}
