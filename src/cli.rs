@@ -273,6 +273,9 @@ pub enum AuditCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the decisions matching filters (a trace's with `--trace ID`),
+    /// oldest first.
+    Query(lifecycle::QueryArgs),
     /// Verify the hash chain (all of it, or a range); exits 1 on any problem.
     Verify(lifecycle::VerifyArgs),
     /// Re-evaluate recorded decisions under a candidate policy set.
@@ -309,6 +312,7 @@ pub fn main() -> ExitCode {
         Command::Policy(cmd) => lifecycle::policy(&config, &cmd),
         Command::Schema(cmd) => lifecycle::schema(&config, &cmd),
         Command::Audit(AuditCmd::Replay(args)) => lifecycle::replay(&config, &args),
+        Command::Audit(AuditCmd::Query(args)) => lifecycle::query(&config, &args),
         Command::Audit(AuditCmd::Export(args)) => lifecycle::export(&config, &args),
         Command::Audit(AuditCmd::Verify(args)) => checkpoints::verify(&config, &args),
         Command::Audit(AuditCmd::Checkpoints(args)) => checkpoints::export(&config, &args),
@@ -542,6 +546,7 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         | Command::McpServer(_)
         | Command::Audit(
             AuditCmd::Verify(_)
+            | AuditCmd::Query(_)
             | AuditCmd::Replay(_)
             | AuditCmd::Export(_)
             | AuditCmd::Archive(_)

@@ -1,5 +1,5 @@
 //! The policy-lifecycle and auditor commands: `policy validate|fmt|test`,
-//! `schema print`, `audit replay|export|verify`.
+//! `schema print`, `audit query|replay|export|verify`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -91,6 +91,69 @@ impl RangeArgs {
         }
         .normalized()
         .map_err(CommandError::Filter)
+    }
+}
+
+/// `audit query` flags: the filters of `GET /admin/decisions`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Only the decisions of this W3C trace (32 hex digits: the caller's
+    /// trace, or the one the gateway started, as the console shows it).
+    #[arg(long, value_name = "ID")]
+    pub trace: Option<String>,
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only `allow` or `deny`.
+    #[arg(long)]
+    pub decision: Option<String>,
+    /// Time, org and action.
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// At most this many decisions.
+    #[arg(short = 'n', long, default_value_t = 100)]
+    pub limit: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `audit query`: the matching decisions, oldest first, one line each.
+pub fn query(config: &Config, args: &QueryArgs) -> ExitCode {
+    let filter = DecisionFilter {
+        org: args.range.org.clone(),
+        session: args.session.clone(),
+        action: args.range.action.clone(),
+        decision: args.decision.clone(),
+        since: args.range.since.clone(),
+        until: args.range.until.clone(),
+        trace: args.trace.clone(),
+        ..DecisionFilter::default()
+    }
+    .normalized();
+    let filter = match filter {
+        Ok(f) => f,
+        Err(e) => return failed(&CommandError::Filter(e)),
+    };
+    let store = match open_store(config) {
+        Ok(s) => s,
+        Err(e) => return failed(&e),
+    };
+    let limit = args.limit.max(1);
+    let found = store
+        .read_blocking(move |c| audit_query::page_filtered(c, &filter, None, Order::Asc, limit));
+    match found {
+        Ok(decisions) => {
+            for d in decisions {
+                if args.json {
+                    println!("{}", serde_json::to_string(&d).unwrap_or_default());
+                } else {
+                    println!("{}", crate::audit::format_line(&d));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => failed(&CommandError::Store(e)),
     }
 }
 
@@ -350,6 +413,12 @@ pub fn schema(config: &Config, cmd: &SchemaCmd) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints `error: …` and fails.
+fn failed(e: &CommandError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
 }
 
 fn open_store(config: &Config) -> Result<Store, CommandError> {
