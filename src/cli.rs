@@ -11,6 +11,7 @@ use serde_json::json;
 pub mod checkpoints;
 pub mod lifecycle;
 pub mod log_lines;
+pub mod log_trace_ids;
 pub mod trail;
 pub mod upstreams;
 
@@ -332,11 +333,23 @@ pub fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CEDARGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // Human lines escape what their fields carry (`log_lines.rs`).
+    // Human lines escape what their fields carry (`log_lines.rs`); JSON
+    // lines carry the request's trace ids on top (`log_trace_ids.rs`).
     let _ = match format {
-        LogFormat::Json => builder.with_writer(std::io::stderr).json().try_init(),
-        LogFormat::Human => builder.with_writer(log_lines::OneLine).try_init(),
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(log_trace_ids::TracedJson(
+                tracing_subscriber::fmt::format().json(),
+            ))
+            .finish()
+            .with(log_trace_ids::TraceIdLayer)
+            .try_init()
+            .is_ok(),
+        LogFormat::Human => builder.with_writer(log_lines::OneLine).try_init().is_ok(),
     };
 }
 
