@@ -592,3 +592,141 @@ async fn every_transport_continues_the_callers_trace_and_carries_it_on() {
     assert_eq!(answer["result"]["content"][0]["text"], "hi", "{answer}");
     continued(&receiver, &seen, &trace5, &span5).await;
 }
+
+/// `application/x-www-form-urlencoded` of hex-and-letters values.
+fn form(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn csrf_of(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    html[at..].split('"').next().unwrap().to_string()
+}
+
+/// The console's decision page of `id`, signed in with the admin token.
+async fn decision_page(g: &TestGateway, id: &str) -> String {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = http
+        .get(format!("{}/console/login", g.base))
+        .send()
+        .await
+        .unwrap();
+    let login = page
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+        .find(|c| c.starts_with("cg_console_login="))
+        .unwrap();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let resp = http
+        .post(format!("{}/console/login", g.base))
+        .header("cookie", &login)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("token", common::ADMIN_TOKEN), ("csrf", &csrf)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    let session = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+        .find(|c| c.starts_with("cg_console="))
+        .unwrap();
+    let page = http
+        .get(format!("{}/console/decisions/{id}", g.base))
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    page.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_trace_finds_its_decisions_and_a_decision_links_its_trace() {
+    let receiver = Receiver::start().await;
+    let (g, t, _) = setup(&receiver.url, None, |c| {
+        c.trace_link = Some("http://jaeger.test:16686/trace/{trace_id}".into());
+    })
+    .await;
+    call_echo(&g, &t, true).await;
+    call_echo(&g, &t, false).await;
+    let traced: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.notes.contains(CALLER_TRACE))
+        .collect();
+    let record = traced
+        .iter()
+        .find(|d| d.record.action == "call_tool")
+        .unwrap();
+
+    // The admin API and the CLI find the trace's decisions, and only them.
+    let (status, page) = g
+        .admin(
+            Method::GET,
+            &format!("/admin/decisions?trace={CALLER_TRACE}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let ids: Vec<&str> = page["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), traced.len(), "{page}");
+    assert!(ids.contains(&record.record.id.as_str()));
+    let (status, _) = g
+        .admin(Method::GET, "/admin/decisions?trace=xyz", None)
+        .await;
+    assert_eq!(status, 400);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cedargate.toml");
+    let mut text = format!("data_dir = {:?}\n", g.dir.path().join("data"));
+    if let Some(url) = common::database_url_for(g.dir.path()) {
+        text.push_str(&format!("[database]\nurl = {url:?}\n"));
+    }
+    std::fs::write(&config, text).unwrap();
+    let out = common::cli::run(
+        &config,
+        &["audit", "query", "--trace", CALLER_TRACE, "--json"],
+    );
+    assert!(out.status.success(), "{}", common::cli::stderr(&out));
+    let lines: Vec<Value> = common::cli::stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), traced.len());
+    assert!(lines.iter().any(|d| d["id"] == record.record.id.as_str()));
+    let out = common::cli::run(&config, &["audit", "query", "--trace", "not-a-trace"]);
+    assert!(!out.status.success());
+
+    // The console's decision page shows the trace and links the tracing UI.
+    let html = decision_page(&g, &record.record.id).await;
+    assert!(
+        html.contains(&format!("id=\"trace-id\">{CALLER_TRACE}<")),
+        "{html}"
+    );
+    // (The template escapes `/` in attributes; a browser reads it back.)
+    let unescaped = html.replace("&#x2f;", "/");
+    assert!(
+        unescaped.contains(&format!(
+            "href=\"http://jaeger.test:16686/trace/{CALLER_TRACE}\""
+        )),
+        "{html}"
+    );
+}
