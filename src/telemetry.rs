@@ -66,6 +66,12 @@
 //!   batch's messages are a span each, from when each is answered; the
 //!   batch's admission happens before any of them and has no span (its
 //!   `access_session` record is folded into the first message's record).
+//! - Decision spans are made for the decisions a request makes one by one
+//!   (`Call::decide`: `access_session`, `view_tool`, `call_tool`,
+//!   `a2a_invoke`, `write_node`, `read_resource`, `get_prompt`). The
+//!   batched ones, a `tools/list`'s `view_tool` per tool and a graph read's
+//!   `read_node` per node, each one record, have no span of their own: the
+//!   request's span covers them.
 //! - A decision span ends when the decision is made, but is exported only
 //!   once its record is committed, so that it can carry the record's
 //!   sequence number (a record queued without a durable commit, such as a
