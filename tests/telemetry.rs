@@ -730,3 +730,87 @@ async fn a_trace_finds_its_decisions_and_a_decision_links_its_trace() {
         "{html}"
     );
 }
+
+/// A minimal A2A 1.0 peer: its card, and `SendMessage` answered with a
+/// message; records the `traceparent` header of each call.
+async fn start_peer() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let rpc = format!("{base}/rpc");
+    let card = json!({
+        "name": "Peer", "description": "Says hi.", "version": "1.0.0",
+        "supportedInterfaces": [{"url": rpc, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "skills": [{"id": "say-hi", "name": "Say hi"}],
+    });
+    let recorded = Arc::clone(&seen);
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/agent-card.json",
+            axum::routing::get(move || {
+                let card = card.clone();
+                async move { axum::Json(card) }
+            }),
+        )
+        .route(
+            "/rpc",
+            axum::routing::post(move |headers: HeaderMap, body: String| {
+                let recorded = Arc::clone(&recorded);
+                async move {
+                    let traceparent = headers
+                        .get("traceparent")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    recorded.lock().unwrap().push(traceparent);
+                    let req: Value = serde_json::from_str(&body).unwrap();
+                    axum::Json(json!({"jsonrpc": "2.0", "id": req["id"], "result":
+                        {"message": {"role": "ROLE_AGENT", "parts": [{"text": "hi there"}]}}}))
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+#[tokio::test]
+async fn an_a2a_call_is_a_client_span_whose_context_reaches_the_peer() {
+    let receiver = Receiver::start().await;
+    let endpoint = receiver.url.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.telemetry.endpoint = Some(endpoint);
+        c.telemetry.export_delay_ms = Some(50);
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let (peer, seen) = start_peer().await;
+    let (status, agent) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/a2a-agents",
+            Some(json!({"url": peer})),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let (tp, trace, _) = caller(9);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "peer.say-hi", "arguments": {}, "_meta": {"traceparent": tp}}});
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18")],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["result"].is_object(), "{body}");
+    let spans = receiver.trace(&trace, 4).await;
+    let decision = named(&spans, "cedar a2a_invoke");
+    assert_eq!(attr(decision, "cedar.decision").as_deref(), Some("allow"));
+    let client = named(&spans, "SendMessage");
+    assert_eq!(client.kind, 3);
+    assert_eq!(attr(client, "a2a.protocol.version").as_deref(), Some("1.0"));
+    assert_eq!(attr(client, "gen_ai.agent.name").as_deref(), Some("Peer"));
+    let expected = format!("00-{trace}-{}-01", hex(&client.span_id));
+    assert_eq!(seen.lock().unwrap().clone(), vec![Some(expected)]);
+}
