@@ -80,8 +80,9 @@
 //!   `spanId`) besides the caller's `traceparent`, so a trace the gateway
 //!   started is found from its records (`audit query --trace`, the
 //!   console).
-//! - Export off costs the request path one branch: no context is attached,
-//!   no span is built, nothing is injected. With export off the caller's
+//! - Export off costs the request path a branch per step (and an outbound
+//!   call one thread-local look-up): no context is attached, no span is
+//!   built, nothing is injected. With export off the caller's
 //!   trace context is still noted in its records, but not forwarded.
 //! - Export is bounded: spans wait in a queue of `max_queue_spans` and are
 //!   sent in batches by the SDK's thread; a full queue drops the span

@@ -657,9 +657,23 @@ async fn a_trace_finds_its_decisions_and_a_decision_links_its_trace() {
     let receiver = Receiver::start().await;
     let (g, t, _) = setup(&receiver.url, None, |c| {
         c.trace_link = Some("http://jaeger.test:16686/trace/{trace_id}".into());
+        c.record_tool_io = vec!["files.echo".into()];
     })
     .await;
     call_echo(&g, &t, true).await;
+    // The operator opted this tool in: its arguments and result are on
+    // its span (the first test shows they are not otherwise).
+    let spans = receiver.trace(CALLER_TRACE, 4).await;
+    let server = named(&spans, "tools/call files.echo");
+    assert_eq!(
+        attr(server, "gen_ai.tool.call.arguments").as_deref(),
+        Some(r#"{"message":"hi"}"#)
+    );
+    assert!(
+        attr(server, "gen_ai.tool.call.result")
+            .unwrap()
+            .contains("\"text\":\"hi\"")
+    );
     call_echo(&g, &t, false).await;
     let traced: Vec<_> = g
         .decisions()
