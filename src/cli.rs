@@ -12,6 +12,7 @@ pub mod checkpoints;
 pub mod lifecycle;
 pub mod log_lines;
 pub mod log_trace_ids;
+pub mod progress;
 pub mod trail;
 pub mod upstreams;
 

@@ -463,26 +463,46 @@ pub fn replay(config: &Config, args: &ReplayArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = match store.read_blocking(|c| {
-        crate::replay::replay(c, &filter, &against).map_err(|e| match e {
-            crate::replay::ReplayError::Store(s) => s,
-            crate::replay::ReplayError::Filter(f) => crate::store::StoreError::Invalid(f),
-            e @ crate::replay::ReplayError::Cancelled(_) => {
-                crate::store::StoreError::Invalid(e.to_string())
-            }
-        })
-    }) {
+    let control = crate::replay::Control::default();
+    let replayed = super::progress::watched_by(
+        "replaying",
+        None,
+        || control.records_read(),
+        || store.read_blocking(|c| replay_counted(c, &filter, &against, &control)),
+    );
+    let report = match replayed {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
+    report_replay(&report, args)
+}
+
+/// The replay, counting the records it read in `control`.
+fn replay_counted(
+    c: &mut crate::store::Conn,
+    filter: &DecisionFilter,
+    against: &crate::replay::Against,
+    control: &crate::replay::Control,
+) -> Result<crate::replay::ReplayReport, crate::store::StoreError> {
+    crate::replay::replay_with(c, filter, against, control).map_err(|e| match e {
+        crate::replay::ReplayError::Store(s) => s,
+        crate::replay::ReplayError::Filter(f) => crate::store::StoreError::Invalid(f),
+        e @ crate::replay::ReplayError::Cancelled(_) => {
+            crate::store::StoreError::Invalid(e.to_string())
+        }
+    })
+}
+
+/// Prints a replay's report; the exit code it calls for.
+fn report_replay(report: &crate::replay::ReplayReport, args: &ReplayArgs) -> ExitCode {
     match args.format {
-        ReplayFormat::Table => print!("{}", crate::replay::render_table(&report)),
+        ReplayFormat::Table => print!("{}", crate::replay::render_table(report)),
         ReplayFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
+            serde_json::to_string_pretty(report).unwrap_or_default()
         ),
     }
     if !report.unreplayable.is_empty() {
@@ -517,27 +537,31 @@ pub fn export(config: &Config, args: &ExportArgs) -> ExitCode {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut cursor = None;
-    loop {
-        let rows = match store
-            .read_blocking(|c| audit_query::page_filtered(c, &filter, cursor, Order::Asc, 4096))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+    let exported = std::sync::atomic::AtomicU64::new(0);
+    super::progress::watched("exporting", None, &exported, || {
+        let mut cursor = None;
+        loop {
+            let rows = match store
+                .read_blocking(|c| audit_query::page_filtered(c, &filter, cursor, Order::Asc, 4096))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let Some(last) = rows.last() else { break };
+            cursor = Some(last.seq);
+            if crate::audit::export::write(&mut out, &rows, args.format).is_err() {
+                // A closed pipe (`| head`) ends the export quietly.
+                return ExitCode::SUCCESS;
             }
-        };
-        let Some(last) = rows.last() else { break };
-        cursor = Some(last.seq);
-        if crate::audit::export::write(&mut out, &rows, args.format).is_err() {
-            // A closed pipe (`| head`) ends the export quietly.
-            return ExitCode::SUCCESS;
+            exported.fetch_add(rows.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
-    }
-    use std::io::Write as _;
-    let _ = out.flush();
-    ExitCode::SUCCESS
+        use std::io::Write as _;
+        let _ = out.flush();
+        ExitCode::SUCCESS
+    })
 }
 
 /// `audit verify`.
@@ -570,9 +594,35 @@ pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
         times.get(1).cloned().flatten(),
     );
     let ranged = since.is_some() || until.is_some();
-    let result = store.read_blocking(|c| {
+    // The bar's end: the chain's head (what an unbounded check walks to).
+    let head = store
+        .read_blocking(decisions::chain_head)
+        .ok()
+        .map(|h| u64::try_from(h.seq - h.anchor.0).unwrap_or(0));
+    let checked = std::sync::atomic::AtomicU64::new(0);
+    let result = super::progress::watched("verifying", head, &checked, || {
+        verify_walk(
+            &store,
+            ranged,
+            (since.as_deref(), until.as_deref()),
+            args,
+            &checked,
+        )
+    });
+    report_verified(result)
+}
+
+/// The walk of `audit verify`: the range, the newest anchor, the report.
+fn verify_walk(
+    store: &Store,
+    ranged: bool,
+    (since, until): (Option<&str>, Option<&str>),
+    args: &VerifyArgs,
+    checked: &std::sync::atomic::AtomicU64,
+) -> Result<Option<VerifiedRange>, crate::store::StoreError> {
+    store.read_blocking(|c| {
         let (from, to) = if ranged {
-            match audit_query::seq_range(c, since.as_deref(), until.as_deref())? {
+            match audit_query::seq_range(c, since, until)? {
                 Some(r) => r,
                 None => return Ok(None),
             }
@@ -580,8 +630,19 @@ pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
             (args.from_seq.unwrap_or(1), args.to_seq.unwrap_or(i64::MAX))
         };
         let anchor = crate::store::retention::anchors(c)?.pop();
-        decisions::verify_range(c, from, to).map(|r| Some((from, r, anchor)))
-    });
+        decisions::verify_range_counted(c, from, to, checked).map(|r| Some((from, r, anchor)))
+    })
+}
+
+/// The first seq checked, the report, and the newest archive anchor.
+type VerifiedRange = (
+    i64,
+    decisions::VerifyReport,
+    Option<crate::store::retention::Anchor>,
+);
+
+/// Prints what `audit verify` found; its exit code.
+fn report_verified(result: Result<Option<VerifiedRange>, crate::store::StoreError>) -> ExitCode {
     match result {
         Err(e) => {
             eprintln!("error: {e}");
