@@ -6,7 +6,10 @@
 //! upstream receives the trace context (its `traceparent` header and
 //! `params._meta`); a denied call's spans carry the deny; a collector that
 //! is down or hangs fails no request and its drops are counted; sampling
-//! at 0 exports nothing. Both backends (`CG_TEST_BACKEND`).
+//! at 0 exports nothing; every transport continues a caller's trace; a
+//! trace finds its decisions and a decision links its trace; A2A calls
+//! carry the context; OTLP/gRPC reaches a gRPC collector (the
+//! collector's own `TraceService`). Both backends (`CG_TEST_BACKEND`).
 
 #![allow(
     clippy::unwrap_used,
@@ -827,4 +830,72 @@ async fn an_a2a_call_is_a_client_span_whose_context_reaches_the_peer() {
     assert_eq!(attr(client, "gen_ai.agent.name").as_deref(), Some("Peer"));
     let expected = format!("00-{trace}-{}-01", hex(&client.span_id));
     assert_eq!(seen.lock().unwrap().clone(), vec![Some(expected)]);
+}
+
+/// An OTLP/gRPC receiver (the collector's `TraceService`); its URL and spans.
+async fn grpc_receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+
+    struct Collector(Arc<Mutex<Vec<Span>>>);
+
+    #[tonic::async_trait]
+    impl TraceService for Collector {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            let mut got = self.0.lock().unwrap();
+            for resource in request.into_inner().resource_spans {
+                for scope in resource.scope_spans {
+                    got.extend(scope.spans);
+                }
+            }
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+
+    let spans = Arc::new(Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = TraceServiceServer::new(Collector(Arc::clone(&spans)));
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    (format!("http://{addr}"), spans)
+}
+
+#[tokio::test]
+async fn grpc_export_reaches_a_grpc_collector() {
+    let (url, spans) = grpc_receiver().await;
+    let (g, t, _) = setup(&url, None, |c| {
+        c.protocol = Some(cedargate::telemetry::config::Protocol::Grpc);
+    })
+    .await;
+    call_echo(&g, &t, true).await;
+    let mut names = Vec::new();
+    for _ in 0..200 {
+        names = spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| hex(&s.trace_id) == CALLER_TRACE)
+            .map(|s| s.name.clone())
+            .collect();
+        if names.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        names.contains(&"tools/call files.echo".to_string()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"cedar call_tool".to_string()), "{names:?}");
 }
