@@ -45,6 +45,7 @@ pub fn routes(gw: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .merge(crate::a2a::admin::routes())
         .merge(crate::upstream::admin::routes())
         .merge(crate::rate_limits::admin::routes())
+        .merge(crate::pdp::admin::routes())
         .route_layer(middleware::from_fn_with_state(gw, require_admin))
 }
 
@@ -201,16 +202,17 @@ async fn create_key(
         .read(move |c| operator::create_key(c, &org, req))
         .await?;
     crate::cluster::coherence::changed(&gw, &changed_org).await;
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({
-            "id": key.id,
-            "orgId": key.org_id,
-            "label": key.label,
-            "createdAt": key.created_at,
-            "key": secret,
-        })),
-    ))
+    let mut created = json!({
+        "id": key.id,
+        "orgId": key.org_id,
+        "label": key.label,
+        "createdAt": key.created_at,
+        "key": secret,
+    });
+    if !key.pdp_apps.is_empty() {
+        created["pdpApps"] = json!(key.pdp_apps);
+    }
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 async fn list_keys(

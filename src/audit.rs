@@ -5,6 +5,7 @@
 //! **Architecture Invariant:** a decision is made only through [`decide`],
 //! so no code path can authorize without producing a record.
 
+pub mod application;
 pub mod archive;
 mod archive_file;
 pub mod checkpoint;

@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod log_lines;
 pub mod log_trace_ids;
 pub mod progress;
+pub mod prove;
 pub mod trail;
 pub mod upstreams;
 
@@ -223,6 +224,10 @@ pub enum KeyCmd {
         /// Label.
         #[arg(long)]
         label: String,
+        /// A decision application the key may ask over the AuthZEN API
+        /// (repeatable): a key of the PDP role, which opens no MCP session.
+        #[arg(long = "pdp-app")]
+        pdp_apps: Vec<String>,
     },
     /// List keys of an org (no secrets).
     List {
@@ -505,10 +510,19 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         Command::Agent(AgentCmd::Delete { org, id }) => {
             store.read_blocking(|c| tenants::delete_agent(c, &org, &id))?
         }
-        Command::Key(KeyCmd::Create { org, label }) => {
-            let (key, secret) =
-                store.read_blocking(|c| operator::create_key(c, &org, CreateKey { label }))?;
-            print(&json!({ "id": key.id, "orgId": key.org_id, "label": key.label, "key": secret }));
+        Command::Key(KeyCmd::Create {
+            org,
+            label,
+            pdp_apps,
+        }) => {
+            let (key, secret) = store
+                .read_blocking(|c| operator::create_key(c, &org, CreateKey { label, pdp_apps }))?;
+            let mut shown =
+                json!({ "id": key.id, "orgId": key.org_id, "label": key.label, "key": secret });
+            if !key.pdp_apps.is_empty() {
+                shown["pdpApps"] = json!(key.pdp_apps);
+            }
+            print(&shown);
         }
         Command::Key(KeyCmd::List { org }) => {
             print(&store.read_blocking(|c| tenants::list_keys(c, &org))?)

@@ -30,6 +30,12 @@ pub struct Config {
     pub policies_dir: PathBuf,
     /// The Cedar schema policies are validated against.
     pub schema_file: PathBuf,
+    /// Directory of decision applications served over the AuthZEN API, one
+    /// folder each (`{pdp_dir}/<app>/`: `schema.cedarschema`,
+    /// `policies/*.cedar`, `tests/`, `entities.json`); absent: none.
+    pub pdp_dir: PathBuf,
+    /// The AuthZEN decision point: its default application and bounds.
+    pub pdp: PdpConfig,
     /// `human` (default) or `json` log lines.
     pub log_format: LogFormat,
     /// Bearer token for `/admin/*`. Without one the admin API is not served.
@@ -63,6 +69,9 @@ pub struct Config {
     pub worker_threads: Option<std::num::NonZeroUsize>,
     /// Policy lifecycle: reload on file changes, shadow mode, metrics.
     pub lifecycle: LifecycleConfig,
+    /// Proofs about policy sets (`policy diff --prove`, `policy lint
+    /// --prove`): the SMT solver and the time they may take.
+    pub prove: ProveConfig,
     /// Remote A2A peers: timeouts, concurrency, refresh, size limits.
     pub a2a: A2aConfig,
     /// Background listing of registered upstream MCP servers.
@@ -337,6 +346,89 @@ impl Default for LifecycleConfig {
     }
 }
 
+/// The AuthZEN Authorization API of the decision applications (`[pdp]`).
+/// See `src/pdp.rs`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PdpConfig {
+    /// The application answered at `/access/v1/…` and described by
+    /// `/.well-known/authzen-configuration`; unset: those paths answer
+    /// 404 and every application is asked at `/pdp/<app>/access/v1/…`.
+    pub default_app: Option<String>,
+    /// Largest request body, in bytes (larger: HTTP 413).
+    pub max_body_bytes: usize,
+    /// Most evaluations in one `evaluations` request (more: HTTP 400,
+    /// nothing decided). Each is a decision record.
+    pub max_evaluations: usize,
+    /// Largest `properties` or `context` object of one evaluation, in
+    /// bytes of JSON (larger: HTTP 400): what the request adds to an
+    /// entity is recorded with each of its decisions.
+    pub max_object_bytes: usize,
+    /// Longest `type`, `id` or action `name`, in bytes (longer: HTTP 400).
+    pub max_name_bytes: usize,
+    /// Results in one search page when the request gives no `page.limit`.
+    pub search_page: usize,
+    /// Largest `page.limit` of a search (more, or 0: HTTP 400).
+    pub max_search_page: usize,
+    /// Candidates one search page decides at most: a page that reaches it
+    /// answers the results found so far with a `next_token` going on from
+    /// there, so a search over many entities costs a bounded time per page.
+    pub max_search_examined: usize,
+    /// Milliseconds one search page may spend deciding candidates (then it
+    /// answers as at `max_search_examined`).
+    pub search_budget_ms: u64,
+    /// Seconds a search's `next_token` stays valid (then: HTTP 400).
+    pub page_token_ttl_secs: u64,
+}
+
+impl Default for PdpConfig {
+    fn default() -> Self {
+        PdpConfig {
+            default_app: None,
+            max_body_bytes: 1024 * 1024,
+            max_evaluations: 1_000,
+            max_object_bytes: 64 * 1024,
+            max_name_bytes: 1024,
+            search_page: 100,
+            max_search_page: 1_000,
+            max_search_examined: 10_000,
+            search_budget_ms: 500,
+            page_token_ttl_secs: 600,
+        }
+    }
+}
+
+/// The solver behind the policy proofs (`[prove]`) and their time limits.
+/// Proofs never run on the request path: they are commands a security
+/// team runs (and, later, a reload's gate), seconds rather than
+/// microseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProveConfig {
+    /// The cvc5 (1.3 or newer) executable. Unset: `$CVC5`, else
+    /// `target/solver/cvc5` beside the running binary's target directory,
+    /// else `target/solver/cvc5` under the working directory (where
+    /// `bash solver/build.sh` puts it). Never `cvc5` on `PATH`: Debian's is
+    /// 1.0.3, too old for the encoding.
+    pub solver: Option<PathBuf>,
+    /// Time one solver query may take (a request environment needs two to
+    /// four); past it the answer is "unknown", never "equivalent".
+    pub query_timeout_ms: u64,
+    /// Time a whole proof run may take; request environments not reached
+    /// by then are reported "unknown".
+    pub run_timeout_secs: u64,
+}
+
+impl Default for ProveConfig {
+    fn default() -> Self {
+        Self {
+            solver: None,
+            query_timeout_ms: 10_000,
+            run_timeout_secs: 300,
+        }
+    }
+}
+
 /// Bridge and registry settings (`[a2a]` in the config file).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -461,7 +553,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Bounds on what one HTTP request may carry (DESIGN invariant 4).
+/// Bounds on what one HTTP request may carry (ARCHITECTURE.md, invariant
+/// 4, "Bounded everything").
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -700,6 +793,8 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             policies_dir: PathBuf::from("policies"),
             schema_file: PathBuf::from("schemas/gateway.cedarschema"),
+            pdp_dir: PathBuf::from("pdp"),
+            pdp: PdpConfig::default(),
             log_format: LogFormat::Human,
             admin_token: None,
             auditor_token: None,
@@ -713,6 +808,7 @@ impl Default for Config {
             cache_ttl_secs: 30,
             worker_threads: None,
             lifecycle: LifecycleConfig::default(),
+            prove: ProveConfig::default(),
             a2a: A2aConfig::default(),
             upstream_refresh: UpstreamRefreshConfig::default(),
             upstream_limits: UpstreamLimitsConfig::default(),

@@ -27,10 +27,14 @@ pub async fn open_session(
 ) -> Result<impl IntoResponse, AppError> {
     let presented =
         crate::auth::bearer_key(&headers).map_err(|e| AppError::Unauthorized(e.to_string()))?;
-    let key = gw.authenticate(&presented).await.map_err(|e| match e {
-        ResolveError::Store(s) => AppError::from(s),
-        other => AppError::Unauthorized(other.to_string()),
-    })?;
+    let key = gw
+        .authenticate_daemon(&presented)
+        .await
+        .map_err(|e| match e {
+            ResolveError::Store(s) => AppError::from(s),
+            ResolveError::PdpKey => AppError::Forbidden(e.to_string()),
+            other => AppError::Unauthorized(other.to_string()),
+        })?;
     // Opening a session records a decision: refused first when the
     // trail's disk is low (nothing decided, nothing written).
     gw.store

@@ -68,6 +68,12 @@ pub enum ResolveError {
     /// Unknown or revoked key (401).
     #[error("unknown or revoked key")]
     UnknownKey,
+    /// A key of the PDP role on an endpoint of daemon keys (403): it asks
+    /// decision applications over the AuthZEN API, nothing else.
+    #[error(
+        "this key is a decision-point key: it may only ask its applications over the AuthZEN API"
+    )]
+    PdpKey,
     /// No such session (404).
     #[error("session `{}` not found", echo(.0))]
     NoSession(String),
@@ -120,6 +126,9 @@ pub struct Gateway {
     pub lifecycle: crate::lifecycle::Lifecycle,
     /// Trace export (off unless `[telemetry]` or `OTEL_*` name a collector).
     pub telemetry: crate::telemetry::Telemetry,
+    /// The decision applications served over the AuthZEN API, each with
+    /// its own active set.
+    pub pdp: crate::pdp::Pdp,
     /// Knowledge graphs (in-memory views, write locks, embedder, extractor).
     pub graphs: Arc<crate::graph::Graphs>,
     /// Remote A2A peers: registry cache, bridge client, hook bus (shared
@@ -215,6 +224,7 @@ impl Gateway {
         Ok(Gateway {
             lifecycle,
             telemetry,
+            pdp: crate::pdp::Pdp::new(&config.pdp_dir),
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)
@@ -303,6 +313,19 @@ impl Gateway {
         } else {
             Err(ResolveError::UnknownKey)
         }
+    }
+
+    /// A daemon key, for the MCP endpoints and `POST /api/sessions`: a key
+    /// of the PDP role is refused there.
+    pub async fn authenticate_daemon(
+        &self,
+        presented: &PresentedKey,
+    ) -> Result<ApiKey, ResolveError> {
+        let key = self.authenticate(presented).await?;
+        if !key.pdp_apps.is_empty() {
+            return Err(ResolveError::PdpKey);
+        }
+        Ok(key)
     }
 
     /// The cached view of `session_id` for `key`, checking tenant isolation.
@@ -482,6 +505,7 @@ pub fn stand_in_key(person: &Person) -> ApiKey {
         org_id: person.org().to_string(),
         label: person.user.facts().name.clone(),
         created_at: String::new(),
+        pdp_apps: Vec::new(),
     }
 }
 

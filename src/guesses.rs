@@ -1,6 +1,7 @@
 //! Throttling of credential guesses: wrong admin tokens (`/admin`), wrong
 //! admin or auditor tokens at the console's sign-in, and wrong daemon keys
-//! (`rsk_live_…`: the MCP endpoints and `POST /api/sessions`).
+//! (`rsk_live_…`: the MCP endpoints, `POST /api/sessions` and the AuthZEN
+//! endpoints).
 //!
 //! - **Only failures spend.** A wrong credential spends one token of its
 //!   client address's bucket, then one of the bucket of all addresses
@@ -70,6 +71,8 @@ pub enum Entry {
     Mcp,
     /// `POST /api/sessions`.
     Sessions,
+    /// The AuthZEN endpoints of the decision applications.
+    Pdp,
 }
 
 impl Entry {
@@ -79,6 +82,7 @@ impl Entry {
             Entry::Console => "console",
             Entry::Mcp => "mcp",
             Entry::Sessions => "sessions",
+            Entry::Pdp => "pdp",
         }
     }
 }
@@ -214,8 +218,10 @@ pub async fn daemon_keys(State(gw): State<Arc<Gateway>>, req: Request, next: Nex
     let path = req.uri().path();
     let entry = if path.starts_with("/api/mcp/") || path.starts_with("/mcp/") {
         Entry::Mcp
-    } else {
+    } else if path == "/api/sessions" {
         Entry::Sessions
+    } else {
+        Entry::Pdp
     };
     if let Err(t) = admit(&gw, Class::DaemonKey, client, entry).await {
         return throttled(entry, &t);

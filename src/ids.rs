@@ -58,6 +58,17 @@ pub fn validate_id(kind: &str, id: &str) -> Result<(), IdError> {
     Ok(())
 }
 
+/// What a decision application's name may be (its folder's name, see
+/// `src/pdp.rs`).
+pub const APP_NAME_RULE: &str = "1 to 64 of `[A-Za-z0-9_.-]`, not starting with `.`";
+
+/// Whether `name` may name a decision application: an id
+/// ([`validate_id`]) that does not start with `.` (no hidden folder, no
+/// `..`).
+pub fn valid_app_name(name: &str) -> bool {
+    !name.starts_with('.') && validate_id("application", name).is_ok()
+}
+
 /// Current UTC time as RFC 3339 with millisecond precision (the form Cedar's
 /// `datetime` accepts and the audit trail stores).
 pub fn now_rfc3339() -> String {

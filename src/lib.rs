@@ -26,6 +26,7 @@ pub mod lifecycle;
 pub mod mcp;
 pub mod metrics;
 pub mod operator;
+pub mod pdp;
 pub mod policy;
 pub mod rate_limits;
 pub mod replay;

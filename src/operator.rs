@@ -63,6 +63,11 @@ pub struct CreateAgent {
 pub struct CreateKey {
     /// Operator label.
     pub label: String,
+    /// The decision applications the key may ask over the AuthZEN API (a
+    /// key of the PDP role, which opens no MCP session); empty for a
+    /// daemon key.
+    #[serde(default)]
+    pub pdp_apps: Vec<String>,
 }
 
 /// `POST /api/sessions`.
@@ -156,6 +161,17 @@ pub fn create_key(
     req: CreateKey,
 ) -> Result<(ApiKey, String), StoreError> {
     text("label", &req.label)?;
+    for app in &req.pdp_apps {
+        if !crate::ids::valid_app_name(app) {
+            return Err(StoreError::Invalid(format!(
+                "`pdpApps`: `{app}` is not an application name ({})",
+                crate::ids::APP_NAME_RULE
+            )));
+        }
+    }
+    let mut pdp_apps = req.pdp_apps;
+    pdp_apps.sort();
+    pdp_apps.dedup();
     let minted =
         auth::mint_key().map_err(|e| StoreError::Write(format!("no randomness available: {e}")))?;
     let key = ApiKey {
@@ -163,6 +179,7 @@ pub fn create_key(
         org_id: org_id.to_string(),
         label: req.label,
         created_at: now_rfc3339(),
+        pdp_apps,
     };
     tenants::create_key(conn, &key, &minted.secret_hash)?;
     Ok((key, minted.key))
@@ -220,7 +237,14 @@ pub fn provision(conn: &mut Conn, p: Provision) -> Result<Provisioned, StoreErro
         let org = create_org(tx, p.org)?;
         let project = create_project(tx, &org.id, p.project)?;
         let agent = create_agent(tx, &org.id, p.agent)?;
-        let (key, secret) = create_key(tx, &org.id, CreateKey { label: p.key_label })?;
+        let (key, secret) = create_key(
+            tx,
+            &org.id,
+            CreateKey {
+                label: p.key_label,
+                pdp_apps: Vec::new(),
+            },
+        )?;
         let session = open_session(
             tx,
             &org.id,

@@ -7,6 +7,7 @@
 //! request that cannot be built, all deny.
 
 pub mod action_slices;
+pub mod application;
 pub mod cedar_names;
 pub mod describe;
 pub mod dropped;
@@ -19,15 +20,22 @@ pub mod identity;
 mod literals;
 pub mod load;
 pub mod node_reads;
+mod prove_assumptions;
+pub mod prove_diff;
+pub mod prove_lint;
+pub mod prover;
 pub mod recorded;
 pub mod replay_verdicts;
 pub mod schema_gen;
 pub mod session_verdicts;
+pub mod set_diff;
 pub mod set_hash;
+pub mod solver;
 pub mod step_up;
 pub mod tests_runner;
 mod uid;
 pub mod usage_reads;
+pub mod witness;
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
@@ -46,7 +54,7 @@ pub use uid::{Uid, UidError};
 /// Cedar namespace of the gateway vocabulary.
 pub const NAMESPACE: &str = "Gateway";
 
-/// The actions of the public vocabulary (DESIGN §3).
+/// The actions of the public vocabulary (`schemas/gateway.cedarschema`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {

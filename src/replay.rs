@@ -10,7 +10,10 @@
 //! once in `records` and is identical when all its tools are.
 //!
 //! Records of operator actions taken in the web console
-//! (`console:*` actions) are not Cedar decisions: replay skips them.
+//! (`console:*` actions) are not Cedar decisions: replay skips them. The
+//! decisions of the AuthZEN decision applications (`authzen:*` actions)
+//! were made by their own sets, never the gateway's: replay leaves them
+//! out too (replaying them under their applications is still to come).
 //!
 //! [`replay_with`] reports progress and can be cancelled between pages
 //! (the web console's replays); [`replay`] runs to the end.
@@ -553,9 +556,9 @@ fn read_page(
     let last_seq = Some(last.seq);
     control.read.fetch_add(rows.len() as u64, Ordering::Relaxed);
     rows.retain(|r| {
-        !r.record
-            .action
-            .starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
+        let action = &r.record.action;
+        !action.starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
+            && !action.starts_with(crate::store::decisions::AUTHZEN_ACTION_PREFIX)
             && only.is_none_or(|action| holds_action(r, action))
     });
     let mut resolved = Vec::with_capacity(rows.len());

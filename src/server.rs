@@ -108,6 +108,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
         tracing::warn!(warning = %w, "policy validation warning");
     }
     tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
+    note_solver(&config.prove).await;
     let gw = Arc::new(Gateway::new(config, store, bundle, catalog)?);
     gw.lifecycle.set_upstream_tools(upstream_tools);
     // Record the policy set and register this instance now when the
@@ -117,6 +118,9 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     }
     gw.lifecycle
         .started(&gw.pep.current(), tests.outcomes.len());
+    // The decision applications load after the gateway's set, each on its
+    // own: one that fails is reported, never a reason not to start.
+    crate::pdp::lifecycle::reload_all(&gw, "startup").await;
     if let Some(dir) = &gw.config.lifecycle.shadow_policies_dir {
         gw.lifecycle
             .shadow
@@ -124,6 +128,20 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
             .map_err(StartError::Shadow)?;
     }
     Ok(gw)
+}
+
+/// Says once whether policy proofs can run on this machine. Nothing the
+/// gateway serves depends on it: proofs are off the request path.
+async fn note_solver(prove: &crate::config::ProveConfig) {
+    let query = std::time::Duration::from_millis(prove.query_timeout_ms);
+    match crate::policy::solver::find(prove.solver.as_deref(), query).await {
+        Ok(s) => {
+            tracing::info!(solver = %s.path.display(), version = %s.version, "policy proofs available")
+        }
+        Err(e) => {
+            tracing::info!(reason = %e, "policy proofs unavailable; the gateway runs without them")
+        }
+    }
 }
 
 /// The upstream tools typed from the stored pins, read before the first
@@ -190,6 +208,18 @@ pub fn app(gw: Arc<Gateway>) -> Router {
                 get(|| async { axum::response::Redirect::permanent(crate::console::PATH) }),
             );
     }
+    // The AuthZEN routes: wrong daemon keys throttled, `X-Request-ID`
+    // echoed on every answer.
+    router = router.merge(
+        crate::pdp::routes::routes()
+            .route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&gw),
+                crate::guesses::daemon_keys,
+            ))
+            .layer(axum::middleware::from_fn(
+                crate::pdp::routes::echo_request_id,
+            )),
+    );
     // The MCP routes time their bodies in admission, which answers 400 or
     // 408 with a JSON-RPC error; these routes get the same bounds from
     // layers (a body over them fails to buffer: 400).
@@ -349,6 +379,7 @@ pub async fn run(
         Arc::clone(&key),
     ));
     let triggers = crate::lifecycle::watch::start(&gw);
+    let pdp_triggers = crate::pdp::watch::start(&gw);
     let refresher = tokio::spawn(crate::a2a::refresh::refresh_loop(Arc::clone(&gw)));
     let upstream_types = crate::lifecycle::upstream_types::start(&gw);
     let upstream_refresh = tokio::spawn(crate::upstream::refresh::refresh_loop(Arc::clone(&gw)));
@@ -407,6 +438,7 @@ pub async fn run(
     }
     drop(changes);
     drop(triggers);
+    drop(pdp_triggers);
     // Hook subscribers hold events for a moment to batch their rows.
     if tokio::time::timeout(Duration::from_secs(5), gw.a2a.bus.drain())
         .await

@@ -159,6 +159,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         include_str!("store/migrations/0025_person_sessions.sql"),
     ),
     (26, include_str!("store/migrations/0026_upstream_oauth.sql")),
+    (44, include_str!("store/migrations/0044_pdp_keys.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -237,6 +238,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         26,
         include_str!("store/migrations/postgres/0026_upstream_oauth.sql"),
+    ),
+    (
+        44,
+        include_str!("store/migrations/postgres/0044_pdp_keys.sql"),
     ),
 ];
 

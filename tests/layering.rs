@@ -5,7 +5,8 @@
 //! 1. no import cycle between files: a file never imports a file that
 //!    imports it;
 //! 2. only `src/policy/` (with its facade file `src/policy.rs`) names
-//!    `cedar_policy`;
+//!    `cedar_policy` or the Cedar crates beside it (`cedar_policy_core`,
+//!    `cedar_policy_formatter`, `cedar_policy_symcc`);
 //! 3. only `src/store/` (with `src/store.rs`) holds SQL text: a string
 //!    literal starting with `SELECT `, `INSERT `, `UPDATE `, `DELETE `,
 //!    `CREATE ` or `WITH `.
@@ -49,6 +50,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+/// The Cedar crates only `src/policy/` may name.
+const CEDAR_CRATES: [&str; 4] = [
+    "cedar_policy",
+    "cedar_policy_core",
+    "cedar_policy_formatter",
+    "cedar_policy_symcc",
+];
 
 /// What a string literal holding SQL starts with (case-sensitive).
 const SQL_KEYWORDS: [&str; 6] = [
@@ -115,6 +124,11 @@ fn the_checks_see_what_they_should() {
             "/* a /* nested */ cedar_policy */ use cedar_policy::EntityUid;\n",
         ),
         ("store/q.rs", "const Q: &str = \"DELETE FROM t\";\n"),
+        (
+            "e.rs",
+            "fn f() {}\nuse cedar_policy_symcc::CedarSymCompiler;\n",
+        ),
+        ("policy/p.rs", "use cedar_policy_symcc::Env;\n"),
     ];
     let sources: Vec<Source> = files
         .iter()
@@ -142,15 +156,22 @@ fn the_checks_see_what_they_should() {
     );
     assert_eq!(graph.cycles(), [["a", "a::child", "b"]]);
     assert_eq!(sql_outside_store(&sources), "  src/c.rs:2: \"SELECT 1…\"\n");
-    assert_eq!(cedar_policy_outside_policy(&sources), "  src/d.rs:1\n");
+    assert_eq!(
+        cedar_policy_outside_policy(&sources),
+        "  src/d.rs:1\n  src/e.rs:2\n"
+    );
 }
 
-/// Every line outside `src/policy/` that names `cedar_policy`, one per line
-/// of the answer.
+/// Every line outside `src/policy/` that names a Cedar crate
+/// ([`CEDAR_CRATES`]), one per line of the answer.
 fn cedar_policy_outside_policy(sources: &[Source]) -> String {
     let mut found = String::new();
     for source in sources.iter().filter(|s| !s.is_in("policy")) {
-        for line in word_lines(&source.lexed.code, "cedar_policy") {
+        let lines: BTreeSet<usize> = CEDAR_CRATES
+            .iter()
+            .flat_map(|word| word_lines(&source.lexed.code, word))
+            .collect();
+        for line in lines {
             writeln!(found, "  src/{}:{line}", source.rel).unwrap();
         }
     }

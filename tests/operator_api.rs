@@ -386,6 +386,84 @@ async fn create_session_is_decided_by_cedar() {
     assert_eq!(sessions, 1, "only the harness's own session exists");
 }
 
+/// A key of the PDP role names the decision applications it may ask; it
+/// opens no MCP session and uses none (403), and nothing is recorded.
+#[tokio::test]
+async fn keys_of_the_pdp_role_open_no_session() {
+    let g = TestGateway::start().await;
+    let a = g.tenant("acme").await;
+    let (s, bad) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/keys",
+            Some(json!({"label": "pep", "pdpApps": ["../etc"]})),
+        )
+        .await;
+    assert_eq!(s, 400, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`../etc`")
+    );
+    let (s, created) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/keys",
+            Some(json!({"label": "pep", "pdpApps": ["records", "billing", "records"]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{created}");
+    assert_eq!(created["pdpApps"], json!(["billing", "records"]));
+    let pep = created["key"].as_str().unwrap().to_string();
+    let (_, keys) = g.admin(Method::GET, "/admin/orgs/acme/keys", None).await;
+    let listed: Vec<&Value> = keys["keys"].as_array().unwrap().iter().collect();
+    assert!(
+        listed[0].get("pdpApps").is_none(),
+        "a daemon key lists none"
+    );
+    assert_eq!(listed[1]["pdpApps"], json!(["billing", "records"]));
+
+    let before = g.decisions().await.len();
+    let (status, answer) = g
+        .mcp_raw(
+            &a.mcp_url,
+            Some(&pep),
+            &[],
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    let resp = g
+        .http
+        .post(format!("{}/api/sessions", g.base))
+        .bearer_auth(&pep)
+        .json(&json!({"projectId": a.project, "agentId": a.agent}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("decision-point key")
+    );
+    assert_eq!(
+        g.decisions().await.len(),
+        before,
+        "nothing decided, nothing recorded"
+    );
+    let (status, _) = g
+        .mcp(
+            &a,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    assert_eq!(status, 200, "the org's daemon key is untouched");
+}
+
 #[tokio::test]
 async fn health_and_readiness() {
     let g = TestGateway::start().await;

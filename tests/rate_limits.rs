@@ -110,6 +110,7 @@ async fn second_key(g: &TestGateway, t: &Tenant) -> String {
                 &org,
                 CreateKey {
                     label: "second".into(),
+                    pdp_apps: Vec::new(),
                 },
             )
         })

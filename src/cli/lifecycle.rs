@@ -29,6 +29,14 @@ pub enum PolicyCmd {
         #[arg(long)]
         check: bool,
     },
+    /// Compare a candidate policy directory with the live one: the policies
+    /// it adds, removes and changes; with `--prove`, per request
+    /// environment, what it allows that the live set denies and the other
+    /// way round, each with a counterexample.
+    Diff(super::prove::DiffArgs),
+    /// Find dead policies, redundant permits, permits forbids shadow
+    /// entirely and policies that can error, each proved by the solver.
+    Lint(super::prove::LintArgs),
     /// Run the policy tests under `<policies>/tests` (Cedar `run-tests` format).
     Test {
         /// The directory (default: the configured one).
@@ -257,6 +265,8 @@ pub fn policy(config: &Config, cmd: &PolicyCmd) -> ExitCode {
         PolicyCmd::Validate(dir) => validate(config, &dir.resolve(config)),
         PolicyCmd::Fmt { dir, check } => fmt(&dir.resolve(config), *check),
         PolicyCmd::Test { dir, json } => test(config, &dir.resolve(config), *json),
+        PolicyCmd::Diff(args) => super::prove::diff(config, args),
+        PolicyCmd::Lint(args) => super::prove::lint(config, args),
     }
 }
 

@@ -73,19 +73,25 @@ impl LoadFailure {
             }
             LoadFailure::Candidate(e) => e,
         };
-        attempt.message = Some(e.summary());
-        match &e {
-            CandidateError::Policies(p) => {
-                attempt.diagnostics = p.diagnostics.iter().map(ToString::to_string).collect();
-            }
-            CandidateError::Tests(r) => {
-                attempt.tests_run = r.outcomes.len();
-                attempt.test_failures = r.failures();
-            }
-            CandidateError::TestFiles(_) => {}
-        }
+        refused(&e, attempt);
         let trigger = attempt.trigger.as_str();
         tracing::warn!(trigger, error = %e, "policy reload rejected; the active set is unchanged");
+    }
+}
+
+/// Fills a rejected attempt with why `e` refused its candidate: the
+/// summary, the located problems, the failed policy tests.
+pub(crate) fn refused(e: &CandidateError, attempt: &mut Attempt) {
+    attempt.message = Some(e.summary());
+    match e {
+        CandidateError::Policies(p) => {
+            attempt.diagnostics = p.diagnostics.iter().map(ToString::to_string).collect();
+        }
+        CandidateError::Tests(r) => {
+            attempt.tests_run = r.outcomes.len();
+            attempt.test_failures = r.failures();
+        }
+        CandidateError::TestFiles(_) => {}
     }
 }
 
@@ -105,7 +111,7 @@ async fn load(gw: &Gateway) -> Result<(PolicyBundle, TestReport), LoadFailure> {
 }
 
 /// An attempt that is `rejected` until a step says otherwise.
-fn rejected(trigger: &str) -> Attempt {
+pub(crate) fn rejected(trigger: &str) -> Attempt {
     Attempt {
         at: crate::ids::now_rfc3339(),
         trigger: trigger.to_string(),

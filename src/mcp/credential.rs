@@ -36,7 +36,7 @@ pub enum Caller {
 pub async fn caller(gw: &Gateway, headers: &HeaderMap, path: &str) -> Result<Caller, McpError> {
     match crate::auth::bearer_key(headers) {
         Ok(key) => gw
-            .authenticate(&key)
+            .authenticate_daemon(&key)
             .await
             .map(Caller::Key)
             .map_err(McpError::resolving),

@@ -736,7 +736,7 @@ impl McpError {
                 McpError::Unauthenticated(e.to_string())
             }
             ResolveError::NoSession(_) => McpError::SessionNotFound(e.to_string()),
-            ResolveError::CrossOrg(_) | ResolveError::Entities(_) => {
+            ResolveError::CrossOrg(_) | ResolveError::Entities(_) | ResolveError::PdpKey => {
                 McpError::Forbidden(e.to_string())
             }
             ResolveError::Store(err) => {

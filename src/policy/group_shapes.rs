@@ -131,7 +131,7 @@ fn group_shape(ns: &Value, group: Action) -> GroupShape {
 }
 
 /// A context type as a record: inline, or the common type it names.
-fn resolve<'a>(ty: &'a Value, common: Option<&'a Value>) -> Option<&'a Value> {
+pub(super) fn resolve<'a>(ty: &'a Value, common: Option<&'a Value>) -> Option<&'a Value> {
     if ty.get("type").and_then(Value::as_str) == Some("Record") {
         return Some(ty);
     }

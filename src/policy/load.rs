@@ -57,7 +57,8 @@ fn summary(d: &[SourceDiagnostic]) -> String {
 }
 
 impl PolicyLoadError {
-    fn single(file: &str, message: String) -> Self {
+    /// One problem in `file` that has no location inside it.
+    pub fn single(file: &str, message: String) -> Self {
         PolicyLoadError {
             diagnostics: vec![SourceDiagnostic {
                 file: file.to_string(),
@@ -301,55 +302,79 @@ pub fn bundle_from_sources(
     schema_text: &str,
     files: Vec<PolicyFile>,
 ) -> Result<PolicyBundle, PolicyLoadError> {
+    let (schema, mut warnings) = parse_schema(schema_file, schema_text)?;
+    let (pset, origin) = parse_policies(&files)?;
+    let typed = schema_gen::typed_tools(schema_text);
+    let mut diagnostics = group_scoped_policies(&pset, &typed, &origin, &files);
+    diagnostics.extend(scope_annotation_errors(&pset, &origin, &files));
+    warnings.extend(validate_strictly(
+        &schema,
+        &pset,
+        &origin,
+        &files,
+        diagnostics,
+    )?);
+    let sources = Sources {
+        schema_file,
+        schema_text,
+        files,
+        origin,
+    };
+    Ok(assemble(sources, schema, pset, typed, warnings))
+}
+
+/// Policy id → index of the file that defines it, for locating errors.
+type Origin = std::collections::HashMap<String, usize>;
+
+/// What a bundle is built from, once its policies parsed.
+struct Sources<'a> {
+    schema_file: &'a str,
+    schema_text: &'a str,
+    files: Vec<PolicyFile>,
+    origin: Origin,
+}
+
+/// The schema, and its warnings as `file: warning` lines.
+fn parse_schema(
+    schema_file: &str,
+    schema_text: &str,
+) -> Result<(Schema, Vec<String>), PolicyLoadError> {
     let (schema, schema_warnings) =
         Schema::from_cedarschema_str(schema_text).map_err(|e| PolicyLoadError {
             diagnostics: vec![diagnose(schema_file, schema_text, &e)],
         })?;
-    let mut warnings: Vec<String> = schema_warnings
+    let warnings = schema_warnings
         .map(|w| format!("{schema_file}: {w}"))
         .collect();
+    Ok((schema, warnings))
+}
 
+/// Every file's policies in one set, each under its `@id`, with the file
+/// it came from; every parse error, template, missing or duplicate id of
+/// every file is reported at once.
+fn parse_policies(files: &[PolicyFile]) -> Result<(PolicySet, Origin), PolicyLoadError> {
     let mut diagnostics = Vec::new();
     let mut pset = PolicySet::new();
-    // policy id -> index of the file that defines it, for locating errors.
-    let mut origin: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut origin = Origin::new();
     for (index, file) in files.iter().enumerate() {
         let parsed: PolicySet = match file.text.parse() {
             Ok(p) => p,
             Err(e) => {
                 let e: cedar_policy::ParseErrors = e;
-                for one in e.iter() {
-                    diagnostics.push(diagnose(&file.path, &file.text, one));
-                }
+                diagnostics.extend(e.iter().map(|one| diagnose(&file.path, &file.text, one)));
                 continue;
             }
         };
         if parsed.templates().next().is_some() {
-            diagnostics.push(
-                PolicyLoadError::single(
-                    &file.path,
-                    "templates are not supported in policy files".into(),
-                )
-                .diagnostics
-                .remove(0),
-            );
+            let message = "templates are not supported in policy files".to_string();
+            diagnostics.push(in_file(&file.path, message));
         }
         for policy in parsed.policies() {
             let Some(id) = policy.annotation("id") else {
                 // Display keeps the policy's original text: find it to locate it.
-                let (line, column) = file
-                    .text
-                    .find(policy.to_string().trim())
-                    .map(|off| line_col(&file.text, off))
-                    .unwrap_or((0, 0));
+                let at = position(file, policy.to_string().trim());
                 let message = "policy has no `@id(\"…\")` annotation; every policy needs a stable id so decisions can name it".to_string();
-                diagnostics.push(SourceDiagnostic {
-                    file: file.path.clone(),
-                    line,
-                    column,
-                    rendered: format!("error: {}:{line}:{column}: {message}", file.path),
-                    message,
-                });
+                diagnostics.push(located(&file.path, at, message));
                 continue;
             };
             if let Some(first) = origin.get(id) {
@@ -357,33 +382,31 @@ pub fn bundle_from_sources(
                     "duplicate policy id `{id}` (first defined in `{}`)",
                     files.get(*first).map(|f| f.path.as_str()).unwrap_or("?")
                 );
-                diagnostics.push(SourceDiagnostic {
-                    file: file.path.clone(),
-                    line: 0,
-                    column: 0,
-                    rendered: format!("error: {}: {message}", file.path),
-                    message,
-                });
+                diagnostics.push(in_file(&file.path, message));
                 continue;
             }
             origin.insert(id.to_string(), index);
             if let Err(e) = pset.add(policy.new_id(PolicyId::new(id))) {
-                diagnostics.push(
-                    PolicyLoadError::single(&file.path, e.to_string())
-                        .diagnostics
-                        .remove(0),
-                );
+                diagnostics.push(in_file(&file.path, e.to_string()));
             }
         }
     }
     if !diagnostics.is_empty() {
         return Err(PolicyLoadError { diagnostics });
     }
+    Ok((pset, origin))
+}
 
-    // A policy scoped to `action == call_tool` (or `a2a_invoke`) would
-    // silently stop matching the tools decided under their own typed
-    // action: refuse it rather than let a forbid fall away.
-    let typed = schema_gen::typed_tools(schema_text);
+/// A policy scoped to `action == call_tool` (or `a2a_invoke`) would
+/// silently stop matching the tools decided under their own typed action:
+/// each is refused rather than let a forbid fall away.
+fn group_scoped_policies(
+    pset: &PolicySet,
+    typed: &std::collections::HashMap<String, schema_gen::TypedTool>,
+    origin: &Origin,
+    files: &[PolicyFile],
+) -> Vec<SourceDiagnostic> {
+    let mut diagnostics = Vec::new();
     for policy in pset.policies() {
         let cedar_policy::ActionConstraint::Eq(uid) = policy.action_constraint() else {
             continue;
@@ -402,53 +425,68 @@ pub fn bundle_from_sources(
         let Some(file) = origin.get(&id).and_then(|i| files.get(*i)) else {
             continue;
         };
-        let (line, column) = file
-            .text
-            .find(&format!("\"{id}\""))
-            .map(|off| line_col(&file.text, off))
-            .unwrap_or((0, 0));
         let message = format!(
             "policy `{id}` is scoped to `action == {uid}`, which does not match the tools decided under their own typed action ({}); write `action in {uid}` to cover every tool, or `action == Gateway::Action::\"<tool>\"` for one",
             members.join(", ")
         );
-        diagnostics.push(SourceDiagnostic {
-            file: file.path.clone(),
-            line,
-            column,
-            rendered: format!("error: {}:{line}:{column}: {message}", file.path),
+        diagnostics.push(located(
+            &file.path,
+            position(file, &format!("\"{id}\"")),
             message,
-        });
+        ));
     }
+    diagnostics
+}
 
-    diagnostics.extend(scope_annotation_errors(&pset, &origin, &files));
-
-    let result = Validator::new(schema.clone()).validate(&pset, ValidationMode::Strict);
+/// Cedar's strict validation: its errors join `diagnostics` (any of them
+/// refuses the set); its warnings are returned, located in their files.
+fn validate_strictly(
+    schema: &Schema,
+    pset: &PolicySet,
+    origin: &Origin,
+    files: &[PolicyFile],
+    mut diagnostics: Vec<SourceDiagnostic>,
+) -> Result<Vec<String>, PolicyLoadError> {
+    let file_of = |id: &PolicyId| {
+        origin
+            .get(AsRef::<str>::as_ref(id))
+            .and_then(|i| files.get(*i))
+    };
+    let result = Validator::new(schema.clone()).validate(pset, ValidationMode::Strict);
     for e in result.validation_errors() {
-        let file = origin
-            .get(AsRef::<str>::as_ref(e.policy_id()))
-            .and_then(|i| files.get(*i));
-        match file {
-            Some(f) => diagnostics.push(diagnose(&f.path, &f.text, e)),
-            None => diagnostics.push(
-                PolicyLoadError::single("<policies>", e.to_string())
-                    .diagnostics
-                    .remove(0),
-            ),
-        }
+        diagnostics.push(match file_of(e.policy_id()) {
+            Some(f) => diagnose(&f.path, &f.text, e),
+            None => in_file("<policies>", e.to_string()),
+        });
     }
     if !diagnostics.is_empty() {
         return Err(PolicyLoadError { diagnostics });
     }
-    for w in result.validation_warnings() {
-        let file = origin
-            .get(AsRef::<str>::as_ref(w.policy_id()))
-            .and_then(|i| files.get(*i));
-        match file {
-            Some(f) => warnings.push(diagnose(&f.path, &f.text, w).to_string()),
-            None => warnings.push(w.to_string()),
-        }
-    }
+    Ok(result
+        .validation_warnings()
+        .map(|w| match file_of(w.policy_id()) {
+            Some(f) => diagnose(&f.path, &f.text, w).to_string(),
+            None => w.to_string(),
+        })
+        .collect())
+}
 
+/// The bundle of a validated set: its hashes, and what the request path
+/// reads of the policies computed once (advice, dropped typed actions,
+/// per-action slices and what they read).
+fn assemble(
+    sources: Sources<'_>,
+    schema: Schema,
+    pset: PolicySet,
+    typed: std::collections::HashMap<String, schema_gen::TypedTool>,
+    mut warnings: Vec<String>,
+) -> PolicyBundle {
+    let Sources {
+        schema_file,
+        schema_text,
+        files,
+        origin,
+    } = sources;
     let schema_hash = hex::encode(Sha256::digest(schema_text.as_bytes()));
     let hash = super::set_hash::bundle_hash(
         schema_text,
@@ -456,7 +494,6 @@ pub fn bundle_from_sources(
     );
     let mut policy_ids: Vec<String> = origin.into_keys().collect();
     policy_ids.sort();
-
     let advice = pset
         .policies()
         .filter_map(|p| {
@@ -477,7 +514,7 @@ pub fn bundle_from_sources(
     let session_determined = super::session_verdicts::SessionDetermined::of(&slices);
     let usage_reads = super::usage_reads::UsageReaders::of(&slices, &pset);
     let required_scopes = super::step_up::RequiredScopes::of(&slices, &pset);
-    Ok(PolicyBundle {
+    PolicyBundle {
         usage_reads,
         required_scopes,
         slices,
@@ -497,14 +534,46 @@ pub fn bundle_from_sources(
         policy_ids,
         loaded_at: crate::ids::now_rfc3339(),
         warnings,
-    })
+    }
+}
+
+/// The 1-based (line, column) of `needle`'s first occurrence in `file`,
+/// `(0, 0)` when it is not found.
+fn position(file: &PolicyFile, needle: &str) -> (usize, usize) {
+    file.text
+        .find(needle)
+        .map(|off| line_col(&file.text, off))
+        .unwrap_or((0, 0))
+}
+
+/// An error in `file` as a whole.
+fn in_file(file: &str, message: String) -> SourceDiagnostic {
+    SourceDiagnostic {
+        file: file.to_string(),
+        line: 0,
+        column: 0,
+        rendered: format!("error: {file}: {message}"),
+        message,
+    }
+}
+
+/// An error at `(line, column)` of `file` (`(0, 0)` when its text was not
+/// found).
+fn located(file: &str, (line, column): (usize, usize), message: String) -> SourceDiagnostic {
+    SourceDiagnostic {
+        file: file.to_string(),
+        line,
+        column,
+        rendered: format!("error: {file}:{line}:{column}: {message}"),
+        message,
+    }
 }
 
 /// A diagnostic for each `@requires_scope` whose value is not a list of
 /// scope tokens (`step_up::parse`), located at the policy's `@id`.
 fn scope_annotation_errors(
     pset: &PolicySet,
-    origin: &std::collections::HashMap<String, usize>,
+    origin: &Origin,
     files: &[PolicyFile],
 ) -> Vec<SourceDiagnostic> {
     let mut diagnostics = Vec::new();
@@ -519,19 +588,12 @@ fn scope_annotation_errors(
         let Some(file) = origin.get(&id).and_then(|i| files.get(*i)) else {
             continue;
         };
-        let (line, column) = file
-            .text
-            .find(&format!("\"{id}\""))
-            .map(|off| line_col(&file.text, off))
-            .unwrap_or((0, 0));
         let message = format!("policy `{id}`: `@requires_scope` {why}");
-        diagnostics.push(SourceDiagnostic {
-            file: file.path.clone(),
-            line,
-            column,
-            rendered: format!("error: {}:{line}:{column}: {message}", file.path),
+        diagnostics.push(located(
+            &file.path,
+            position(file, &format!("\"{id}\"")),
             message,
-        });
+        ));
     }
     diagnostics
 }

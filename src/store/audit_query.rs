@@ -82,6 +82,7 @@ impl DecisionFilter {
         if let Some(a) = &self.action
             && crate::policy::Action::from_name(a).is_none()
             && !a.starts_with(super::decisions::OPERATOR_ACTION_PREFIX)
+            && !a.starts_with(super::decisions::AUTHZEN_ACTION_PREFIX)
         {
             return Err(FilterError::Action(a.clone()));
         }

@@ -26,6 +26,12 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 /// like decisions, but not Cedar decisions, so replay skips them.
 pub const OPERATOR_ACTION_PREFIX: &str = "console:";
 
+/// Action prefix of the decisions of the AuthZEN decision applications
+/// (`authzen:<app>:<action>`, `src/audit/application.rs`): Cedar decisions
+/// of another policy set than the gateway's, which the gateway's replay
+/// leaves to theirs.
+pub const AUTHZEN_ACTION_PREFIX: &str = "authzen:";
+
 /// One decision as handed to the writer (before chaining).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -67,6 +67,10 @@ pub struct ApiKey {
     pub label: String,
     /// Creation time.
     pub created_at: String,
+    /// The decision applications a key of the PDP role may ask over the
+    /// AuthZEN API; empty for a daemon key (MCP sessions), which asks none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pdp_apps: Vec<String>,
 }
 
 /// An MCP session.
@@ -323,43 +327,49 @@ pub fn delete_agent(conn: &mut Conn, org_id: &str, id: &str) -> Result<(), Store
 pub fn create_key(conn: &mut Conn, key: &ApiKey, secret_hash: &[u8]) -> Result<(), StoreError> {
     require_org(conn, &key.org_id)?;
     conn.execute(
-        "INSERT INTO api_keys (id, org_id, label, secret_hash, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![key.id, key.org_id, key.label, secret_hash, key.created_at],
+        "INSERT INTO api_keys (id, org_id, label, secret_hash, created_at, pdp_apps) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![key.id, key.org_id, key.label, secret_hash, key.created_at, to_json_list(&key.pdp_apps)],
     )?;
     Ok(())
 }
 
 /// A key and its secret hash, by key id.
 pub fn find_key(conn: &mut Conn, id: &str) -> Result<Option<(ApiKey, Vec<u8>)>, StoreError> {
-    conn.query_opt(
-        "SELECT id, org_id, label, created_at, secret_hash FROM api_keys WHERE id = ?1",
+    let row = conn.query_opt(
+        "SELECT id, org_id, label, created_at, pdp_apps, secret_hash FROM api_keys WHERE id = ?1",
         params![id],
-        |r| {
-            Ok((
-                ApiKey {
-                    id: r.get(0)?,
-                    org_id: r.get(1)?,
-                    label: r.get(2)?,
-                    created_at: r.get(3)?,
-                },
-                r.get(4)?,
-            ))
-        },
-    )
+        |r| Ok((key_row(r)?, r.get::<Vec<u8>>(5)?)),
+    )?;
+    row.map(|(key, hash)| Ok((key_from(key)?, hash)))
+        .transpose()
+}
+
+/// A key's columns: id, org, label, creation time, PDP applications.
+type KeyRow = (String, String, String, String, String);
+
+fn key_row(r: &Row) -> Result<KeyRow, StoreError> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn key_from(t: KeyRow) -> Result<ApiKey, StoreError> {
+    Ok(ApiKey {
+        id: t.0,
+        org_id: t.1,
+        label: t.2,
+        created_at: t.3,
+        pdp_apps: json_list(&t.4)?,
+    })
 }
 
 /// Keys of an org (no secrets).
 pub fn list_keys(conn: &mut Conn, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
     require_org(conn, org_id)?;
-
-    conn.query_map("SELECT id, org_id, label, created_at FROM api_keys WHERE org_id = ?1 ORDER BY created_at, id", params![org_id], |r| {
-            Ok(ApiKey {
-                id: r.get(0)?,
-                org_id: r.get(1)?,
-                label: r.get(2)?,
-                created_at: r.get(3)?,
-            })
-        })
+    let rows = conn.query_map(
+        "SELECT id, org_id, label, created_at, pdp_apps FROM api_keys WHERE org_id = ?1 ORDER BY created_at, id",
+        params![org_id],
+        key_row,
+    )?;
+    rows.into_iter().map(key_from).collect()
 }
 
 /// Revokes a key.

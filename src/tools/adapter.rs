@@ -213,7 +213,7 @@ impl Failed {
 }
 
 /// A tool the gateway can call. Built-in tools (memory, graph) and remote
-/// ones (A2A skills; upstream MCP servers next) implement it, so the
+/// ones (A2A skills, upstream MCP servers' tools) implement it, so the
 /// `tools/call` pipeline has one path for all of them.
 pub trait ToolAdapter: Send + Sync + std::fmt::Debug {
     /// Name, schema, Cedar entity and action.

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clients;
 pub mod modern;
 pub mod oidc;
+pub mod pdp;
 pub mod pg;
 pub mod sdk_peer;
 pub mod setup;
@@ -314,6 +315,7 @@ impl TestGateway {
                     &org,
                     CreateKey {
                         label: "daemon".into(),
+                        pdp_apps: Vec::new(),
                     },
                 )?;
                 let s = operator::open_session(

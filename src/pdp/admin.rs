@@ -1,0 +1,118 @@
+//! Operator API of the decision applications, nested under `/admin`
+//! behind the admin token: `GET /admin/pdp/apps` (every application, its
+//! active set, its URLs and its reloads), `POST /admin/pdp/apps/reload`
+//! (every application), `POST /admin/pdp/apps/{app}/reload` (one).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::App;
+use super::lifecycle::{reload_all, reload_app};
+use crate::error::AppError;
+use crate::gateway::Gateway;
+use crate::lifecycle::Attempt;
+
+/// The routes (merged into the admin router).
+pub fn routes() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/pdp/apps", get(list))
+        .route("/pdp/apps/reload", post(reload_every))
+        .route("/pdp/apps/{app}/reload", post(reload_one))
+}
+
+async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> impl IntoResponse {
+    let base = crate::mcp::public_url::base_url(&gw, &headers);
+    let apps: Vec<Value> = gw
+        .pdp
+        .apps()
+        .iter()
+        .map(|app| described(&gw, app, &base))
+        .collect();
+    Json(json!({
+        "dir": gw.pdp.dir().display().to_string(),
+        "defaultApp": gw.config.pdp.default_app,
+        "apps": apps,
+    }))
+}
+
+/// One application as the listing shows it.
+fn described(gw: &Gateway, app: &App, base: &str) -> Value {
+    let status = app.status();
+    let is_default = gw.config.pdp.default_app.as_deref() == Some(app.name.as_str());
+    let mut entry = json!({
+        "name": app.name,
+        "state": "unavailable",
+        "default": is_default,
+        "baseUrl": format!("{base}/pdp/{}", app.name),
+        "metadataUrl": format!("{base}{}/pdp/{}", super::metadata::PATH, app.name),
+        "lastReload": status.last_attempt,
+        "lastError": status.last_error,
+    });
+    if let Some(set) = app.active() {
+        let b = &set.bundle;
+        entry["state"] = "active".into();
+        entry["namespace"] = json!(set.vocabulary.namespace);
+        entry["hash"] = json!(b.hash);
+        entry["loadedAt"] = json!(b.loaded_at);
+        entry["schema"] = json!(b.schema_path);
+        entry["files"] = json!(b.files.iter().map(|f| &f.path).collect::<Vec<_>>());
+        entry["policyIds"] = json!(b.policy_ids);
+        entry["warnings"] = json!(b.warnings);
+        entry["entityTypes"] = json!(set.entity_type_names());
+        entry["actions"] = json!(set.action_names());
+        entry["data"] =
+            json!({ "path": set.data.path, "hash": set.data.hash, "entities": set.data.count });
+    }
+    entry
+}
+
+async fn reload_every(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    let attempts: Vec<Value> = reload_all(&gw, "admin")
+        .await
+        .into_iter()
+        .map(|(name, attempt)| {
+            let (Ok(a) | Err(a)) = attempt;
+            json!({ "app": name, "attempt": a })
+        })
+        .collect();
+    Json(json!({ "apps": attempts }))
+}
+
+async fn reload_one(State(gw): State<Arc<Gateway>>, Path(app): Path<String>) -> Response {
+    if !crate::ids::valid_app_name(&app) {
+        return AppError::BadRequest(format!(
+            "`{app}` is not an application name ({})",
+            crate::ids::APP_NAME_RULE
+        ))
+        .into_response();
+    }
+    match reload_app(&gw, &app, "admin").await {
+        Ok(a) if a.result == "removed" => {
+            AppError::NotFound(format!("no application folder `{app}`")).into_response()
+        }
+        Ok(a) => Json(json!({ "app": app, "attempt": a })).into_response(),
+        Err(a) => rejected(&app, a),
+    }
+}
+
+fn rejected(app: &str, attempt: Attempt) -> Response {
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(json!({
+            "error": {
+                "code": "policy_set_rejected",
+                "message": attempt.message.clone().unwrap_or_default(),
+            },
+            "app": app,
+            "attempt": attempt,
+        })),
+    )
+        .into_response()
+}
