@@ -11,6 +11,8 @@ use serde_json::json;
 pub mod checkpoints;
 pub mod lifecycle;
 pub mod log_lines;
+pub mod log_trace_ids;
+pub mod progress;
 pub mod prove;
 pub mod trail;
 pub mod upstreams;
@@ -278,6 +280,9 @@ pub enum AuditCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the decisions matching filters (a trace's with `--trace ID`),
+    /// oldest first.
+    Query(lifecycle::QueryArgs),
     /// Verify the hash chain (all of it, or a range); exits 1 on any problem.
     Verify(lifecycle::VerifyArgs),
     /// Re-evaluate recorded decisions under a candidate policy set.
@@ -314,6 +319,7 @@ pub fn main() -> ExitCode {
         Command::Policy(cmd) => lifecycle::policy(&config, &cmd),
         Command::Schema(cmd) => lifecycle::schema(&config, &cmd),
         Command::Audit(AuditCmd::Replay(args)) => lifecycle::replay(&config, &args),
+        Command::Audit(AuditCmd::Query(args)) => lifecycle::query(&config, &args),
         Command::Audit(AuditCmd::Export(args)) => lifecycle::export(&config, &args),
         Command::Audit(AuditCmd::Verify(args)) => checkpoints::verify(&config, &args),
         Command::Audit(AuditCmd::Checkpoints(args)) => checkpoints::export(&config, &args),
@@ -333,11 +339,23 @@ pub fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CEDARGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // Human lines escape what their fields carry (`log_lines.rs`).
+    // Human lines escape what their fields carry (`log_lines.rs`); JSON
+    // lines carry the request's trace ids on top (`log_trace_ids.rs`).
     let _ = match format {
-        LogFormat::Json => builder.with_writer(std::io::stderr).json().try_init(),
-        LogFormat::Human => builder.with_writer(log_lines::OneLine).try_init(),
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(log_trace_ids::TracedJson(
+                tracing_subscriber::fmt::format().json(),
+            ))
+            .finish()
+            .with(log_trace_ids::TraceIdLayer)
+            .try_init()
+            .is_ok(),
+        LogFormat::Human => builder.with_writer(log_lines::OneLine).try_init().is_ok(),
     };
 }
 
@@ -556,6 +574,7 @@ fn operate(config: &Config, command: Command) -> Result<ExitCode, StoreError> {
         | Command::McpServer(_)
         | Command::Audit(
             AuditCmd::Verify(_)
+            | AuditCmd::Query(_)
             | AuditCmd::Replay(_)
             | AuditCmd::Export(_)
             | AuditCmd::Archive(_)

@@ -94,6 +94,9 @@ pub struct Config {
     pub upstreams: Vec<DeclaredUpstream>,
     /// How long the A2A bridge's telemetry rows are kept.
     pub a2a_telemetry: A2aTelemetryConfig,
+    /// `[telemetry]`: OTLP trace export (off unless a collector is named)
+    /// and the console's link from a decision to its trace.
+    pub telemetry: crate::telemetry::config::TelemetryConfig,
 }
 
 /// The A2A bridge's telemetry rows (`[a2a_telemetry]`): task instances,
@@ -837,6 +840,7 @@ impl Default for Config {
             auth: crate::identity::AuthConfig::default(),
             upstreams: Vec::new(),
             a2a_telemetry: A2aTelemetryConfig::default(),
+            telemetry: crate::telemetry::config::TelemetryConfig::default(),
         }
     }
 }

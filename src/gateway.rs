@@ -106,6 +106,9 @@ pub enum GatewayError {
     /// `[console.oidc]` is refused.
     #[error(transparent)]
     ConsoleSignIn(#[from] crate::console::oidc::config::OidcConfigError),
+    /// `[telemetry]` (or an `OTEL_*` variable) is refused.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// Shared gateway state.
@@ -121,6 +124,8 @@ pub struct Gateway {
     pub catalog: Catalog,
     /// Reload status, shadow evaluation and metrics.
     pub lifecycle: crate::lifecycle::Lifecycle,
+    /// Trace export (off unless `[telemetry]` or `OTEL_*` name a collector).
+    pub telemetry: crate::telemetry::Telemetry,
     /// The decision applications served over the AuthZEN API, each with
     /// its own active set.
     pub pdp: crate::pdp::Pdp,
@@ -209,6 +214,8 @@ impl Gateway {
             lifecycle.metrics.upstreams.clone(),
         )?);
         let graphs = Arc::new(crate::graph::from_config(&config.graph)?);
+        let telemetry =
+            crate::telemetry::Telemetry::start(&config.telemetry, &lifecycle.metrics.traces)?;
         if tokio::runtime::Handle::try_current().is_ok() {
             a2a.start_subscribers();
         }
@@ -216,6 +223,7 @@ impl Gateway {
         pep.set_observer(lifecycle.observer());
         Ok(Gateway {
             lifecycle,
+            telemetry,
             pdp: crate::pdp::Pdp::new(&config.pdp_dir),
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)

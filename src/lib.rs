@@ -32,6 +32,7 @@ pub mod rate_limits;
 pub mod replay;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod upstream;
 

@@ -7,7 +7,9 @@
 //! upstream MCP server its requests by outcome, their latency and its
 //! health (labelled `upstream="<org>/<slug>"`, bounded by the registry),
 //! and per A2A peer the bridged calls its telemetry rows hold
-//! (`peer="<org>/<slug>"`, read from the store at each scrape).
+//! (`peer="<org>/<slug>"`, read from the store at each scrape), and the
+//! spans of trace export (`[telemetry]`): exported, and dropped by reason
+//! (`queue_full`, `export_failed`).
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -132,6 +134,38 @@ pub struct QueueLabel {
     pub unit: String,
 }
 
+/// `reason` a span was not exported: `queue_full`, `export_failed`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabel {
+    pub reason: String,
+}
+
+/// The counts of trace export; the exporter holds a clone (the series are
+/// shared).
+#[derive(Debug, Clone, Default)]
+pub struct TraceMetrics {
+    /// Spans a collector accepted.
+    pub exported_spans: Counter,
+    /// Spans dropped, by reason.
+    pub dropped_spans: Family<DropLabel, Counter>,
+}
+
+impl TraceMetrics {
+    /// Counts `n` spans exported.
+    pub fn exported(&self, n: usize) {
+        self.exported_spans.inc_by(n as u64);
+    }
+
+    /// Counts `n` spans dropped for `reason`.
+    pub fn dropped(&self, reason: &str, n: usize) {
+        self.dropped_spans
+            .get_or_create(&DropLabel {
+                reason: reason.to_string(),
+            })
+            .inc_by(n as u64);
+    }
+}
+
 /// Every metric the gateway exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -172,6 +206,8 @@ pub struct Metrics {
     read_queue: [Gauge; 2],
     /// Per upstream MCP server (cloned into the upstream runtime).
     pub upstreams: UpstreamMetrics,
+    /// Trace export (cloned into the exporter).
+    pub traces: TraceMetrics,
     /// Per A2A peer, set at each scrape.
     peers: PeerMetrics,
     active_hash: Mutex<Option<String>>,
@@ -328,9 +364,21 @@ impl Metrics {
             upstreams.healthy.clone(),
         );
         let peers = PeerMetrics::registered(&mut registry);
+        let traces = TraceMetrics::default();
+        registry.register(
+            "trace_spans_exported",
+            "Spans a trace collector accepted",
+            traces.exported_spans.clone(),
+        );
+        registry.register(
+            "trace_spans_dropped",
+            "Spans not exported: the export queue was full, or their export failed or timed out",
+            traces.dropped_spans.clone(),
+        );
         Metrics {
             registry,
             upstreams,
+            traces,
             peers,
             disk_free,
             disk_min_free,

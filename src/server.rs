@@ -473,6 +473,11 @@ pub async fn run(
         tracing::warn!(error = %e, "final WAL checkpoint failed");
     }
     crate::cluster::membership::leave(&gw).await;
+    // The last spans leave (a few seconds at most, off the workers).
+    let telemetry = gw.telemetry.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || telemetry.shutdown()).await {
+        tracing::warn!(error = %e, "stopping trace export failed");
+    }
     Ok(())
 }
 

@@ -589,6 +589,14 @@ impl Store {
         &self.inner.space
     }
 
+    /// The database's name as OpenTelemetry's `db.system.name` spells it.
+    pub fn backend_name(&self) -> &'static str {
+        match self.location() {
+            Location::Sqlite(_) => "sqlite",
+            Location::Postgres(_) => "postgresql",
+        }
+    }
+
     /// The group-commit writer.
     pub fn writer(&self) -> &Writer {
         &self.writer

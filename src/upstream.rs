@@ -282,6 +282,35 @@ impl Upstreams {
         &self,
         target: &ServerTarget,
         method: &str,
+        mut params: Value,
+        out: Outgoing<'_>,
+    ) -> Result<Value, ClientError> {
+        let span = crate::telemetry::client_span(&crate::telemetry::ClientFacts::Mcp {
+            method,
+            target: params.get("name").and_then(Value::as_str),
+            url: (target.transport != registry::STDIO).then_some(target.url.as_str()),
+        });
+        if let Some(span) = &span {
+            span.inject_meta(&mut params);
+        }
+        let context = span.as_ref().map(|s| s.context().clone());
+        let answer = crate::telemetry::scoped(
+            context.as_ref(),
+            self.forward_in_slot(target, method, params, out),
+        )
+        .await;
+        if let Some(span) = &span {
+            traced_answer(span, &answer);
+        }
+        answer
+    }
+
+    /// [`Upstreams::forward`] once traced: the slot, the timeout, the
+    /// metrics.
+    async fn forward_in_slot(
+        &self,
+        target: &ServerTarget,
+        method: &str,
         params: Value,
         out: Outgoing<'_>,
     ) -> Result<Value, ClientError> {
@@ -564,4 +593,16 @@ fn transport(target: &ServerTarget) -> Transport {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What an upstream's answer puts on its client span.
+fn traced_answer(span: &crate::telemetry::ClientSpan, answer: &Result<Value, ClientError>) {
+    match answer {
+        Ok(result) if result.get("isError").and_then(Value::as_bool) == Some(true) => {
+            span.failed("tool_error", "tool_error");
+        }
+        Ok(_) => {}
+        Err(ClientError::Remote { code, message, .. }) => span.remote_error(*code, message),
+        Err(e) => span.failed(e.class(), &e.to_string()),
+    }
 }

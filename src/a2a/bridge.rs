@@ -205,7 +205,25 @@ pub async fn send(
 ) -> Result<BridgeOutput, BridgeError> {
     let started = Instant::now();
     let budget = out.timeout;
-    match tokio::time::timeout(budget, send_inner(client, slots, &out)).await {
+    let old = out.target.version == ProtocolVersion::V0_3;
+    let span = crate::telemetry::client_span(&crate::telemetry::ClientFacts::A2a {
+        method: if old { "message/send" } else { "SendMessage" },
+        version: if old { "0.3" } else { "1.0" },
+        url: out.target.interface.as_str(),
+        agent: Some(out.target.name.as_str()),
+    });
+    let context = span.as_ref().map(|s| s.context().clone());
+    let sent = crate::telemetry::scoped(
+        context.as_ref(),
+        tokio::time::timeout(budget, send_inner(client, slots, &out)),
+    )
+    .await;
+    if let (Some(span), Ok(Err(e))) = (&span, &sent) {
+        span.failed(&e.code.to_string(), &e.message);
+    } else if let (Some(span), Err(_)) = (&span, &sent) {
+        span.failed("timeout", "the remote agent did not answer in time");
+    }
+    match sent {
         Ok(r) => r,
         Err(_) => Err(BridgeError::new(
             TIMEOUT,
@@ -239,6 +257,12 @@ async fn send_inner(
         .body(bytes);
     if out.target.version == ProtocolVersion::V1_0 {
         req = req.header("A2A-Version", "1.0");
+    }
+    if let Some((traceparent, tracestate)) = crate::telemetry::trace_headers() {
+        req = req.header("traceparent", traceparent);
+        if let Some(state) = tracestate {
+            req = req.header("tracestate", state);
+        }
     }
     if let Some(token) = out.bearer {
         req = req.bearer_auth(token);

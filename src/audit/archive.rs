@@ -68,6 +68,8 @@ pub struct ArchiveRequest {
     /// The checkpoint key that signs the anchor (an anchor is never stored
     /// unsigned).
     pub key: std::sync::Arc<super::checkpoint::CheckpointKey>,
+    /// Records written to the file so far (a progress bar reads it).
+    pub written: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What an archive did.
@@ -254,7 +256,7 @@ fn export_file(store: &Store, plan: &Plan, req: &ArchiveRequest) -> Result<Writt
         }
         Err(e) => return Err(io(e)),
     };
-    let result = write_records(store, plan, req.format, file);
+    let result = write_records(store, plan, req.format, file, &req.written);
     if result.is_err() {
         let _ = std::fs::remove_file(&req.out);
     }
@@ -274,6 +276,7 @@ fn write_records(
     plan: &Plan,
     format: Format,
     file: std::fs::File,
+    written: &std::sync::atomic::AtomicU64,
 ) -> Result<Written, WriteError> {
     let mut out = std::io::BufWriter::new(file);
     let mut digest = Sha256::new();
@@ -293,6 +296,7 @@ fn write_records(
             digest.update(line.as_bytes());
             out.write_all(line.as_bytes()).map_err(WriteError::Io)?;
             records += 1;
+            written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             after = row.seq;
             last = Some(row);
         }

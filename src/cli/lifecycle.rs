@@ -1,5 +1,5 @@
 //! The policy-lifecycle and auditor commands: `policy validate|fmt|test`,
-//! `schema print`, `audit replay|export|verify`.
+//! `schema print`, `audit query|replay|export|verify`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -99,6 +99,69 @@ impl RangeArgs {
         }
         .normalized()
         .map_err(CommandError::Filter)
+    }
+}
+
+/// `audit query` flags: the filters of `GET /admin/decisions`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Only the decisions of this W3C trace (32 hex digits: the caller's
+    /// trace, or the one the gateway started, as the console shows it).
+    #[arg(long, value_name = "ID")]
+    pub trace: Option<String>,
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only `allow` or `deny`.
+    #[arg(long)]
+    pub decision: Option<String>,
+    /// Time, org and action.
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// At most this many decisions.
+    #[arg(short = 'n', long, default_value_t = 100)]
+    pub limit: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `audit query`: the matching decisions, oldest first, one line each.
+pub fn query(config: &Config, args: &QueryArgs) -> ExitCode {
+    let filter = DecisionFilter {
+        org: args.range.org.clone(),
+        session: args.session.clone(),
+        action: args.range.action.clone(),
+        decision: args.decision.clone(),
+        since: args.range.since.clone(),
+        until: args.range.until.clone(),
+        trace: args.trace.clone(),
+        ..DecisionFilter::default()
+    }
+    .normalized();
+    let filter = match filter {
+        Ok(f) => f,
+        Err(e) => return failed(&CommandError::Filter(e)),
+    };
+    let store = match open_store(config) {
+        Ok(s) => s,
+        Err(e) => return failed(&e),
+    };
+    let limit = args.limit.max(1);
+    let found = store
+        .read_blocking(move |c| audit_query::page_filtered(c, &filter, None, Order::Asc, limit));
+    match found {
+        Ok(decisions) => {
+            for d in decisions {
+                if args.json {
+                    println!("{}", serde_json::to_string(&d).unwrap_or_default());
+                } else {
+                    println!("{}", crate::audit::format_line(&d));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => failed(&CommandError::Store(e)),
     }
 }
 
@@ -362,6 +425,12 @@ pub fn schema(config: &Config, cmd: &SchemaCmd) -> ExitCode {
     }
 }
 
+/// Prints `error: …` and fails.
+fn failed(e: &CommandError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
+}
+
 fn open_store(config: &Config) -> Result<Store, CommandError> {
     Ok(Store::open_ready(
         &config.database_url(),
@@ -404,26 +473,46 @@ pub fn replay(config: &Config, args: &ReplayArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = match store.read_blocking(|c| {
-        crate::replay::replay(c, &filter, &against).map_err(|e| match e {
-            crate::replay::ReplayError::Store(s) => s,
-            crate::replay::ReplayError::Filter(f) => crate::store::StoreError::Invalid(f),
-            e @ crate::replay::ReplayError::Cancelled(_) => {
-                crate::store::StoreError::Invalid(e.to_string())
-            }
-        })
-    }) {
+    let control = crate::replay::Control::default();
+    let replayed = super::progress::watched_by(
+        "replaying",
+        None,
+        || control.records_read(),
+        || store.read_blocking(|c| replay_counted(c, &filter, &against, &control)),
+    );
+    let report = match replayed {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
+    report_replay(&report, args)
+}
+
+/// The replay, counting the records it read in `control`.
+fn replay_counted(
+    c: &mut crate::store::Conn,
+    filter: &DecisionFilter,
+    against: &crate::replay::Against,
+    control: &crate::replay::Control,
+) -> Result<crate::replay::ReplayReport, crate::store::StoreError> {
+    crate::replay::replay_with(c, filter, against, control).map_err(|e| match e {
+        crate::replay::ReplayError::Store(s) => s,
+        crate::replay::ReplayError::Filter(f) => crate::store::StoreError::Invalid(f),
+        e @ crate::replay::ReplayError::Cancelled(_) => {
+            crate::store::StoreError::Invalid(e.to_string())
+        }
+    })
+}
+
+/// Prints a replay's report; the exit code it calls for.
+fn report_replay(report: &crate::replay::ReplayReport, args: &ReplayArgs) -> ExitCode {
     match args.format {
-        ReplayFormat::Table => print!("{}", crate::replay::render_table(&report)),
+        ReplayFormat::Table => print!("{}", crate::replay::render_table(report)),
         ReplayFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
+            serde_json::to_string_pretty(report).unwrap_or_default()
         ),
     }
     if !report.unreplayable.is_empty() {
@@ -458,27 +547,31 @@ pub fn export(config: &Config, args: &ExportArgs) -> ExitCode {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut cursor = None;
-    loop {
-        let rows = match store
-            .read_blocking(|c| audit_query::page_filtered(c, &filter, cursor, Order::Asc, 4096))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+    let exported = std::sync::atomic::AtomicU64::new(0);
+    super::progress::watched("exporting", None, &exported, || {
+        let mut cursor = None;
+        loop {
+            let rows = match store
+                .read_blocking(|c| audit_query::page_filtered(c, &filter, cursor, Order::Asc, 4096))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let Some(last) = rows.last() else { break };
+            cursor = Some(last.seq);
+            if crate::audit::export::write(&mut out, &rows, args.format).is_err() {
+                // A closed pipe (`| head`) ends the export quietly.
+                return ExitCode::SUCCESS;
             }
-        };
-        let Some(last) = rows.last() else { break };
-        cursor = Some(last.seq);
-        if crate::audit::export::write(&mut out, &rows, args.format).is_err() {
-            // A closed pipe (`| head`) ends the export quietly.
-            return ExitCode::SUCCESS;
+            exported.fetch_add(rows.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
-    }
-    use std::io::Write as _;
-    let _ = out.flush();
-    ExitCode::SUCCESS
+        use std::io::Write as _;
+        let _ = out.flush();
+        ExitCode::SUCCESS
+    })
 }
 
 /// `audit verify`.
@@ -511,9 +604,35 @@ pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
         times.get(1).cloned().flatten(),
     );
     let ranged = since.is_some() || until.is_some();
-    let result = store.read_blocking(|c| {
+    // The bar's end: the chain's head (what an unbounded check walks to).
+    let head = store
+        .read_blocking(decisions::chain_head)
+        .ok()
+        .map(|h| u64::try_from(h.seq - h.anchor.0).unwrap_or(0));
+    let checked = std::sync::atomic::AtomicU64::new(0);
+    let result = super::progress::watched("verifying", head, &checked, || {
+        verify_walk(
+            &store,
+            ranged,
+            (since.as_deref(), until.as_deref()),
+            args,
+            &checked,
+        )
+    });
+    report_verified(result)
+}
+
+/// The walk of `audit verify`: the range, the newest anchor, the report.
+fn verify_walk(
+    store: &Store,
+    ranged: bool,
+    (since, until): (Option<&str>, Option<&str>),
+    args: &VerifyArgs,
+    checked: &std::sync::atomic::AtomicU64,
+) -> Result<Option<VerifiedRange>, crate::store::StoreError> {
+    store.read_blocking(|c| {
         let (from, to) = if ranged {
-            match audit_query::seq_range(c, since.as_deref(), until.as_deref())? {
+            match audit_query::seq_range(c, since, until)? {
                 Some(r) => r,
                 None => return Ok(None),
             }
@@ -521,8 +640,19 @@ pub fn verify(config: &Config, args: &VerifyArgs) -> ExitCode {
             (args.from_seq.unwrap_or(1), args.to_seq.unwrap_or(i64::MAX))
         };
         let anchor = crate::store::retention::anchors(c)?.pop();
-        decisions::verify_range(c, from, to).map(|r| Some((from, r, anchor)))
-    });
+        decisions::verify_range_counted(c, from, to, checked).map(|r| Some((from, r, anchor)))
+    })
+}
+
+/// The first seq checked, the report, and the newest archive anchor.
+type VerifiedRange = (
+    i64,
+    decisions::VerifyReport,
+    Option<crate::store::retention::Anchor>,
+);
+
+/// Prints what `audit verify` found; its exit code.
+fn report_verified(result: Result<Option<VerifiedRange>, crate::store::StoreError>) -> ExitCode {
     match result {
         Err(e) => {
             eprintln!("error: {e}");

@@ -59,8 +59,11 @@ pub fn archive(config: &Config, args: &ArchiveArgs) -> ExitCode {
         format: args.format,
         holder: format!("cli:{}", std::process::id()),
         key,
+        written: std::sync::Arc::default(),
     };
-    let result = archive::archive(&store, &req);
+    let result = super::progress::watched("archiving", None, &req.written, || {
+        archive::archive(&store, &req)
+    });
     if let Err(e) = store.read_blocking(|c| c.checkpoint()) {
         tracing::warn!(error = %e, "WAL checkpoint after the archive failed");
     }

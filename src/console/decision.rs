@@ -4,7 +4,11 @@
 //! with their text and `@advice` (from the set that decided, found by its
 //! hash), errors, outcome, notes, the policy-set hash, and whether its
 //! chain link verifies (its own hash, its link to the record before it
-//! and the next record's link to it).
+//! and the next record's link to it), and the trace its request belongs
+//! to (the `traceId` its notes hold, else the caller's `traceparent`),
+//! linked to the operator's tracing UI through `[telemetry] trace_link`
+//! (`{trace_id}` replaced; only an `http(s)` template is used) and to the
+//! trail filtered by it.
 
 use std::sync::Arc;
 
@@ -111,6 +115,25 @@ fn prelude_rows(d: &decisions::StoredDecision) -> Vec<minijinja::Value> {
     }
 }
 
+/// The W3C trace id a record's notes name: the trace the gateway started
+/// or continued (`traceId`), else the caller's (`traceparent`).
+pub fn trace_of(notes: &str) -> Option<String> {
+    let notes: Value = serde_json::from_str(notes).ok()?;
+    if let Some(id) = notes.get("traceId").and_then(Value::as_str) {
+        return Some(id.to_string());
+    }
+    let parent = notes.get("traceparent").and_then(Value::as_str)?;
+    parent.split('-').nth(1).map(str::to_string)
+}
+
+/// The operator's link to `trace` (`trace_link` with `{trace_id}`
+/// replaced), when the template is an `http(s)` URL.
+fn trace_link(template: Option<&str>, trace: &str) -> Option<String> {
+    let template = template?;
+    let web = template.starts_with("https://") || template.starts_with("http://");
+    web.then(|| template.replace("{trace_id}", trace))
+}
+
 /// `GET /console/decisions/{id}`.
 pub async fn page(
     State(gw): State<Arc<Gateway>>,
@@ -147,6 +170,35 @@ pub async fn page(
             link_ok => link.problems.is_empty(),
             link_problems => link.problems,
             operator => r.action.starts_with(decisions::OPERATOR_ACTION_PREFIX),
+            trace => trace_of(&r.notes),
+            trace_link => trace_of(&r.notes)
+                .and_then(|t| trace_link(gw.config.telemetry.trace_link.as_deref(), &t)),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_is_the_noted_one_else_the_callers() {
+        let both = r#"{"traceparent":"00-aaaa0000000000000000000000000001-00f067aa0ba902b7-01","traceId":"bbbb0000000000000000000000000002"}"#;
+        assert_eq!(
+            trace_of(both).as_deref(),
+            Some("bbbb0000000000000000000000000002")
+        );
+        let caller = r#"{"traceparent":"00-aaaa0000000000000000000000000001-00f067aa0ba902b7-01"}"#;
+        assert_eq!(
+            trace_of(caller).as_deref(),
+            Some("aaaa0000000000000000000000000001")
+        );
+        assert_eq!(trace_of("null"), None);
+        let link = trace_link(Some("http://jaeger:16686/trace/{trace_id}"), "ab");
+        assert_eq!(link.as_deref(), Some("http://jaeger:16686/trace/ab"));
+        assert_eq!(
+            trace_link(Some("javascript:alert(1)//{trace_id}"), "ab"),
+            None
+        );
+    }
 }

@@ -26,6 +26,9 @@ pub struct FilterForm {
     pub since: String,
     #[serde(default)]
     pub until: String,
+    /// A W3C trace id (the decision page links a record's trace here).
+    #[serde(default)]
+    pub trace: String,
 }
 
 fn given(s: &str) -> Option<String> {
@@ -62,6 +65,7 @@ impl FilterForm {
             decision: given(&self.decision),
             since: time("since", &self.since)?,
             until: time("until", &self.until)?,
+            trace: given(&self.trace),
         }
         .normalized()
         .map_err(|e| ConsoleError::BadRequest(e.to_string()))

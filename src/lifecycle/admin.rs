@@ -217,6 +217,8 @@ struct DecisionsQuery {
     decision: Option<String>,
     since: Option<String>,
     until: Option<String>,
+    /// A W3C trace id: the decisions of that trace.
+    trace: Option<String>,
     /// `nextCursor` of the previous page.
     cursor: Option<String>,
     limit: Option<usize>,
@@ -238,6 +240,7 @@ async fn list_decisions(
         decision: q.decision,
         since: q.since,
         until: q.until,
+        trace: q.trace,
     }
     .normalized()
     .map_err(|e| AppError::BadRequest(e.to_string()))?;

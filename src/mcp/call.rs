@@ -116,6 +116,11 @@ pub struct Call {
     /// The step-ups of the messages answered so far (merged): a legacy
     /// body holding one answers 403 with its challenge.
     step_up: Mutex<Option<StepUpRefusal>>,
+    /// The ids of the span of the message being answered (sampled only),
+    /// noted in its records as `traceId` and `spanId`.
+    span_ids: Mutex<Option<crate::telemetry::SpanIds>>,
+    /// Spans of decisions whose records are not committed yet (export on).
+    decision_spans: Mutex<Vec<crate::telemetry::DecisionSpan>>,
 }
 
 /// A caller's W3C trace context (`traceparent`, `tracestate`), already
@@ -129,6 +134,14 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
+    /// The parent of a span continuing this context.
+    pub fn parent(&self) -> crate::telemetry::Parent<'_> {
+        crate::telemetry::Parent {
+            traceparent: &self.traceparent,
+            tracestate: self.tracestate.as_deref(),
+        }
+    }
+
     /// `notes` (a JSON object or `null`) with the trace context added,
     /// unless they already carry one.
     pub fn noted(&self, notes: &str) -> String {
@@ -232,6 +245,7 @@ impl Call {
         let message = self.message_trace.lock().ok().and_then(|t| t.clone());
         let trace = message.as_ref().or(self.trace.as_ref());
         let jti = self.person.as_ref().and_then(|p| p.jti.as_deref());
+        let span = self.span_ids.lock().ok().and_then(|s| s.clone());
         for op in ops {
             let WriteOp::Decision(record) = op else {
                 continue;
@@ -241,6 +255,13 @@ impl Call {
             }
             if let Some(trace) = trace {
                 record.notes = trace.noted(&record.notes);
+            }
+            if let Some(span) = &span {
+                let ids = [
+                    ("traceId", span.trace_id.as_str()),
+                    ("spanId", span.span_id.as_str()),
+                ];
+                record.notes = audit::notes::stamped(&record.notes, &ids);
             }
             if let Some(jti) = jti {
                 record.notes = audit::notes::stamped(&record.notes, &[("jti", jti)]);
@@ -323,7 +344,31 @@ impl Call {
     /// until it is durable; a failed commit is -32603.
     pub async fn commit(&self, ops: Vec<WriteOp>) -> Result<(), McpError> {
         let all = self.take_pending(ops);
-        self.gw.store.writer().submit(all).await.map_err(|e| {
+        if !self.gw.telemetry.is_on() {
+            return self.gw.store.writer().submit(all).await.map_err(|e| {
+                tracing::error!(error = %e, "internal error");
+                McpError::Internal
+            });
+        }
+        let ids: Vec<String> = all
+            .iter()
+            .filter_map(|op| match op {
+                WriteOp::Decision(d) => Some(d.id.clone()),
+                _ => None,
+            })
+            .collect();
+        let span = crate::telemetry::commit_span(ids.len(), self.gw.store.backend_name());
+        let committed = self.gw.store.writer().submit_chained(all).await;
+        if let Some(span) = span {
+            let outcome = committed
+                .as_ref()
+                .map(|seq| *seq)
+                .map_err(|_| "commit failed");
+            span.done(outcome, ids.len());
+        }
+        let first = committed.as_ref().ok().copied().flatten();
+        self.finish_decision_spans(&ids, first);
+        committed.map(drop).map_err(|e| {
             tracing::error!(error = %e, "internal error");
             McpError::Internal
         })
@@ -332,6 +377,7 @@ impl Call {
     /// Queues whatever is still deferred (end of request).
     pub async fn flush_deferred(&self) {
         let rest = self.take_pending(Vec::new());
+        self.finish_decision_spans(&[], None);
         if !rest.is_empty()
             && let Err(e) = self.gw.store.writer().enqueue(rest).await
         {
@@ -361,7 +407,8 @@ impl Call {
         context: &PreparedContext,
     ) -> Decided {
         let session = &self.view.tenant.session;
-        audit::decide(
+        let started = self.gw.telemetry.is_on().then(std::time::SystemTime::now);
+        let decided = audit::decide(
             &self.bundle,
             slice,
             principal,
@@ -373,7 +420,56 @@ impl Call {
                 session_id: Some(&session.id),
             },
             &self.time,
-        )
+        );
+        if let Some(started) = started {
+            self.trace_decision(started, &decided);
+        }
+        decided
+    }
+
+    /// Starts the span of a decision just made (export on); it is
+    /// exported once its record is committed.
+    fn trace_decision(&self, started: std::time::SystemTime, decided: &Decided) {
+        let facts = crate::telemetry::DecisionFacts {
+            action: &decided.record.action,
+            allowed: decided.allowed(),
+            policy_ids: &decided.verdict.reasons,
+            errors: decided.verdict.errors.len(),
+            policy_hash: &decided.record.policy_hash,
+            record_id: decided.id(),
+        };
+        if let Some(span) = crate::telemetry::decision_span(started, &facts)
+            && let Ok(mut spans) = self.decision_spans.lock()
+        {
+            spans.push(span);
+        }
+    }
+
+    /// Ends the pending decision spans: those whose records are among
+    /// `committed` (ids in chain order from `first_seq`) with their
+    /// sequence numbers, the others (folded into another record, or
+    /// queued without a durable commit) without.
+    fn finish_decision_spans(&self, committed: &[String], first_seq: Option<i64>) {
+        let spans = self
+            .decision_spans
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        for span in spans {
+            let seq = first_seq.and_then(|first| {
+                let at = committed.iter().position(|id| id == span.record_id())?;
+                Some(first + at as i64)
+            });
+            span.finish(seq);
+        }
+    }
+
+    /// Notes the span of the message about to be answered (its ids go
+    /// into the message's records).
+    pub fn enter_span(&self, ids: Option<crate::telemetry::SpanIds>) {
+        if let Ok(mut current) = self.span_ids.lock() {
+            *current = ids;
+        }
     }
 
     /// The guard deciding one `tools/list`'s `view_tool` decisions into
@@ -536,6 +632,8 @@ pub async fn prepare(
         message_trace: Mutex::new(None),
         resource_metadata,
         step_up: Mutex::new(None),
+        span_ids: Mutex::new(None),
+        decision_spans: Mutex::new(Vec::new()),
     })
 }
 

@@ -24,12 +24,18 @@ use super::era;
 use super::error::McpError;
 use super::jsonrpc::{Answer, Message, Reply, RpcError};
 use super::{cost, entries, initialize, tools_call, tools_list};
+use crate::telemetry::RequestSpan;
 use crate::tools::spec::echo;
 use crate::upstream::entries::EntryKind;
 
 /// Answers `messages`, then queues the request's remaining deferred
-/// records.
-pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
+/// records. `single`: the span of a body holding one request, made by its
+/// transport (a batch's requests each get their own here).
+pub async fn answer(
+    call: &Call,
+    messages: Vec<Message>,
+    single: Option<&RequestSpan>,
+) -> Vec<Answer> {
     let mut responses = Vec::new();
     let mut limited: Option<RpcError> = None;
     for (i, message) in messages.into_iter().enumerate() {
@@ -43,19 +49,35 @@ pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
             }
             continue;
         }
+        let trace = match &message {
+            Message::Request { params, .. } => message_trace(params),
+            _ => None,
+        };
+        let own = match single {
+            Some(_) => None,
+            None => era::request_span(
+                &call.gw,
+                &call.view.tenant.session.id,
+                Some(&call.version),
+                Some(&message),
+                trace.as_ref().or(call.trace.as_ref()),
+            ),
+        };
+        let traced = single.or(own.as_ref());
         match message {
             Message::Request { id, method, params } => {
-                let trace = message_trace(&params);
-                let span = tracing::info_span!(
-                    "mcp",
-                    method = %echo(&method),
-                    traceparent = tracing::field::Empty,
-                );
-                if let Some(t) = trace.as_ref().or(call.trace.as_ref()) {
-                    span.record("traceparent", t.traceparent.as_str());
-                }
+                let log = log_span(&method, trace.as_ref().or(call.trace.as_ref()), traced);
                 call.enter_message(trace);
-                let outcome = dispatch(call, &method, params).instrument(span).await;
+                call.enter_span(traced.and_then(RequestSpan::ids));
+                let arguments = traced
+                    .filter(|s| s.records_io())
+                    .and_then(|_| params.get("arguments").cloned());
+                let context = own.as_ref().map(|s| s.context().clone());
+                let work = dispatch(call, &method, params).instrument(log);
+                let outcome = crate::telemetry::scoped(context.as_ref(), work).await;
+                if let Some(span) = traced {
+                    traced_outcome(span, arguments.as_ref(), &outcome);
+                }
                 if let Err(McpError::StepUp(refusal)) = &outcome {
                     call.note_step_up(refusal);
                 }
@@ -73,6 +95,55 @@ pub async fn answer(call: &Call, messages: Vec<Message>) -> Vec<Answer> {
     }
     call.flush_deferred().await;
     responses
+}
+
+/// The `tracing` span of one message (its log lines' fields): the
+/// caller's `traceparent`, and the ids of the gateway's own span
+/// (`trace_id`, `span_id`) when it is sampled.
+pub fn log_span(
+    method: &str,
+    caller: Option<&TraceContext>,
+    span: Option<&RequestSpan>,
+) -> tracing::Span {
+    let log = tracing::info_span!(
+        "mcp",
+        method = %echo(method),
+        traceparent = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    if let Some(t) = caller {
+        log.record("traceparent", t.traceparent.as_str());
+    }
+    if let Some(ids) = span.and_then(RequestSpan::ids) {
+        log.record("trace_id", ids.trace_id.as_str());
+        log.record("span_id", ids.span_id.as_str());
+    }
+    log
+}
+
+/// What a request's answer puts on its span: the error, or a tool's
+/// `isError`; a tool's arguments and result when the operator asked.
+pub fn traced_outcome(
+    span: &RequestSpan,
+    arguments: Option<&Value>,
+    outcome: &Result<Reply, McpError>,
+) {
+    match outcome {
+        Err(e) => {
+            let rpc = e.rpc();
+            span.failed(rpc.code, &rpc.message);
+        }
+        Ok(Reply::Json(result)) => {
+            if result.get("isError").and_then(Value::as_bool) == Some(true) {
+                span.tool_error();
+            }
+            if let Some(arguments) = arguments {
+                span.tool_io(arguments, Some(result));
+            }
+        }
+        Ok(Reply::Text(_)) => {}
+    }
 }
 
 /// The trace context of one message (its `params._meta`), so each message

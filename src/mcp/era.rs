@@ -176,6 +176,55 @@ fn modern(message: Message) -> Result<Modern, McpError> {
     })
 }
 
+/// The W3C trace context of a request's HTTP headers (`traceparent`,
+/// `tracestate`), when well-formed: the parent of a request whose message
+/// carries none in `_meta`.
+pub fn header_trace(headers: &HeaderMap) -> Option<TraceContext> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let traceparent = text("traceparent")?.trim();
+    if !valid_traceparent(traceparent) {
+        return None;
+    }
+    let tracestate = text("tracestate")
+        .map(str::trim)
+        .filter(|s| valid_tracestate(s))
+        .map(str::to_string);
+    Some(TraceContext {
+        traceparent: traceparent.to_string(),
+        tracestate,
+    })
+}
+
+/// The request's span when export is on: for a body holding one request
+/// (a batch's messages get one each as they are answered), parented by
+/// the trace context of its `_meta`, else of its headers.
+pub fn request_span(
+    gw: &crate::gateway::Gateway,
+    session_id: &str,
+    version: Option<&str>,
+    message: Option<&Message>,
+    trace: Option<&TraceContext>,
+) -> Option<crate::telemetry::RequestSpan> {
+    if !gw.telemetry.is_on() {
+        return None;
+    }
+    let Some(Message::Request { id, method, params }) = message else {
+        return None;
+    };
+    let modern = version.is_some_and(protocol::is_modern);
+    gw.telemetry.request(&crate::telemetry::RequestFacts {
+        method,
+        id: (id.as_raw() != "null").then(|| id.as_raw().trim_matches('"')),
+        target: match method.as_str() {
+            "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str),
+            _ => None,
+        },
+        session_id: (!modern).then_some(session_id),
+        protocol: version,
+        parent: trace.map(TraceContext::parent),
+    })
+}
+
 /// `traceparent` (and `tracestate`) of a `_meta`, when well-formed.
 pub fn trace_context(meta: &Map<String, Value>) -> Option<TraceContext> {
     let traceparent = meta.get("traceparent")?.as_str()?;

@@ -68,22 +68,48 @@ pub async fn serve(
     gw: &Arc<Gateway>,
     target: &Target,
     headers: &HeaderMap,
-    request: Modern,
+    mut request: Modern,
 ) -> Response {
-    let span = tracing::info_span!(
-        "mcp",
-        protocol = protocol::MODERN,
-        method = %echo(&request.method),
-        traceparent = tracing::field::Empty,
-    );
-    if let Some(trace) = &request.trace {
-        span.record("traceparent", trace.traceparent.as_str());
+    if request.trace.is_none() {
+        request.trace = super::era::header_trace(headers);
     }
+    let span = traced(gw, &request);
+    let log = super::dispatch::log_span(&request.method, request.trace.as_ref(), span.as_ref());
     let id = request.id.clone();
-    match answer(gw, target, headers, request).instrument(span).await {
+    let context = span.as_ref().map(|s| s.context().clone());
+    let work = answer(gw, target, headers, request, span.as_ref()).instrument(log);
+    match crate::telemetry::scoped(context.as_ref(), work).await {
         Ok(resp) => resp,
-        Err(e) => e.modern_response(id.as_ref()),
+        Err(e) => {
+            if let Some(span) = &span {
+                let rpc = e.rpc();
+                span.failed(rpc.code, &rpc.message);
+            }
+            e.modern_response(id.as_ref())
+        }
     }
+}
+
+/// The request's server span (export on; a notification has none).
+fn traced(gw: &Gateway, request: &Modern) -> Option<crate::telemetry::RequestSpan> {
+    if !gw.telemetry.is_on() {
+        return None;
+    }
+    let id = request.id.as_ref()?;
+    gw.telemetry.request(&crate::telemetry::RequestFacts {
+        method: &request.method,
+        id: (id.as_raw() != "null").then(|| id.as_raw().trim_matches('"')),
+        target: match request.method.as_str() {
+            "tools/call" | "prompts/get" => request.params.get("name").and_then(Value::as_str),
+            _ => None,
+        },
+        session_id: None,
+        protocol: Some(protocol::MODERN),
+        parent: request
+            .trace
+            .as_ref()
+            .map(super::call::TraceContext::parent),
+    })
 }
 
 /// The named steps of the module doc.
@@ -92,6 +118,7 @@ async fn answer(
     target: &Target,
     headers: &HeaderMap,
     request: Modern,
+    span: Option<&crate::telemetry::RequestSpan>,
 ) -> Result<Response, McpError> {
     // What the request costs against the rate limits: its method (the
     // params play no part in the cost), as a request when it has an id.
@@ -108,6 +135,7 @@ async fn answer(
     }];
     let mut call = prepare(gw, target, headers, Some(protocol::MODERN.into()), &costed).await?;
     call.trace = request.trace.clone();
+    call.enter_span(span.and_then(crate::telemetry::RequestSpan::ids));
     call.capabilities = Some(request.capabilities.clone());
     // Charged before the headers are checked: a refused request spends
     // like any other, so a flood of mismatches meets the buckets before
@@ -128,7 +156,16 @@ async fn answer(
             call.flush_deferred().await;
             return stream;
         }
-        Ok(()) => dispatch(&call, &request.method, request.params).await,
+        Ok(()) => {
+            let arguments = span
+                .filter(|s| s.records_io())
+                .and_then(|_| request.params.get("arguments").cloned());
+            let outcome = dispatch(&call, &request.method, request.params).await;
+            if let (Some(span), Ok(_)) = (span, &outcome) {
+                super::dispatch::traced_outcome(span, arguments.as_ref(), &outcome);
+            }
+            outcome
+        }
         Err(e) => Err(e),
     };
     call.flush_deferred().await;

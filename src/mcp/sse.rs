@@ -115,6 +115,7 @@ pub async fn post_message(
         &body.messages,
     )
     .await?;
+    call.trace = super::era::header_trace(&headers);
     // Only the key that opened the stream, on its session, may post to it;
     // anything else looks like a stream that does not exist.
     let entry = Uuid::parse_str(&stream_id)
@@ -158,7 +159,7 @@ async fn answer_on_stream(call: Call, batch: bool, messages: Vec<Message>, entry
             _ => None,
         })
         .collect();
-    let responses = answer(&call, messages).await;
+    let responses = answer(&call, messages, None).await;
     if let Some(version) = responses
         .iter()
         .filter(|a| initialize_ids.contains(a.id()))

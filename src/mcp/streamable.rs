@@ -73,9 +73,64 @@ pub async fn post_at(
         }
         Err(refused) => return Ok(refused.modern_response(id.as_ref())),
     };
-    let mut call = resolve(&gw, &target, &headers, version, &body.messages).await?;
-    call.trace = era::legacy_trace(&body);
-    if let Err(refused) = check_session_header(&gw, &headers, session_id).await {
+    let trace = era::legacy_trace(&body).or_else(|| era::header_trace(&headers));
+    // A body of one request is one span from here (admission included).
+    let span = era::request_span(
+        &gw,
+        session_id,
+        version.as_deref(),
+        body.messages.first().filter(|_| !body.batch),
+        trace.as_ref(),
+    );
+    let context = span.as_ref().map(|s| s.context().clone());
+    let served = crate::telemetry::scoped(
+        context.as_ref(),
+        serve_legacy(&gw, &target, &headers, version, body, trace, span),
+    )
+    .await;
+    Ok(served)
+}
+
+/// Serves a legacy-era body (the request's span, if any, ends with it).
+async fn serve_legacy(
+    gw: &Arc<Gateway>,
+    target: &Target,
+    headers: &HeaderMap,
+    version: Option<String>,
+    body: super::admission::Messages,
+    trace: Option<super::call::TraceContext>,
+    span: Option<crate::telemetry::RequestSpan>,
+) -> Response {
+    match answer_legacy(gw, target, headers, version, body, trace, span.as_ref()).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            if let Some(span) = &span {
+                let rpc = e.rpc();
+                span.failed(rpc.code, &rpc.message);
+            }
+            e.into_response()
+        }
+    }
+}
+
+/// Admission and the messages' answers.
+async fn answer_legacy(
+    gw: &Arc<Gateway>,
+    target: &Target,
+    headers: &HeaderMap,
+    version: Option<String>,
+    body: super::admission::Messages,
+    trace: Option<super::call::TraceContext>,
+    span: Option<&crate::telemetry::RequestSpan>,
+) -> Result<Response, McpError> {
+    let session_id = target.session_id.as_str();
+    let mut call = resolve(gw, target, headers, version, &body.messages).await?;
+    call.trace = trace;
+    if let Some(span) = span {
+        span.protocol(&call.version);
+        call.enter_span(span.ids());
+    }
+    if let Err(refused) = check_session_header(gw, headers, session_id).await {
         call.flush_deferred().await;
         return Err(refused);
     }
@@ -83,16 +138,16 @@ pub async fn post_at(
         .messages
         .iter()
         .any(|m| matches!(m, Message::Request { method, .. } if method == "initialize"));
-    let responses = answer(&call, body.messages).await;
+    let responses = answer(&call, body.messages, span).await;
     if responses.is_empty() {
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let initialized = initialize && initialized(&responses);
     if initialized {
-        resume(&gw, session_id).await;
+        resume(gw, session_id).await;
     }
     let text = jsonrpc::body(&responses, body.batch);
-    let mut resp = respond(&headers, session_id, initialized, text);
+    let mut resp = respond(headers, session_id, initialized, text);
     if let Some(refusal) = call.take_step_up() {
         stepped_up(&mut resp, &refusal);
     }

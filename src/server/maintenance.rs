@@ -81,6 +81,7 @@ async fn retain(gw: &Arc<Gateway>, key: &Arc<CheckpointKey>) {
         format: audit.archive_format,
         holder: gw.cluster.instance_id.clone(),
         key: Arc::clone(key),
+        written: std::sync::Arc::default(),
     };
     let store = gw.store.clone();
     let outcome = tokio::task::spawn_blocking(move || archive::archive(&store, &req)).await;

@@ -29,6 +29,11 @@ pub struct DecisionFilter {
     pub since: Option<String>,
     /// Latest time (RFC 3339, exclusive).
     pub until: Option<String>,
+    /// W3C trace id (32 hex digits): decisions of requests in that trace,
+    /// as their notes name it (the caller's `traceparent`, or the
+    /// `traceId` of a trace the gateway started). Notes are not indexed:
+    /// combine with a time range on a large trail.
+    pub trace: Option<String>,
 }
 
 /// Read order.
@@ -50,6 +55,9 @@ pub enum FilterError {
     /// `action` names no gateway action.
     #[error("unknown action `{0}`")]
     Action(String),
+    /// `trace` is not a W3C trace id.
+    #[error("`trace` must be a trace id of 32 hex digits, not `{0}`")]
+    Trace(String),
     /// `since` or `until` is not RFC 3339.
     #[error("`{name}` must be an RFC 3339 time, not `{text}`")]
     Time {
@@ -77,6 +85,15 @@ impl DecisionFilter {
             && !a.starts_with(super::decisions::AUTHZEN_ACTION_PREFIX)
         {
             return Err(FilterError::Action(a.clone()));
+        }
+        if let Some(trace) = &mut self.trace {
+            let valid = trace.len() == 32
+                && trace.bytes().all(|b| b.is_ascii_hexdigit())
+                && trace.bytes().any(|b| b != b'0');
+            if !valid {
+                return Err(FilterError::Trace(trace.clone()));
+            }
+            trace.make_ascii_lowercase();
         }
         for (name, t) in [("since", &mut self.since), ("until", &mut self.until)] {
             if let Some(text) = t {
@@ -107,6 +124,9 @@ impl DecisionFilter {
         eq("decision", &self.decision, "=");
         eq("time", &self.since, ">=");
         eq("time", &self.until, "<");
+        // Hex digits only (checked by `normalized`): no LIKE wildcard.
+        let in_notes = self.trace.as_ref().map(|t| format!("%{t}%"));
+        eq("notes", &in_notes, "LIKE");
         (sql, args)
     }
 }

@@ -9,6 +9,8 @@
 //! anchor (the seq and hash of the last pruned record), and both the chain
 //! head and verification start from it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::db::{Backend, Conn, Row};
 use crate::params;
 use serde::{Deserialize, Serialize};
@@ -380,6 +382,17 @@ pub fn verify_range(
     from_seq: i64,
     to_seq: i64,
 ) -> Result<VerifyReport, StoreError> {
+    verify_range_counted(conn, from_seq, to_seq, &AtomicU64::new(0))
+}
+
+/// [`verify_range`], adding each record it checked to `checked` as it
+/// goes (what a progress bar reads).
+pub fn verify_range_counted(
+    conn: &mut Conn,
+    from_seq: i64,
+    to_seq: i64,
+    checked: &AtomicU64,
+) -> Result<VerifyReport, StoreError> {
     let (anchor_seq, anchor_hash) = chain_head(conn)?.anchor;
     let from_seq = from_seq.max(anchor_seq + 1);
     let mut report = VerifyReport {
@@ -420,6 +433,7 @@ pub fn verify_range(
             }
             after = row.seq;
             report.checked += 1;
+            checked.fetch_add(1, Ordering::Relaxed);
             report.last_seq = row.seq;
             if row.seq != expected_seq {
                 report.problems.push(format!(

@@ -103,6 +103,10 @@ use super::observations::NewObservation;
 use super::{Backend, StoreError};
 use crate::params;
 
+/// What a requester waiting for its job learns: the chain position of the
+/// job's first decision record (if it held one), or the batch's failure.
+type Acked = Result<Option<i64>, Arc<StoreError>>;
+
 /// One durable write.
 #[derive(Debug)]
 pub enum WriteOp {
@@ -149,7 +153,7 @@ struct Job {
     ops: Vec<WriteOp>,
     /// Told the batch's outcome; a failure is shared by every job of the
     /// batch, hence the `Arc`.
-    ack: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+    ack: Option<oneshot::Sender<Acked>>,
     /// The job's share of the queue's budget, given back when the job is
     /// dropped (after its transaction).
     _held: Held,
@@ -452,7 +456,7 @@ impl Writer {
     async fn job(
         &self,
         ops: Vec<WriteOp>,
-        ack: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+        ack: Option<oneshot::Sender<Acked>>,
     ) -> Result<Job, StoreError> {
         let held = self
             .budget
@@ -470,6 +474,13 @@ impl Writer {
     /// thread when the requester is alone (module doc), else through the
     /// queue.
     pub async fn submit(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        self.submit_chained(ops).await.map(drop)
+    }
+
+    /// [`Writer::submit`], returning the chain position (`seq`) of the
+    /// first decision record of `ops`, if it holds any: the others follow
+    /// it without gaps, in the order of `ops`.
+    pub async fn submit_chained(&self, ops: Vec<WriteOp>) -> Result<Option<i64>, StoreError> {
         let ops = match self.commit_here(ops) {
             Ok(committed) => return committed,
             Err(ops) => ops,
@@ -490,7 +501,10 @@ impl Writer {
     /// Commits `ops` durably on the calling thread if nothing is queued or
     /// committing and no other tool call is in flight; gives `ops` back
     /// otherwise.
-    fn commit_here(&self, ops: Vec<WriteOp>) -> Result<Result<(), StoreError>, Vec<WriteOp>> {
+    fn commit_here(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> Result<Result<Option<i64>, StoreError>, Vec<WriteOp>> {
         let shared = &*self.shared;
         let alone = || shared.alone();
         if !shared.here || !alone() {
@@ -517,7 +531,7 @@ impl Writer {
             // observations and moves the trail's recent records.
             self.try_enqueue(Vec::new());
         }
-        Ok(committed)
+        Ok(committed.map(|firsts| firsts.first().copied().flatten()))
     }
 
     /// Queues `ops` without waiting for the commit (waits only for queue
@@ -573,7 +587,7 @@ impl Writer {
         let job = futures_executor::block_on(self.job(ops, Some(ack)))?;
         self.entering_queue();
         self.tx.blocking_send(job).map_err(|_| self.not_queued())?;
-        acknowledged(done.blocking_recv())
+        acknowledged(done.blocking_recv()).map(drop)
     }
 
     /// Waits until everything queued so far is committed.
@@ -587,10 +601,10 @@ fn stopped() -> StoreError {
 }
 
 fn acknowledged(
-    outcome: Result<Result<(), Arc<StoreError>>, oneshot::error::RecvError>,
-) -> Result<(), StoreError> {
+    outcome: Result<Acked, oneshot::error::RecvError>,
+) -> Result<Option<i64>, StoreError> {
     match outcome {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(first)) => Ok(first),
         Ok(Err(e)) => Err(StoreError::Write(e.to_string())),
         Err(_) => Err(StoreError::Write("writer stopped before commit".into())),
     }
@@ -780,10 +794,13 @@ fn run(shared: &Shared, mut queue: Queue) {
         });
         drop(ops);
         shared.queued.fetch_sub(batch.len(), Ordering::AcqRel);
-        for job in batch.drain(..) {
+        for (at, job) in batch.drain(..).enumerate() {
             if let Some(ack) = job.ack {
                 // The requester may have gone away; the write stands.
-                let _ = ack.send(outcome.clone());
+                let first = outcome
+                    .as_ref()
+                    .map(|firsts| firsts.get(at).copied().flatten());
+                let _ = ack.send(first.map_err(Arc::clone));
             }
         }
         // After the answers: no request waits on work it does not need.
@@ -798,7 +815,11 @@ impl State {
     /// a connection first if there is none, then checkpoints a WAL past its
     /// bound (the writer thread's job). A failed commit is rolled back and
     /// leaves what is known as it was.
-    fn commit(&mut self, ops: &[&[WriteOp]], durable: bool) -> Result<(), StoreError> {
+    fn commit(
+        &mut self,
+        ops: &[&[WriteOp]],
+        durable: bool,
+    ) -> Result<Vec<Option<i64>>, StoreError> {
         if self.conn.is_none() {
             match (self.connect)() {
                 Ok(c) => {
@@ -817,7 +838,7 @@ impl State {
             // A nudge to checkpoint or index: every earlier job is
             // committed already, and nobody waits for a sync.
             conn.bound_wal();
-            return Ok(());
+            return Ok(Vec::new());
         }
         let written = conn
             .begin(durable)
@@ -830,7 +851,7 @@ impl State {
 
     /// Commits `ops` durably if the connection is open and the database's
     /// write lock free now; `None` (nothing written) otherwise.
-    fn commit_now(&mut self, ops: &[WriteOp]) -> Option<Result<(), StoreError>> {
+    fn commit_now(&mut self, ops: &[WriteOp]) -> Option<Result<Vec<Option<i64>>, StoreError>> {
         let conn = self.conn.as_deref_mut()?;
         let written = match conn.begin_now(true) {
             Ok(false) => return None,
@@ -955,9 +976,13 @@ impl State {
     /// After a commit: learns the snapshots it stored, or rolls a failure
     /// back (dropping a broken connection; the snapshots a failed batch
     /// meant to insert are gone with it).
-    fn settle(&mut self, written: Result<Committed, StoreError>) -> Result<(), StoreError> {
+    fn settle(
+        &mut self,
+        written: Result<Committed, StoreError>,
+    ) -> Result<Vec<Option<i64>>, StoreError> {
         match written {
-            Ok(committed) => {
+            Ok(mut committed) => {
+                let firsts = std::mem::take(&mut committed.firsts);
                 self.recent = self.recent.map(|n| n.saturating_add(committed.decisions));
                 let sqlite = self
                     .conn
@@ -968,7 +993,7 @@ impl State {
                     text.fetch_add(committed.observations, Ordering::AcqRel);
                 }
                 self.known.learn(committed);
-                Ok(())
+                Ok(firsts)
             }
             Err(e) => {
                 self.known.head = None;
@@ -1020,6 +1045,8 @@ struct Committed {
     decisions: u64,
     /// Observations it stored.
     observations: u64,
+    /// Per job, the `seq` of its first decision record.
+    firsts: Vec<Option<i64>>,
 }
 
 impl Known {
@@ -1075,7 +1102,10 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
     let first_seq = seq;
     let mut observations = 0;
     let mut snapshots: Vec<String> = Vec::new();
+    let mut firsts = Vec::with_capacity(batch.len());
     for ops in batch {
+        let job_first = seq + 1;
+        let mut chained_here = false;
         for op in *ops {
             match op {
                 WriteOp::Decision(d) => {
@@ -1087,6 +1117,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
                         snapshots.push(d.entities_hash.clone());
                     }
                     seq += 1;
+                    chained_here = true;
                     hash = decisions::insert(tx, seq, &hash, d)?;
                 }
                 WriteOp::Observation(o) => {
@@ -1123,6 +1154,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
                 }
             }
         }
+        firsts.push(chained_here.then_some(job_first));
     }
     tx.commit()?;
     let head = version.zip(anchor).map(|(version, anchor)| KnownHead {
@@ -1135,6 +1167,7 @@ fn write(tx: &mut Conn, batch: &[&[WriteOp]], known: &Known) -> Result<Committed
         head,
         decisions: u64::try_from(seq - first_seq).unwrap_or(0),
         observations,
+        firsts,
     })
 }
 

@@ -463,6 +463,12 @@ async fn post(
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| transport(&e))?;
         h.append(name, header_text(value)?);
     }
+    if let Some((traceparent, tracestate)) = crate::telemetry::trace_headers() {
+        h.insert("traceparent", header_text(&traceparent)?);
+        if let Some(state) = tracestate {
+            h.insert("tracestate", header_text(&state)?);
+        }
+    }
     if let Some(token) = ep.bearer {
         let mut auth = header_text(&format!("Bearer {token}"))?;
         auth.set_sensitive(true);
