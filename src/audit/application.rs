@@ -21,9 +21,11 @@
 //!
 //! A search page is one record ([`search_record`]): the searched side's
 //! column holds its type (`Records::user`), the action column `*` for an
-//! action search, and `notes.authzen.search` the search, its results in
-//! order and how many candidates it decided (each result decided exactly
-//! as an evaluation of it would be).
+//! action search, and `notes.authzen.search` the search (`kind`, and
+//! `request`: the evaluation each candidate was decided as, the searched
+//! id or action name empty), its results in order and how many candidates
+//! it decided (each result decided exactly as an evaluation of it would
+//! be, and so replayed).
 
 use serde_json::{Map, Value, json};
 
@@ -125,6 +127,9 @@ pub struct SearchPage {
     pub overlay: Vec<Value>,
     /// The members left out.
     pub ignored: Vec<String>,
+    /// The search as asked, in AuthZEN's shape (what replay decides each
+    /// result again from).
+    pub request: Value,
 }
 
 /// The record of one search page, however many candidates it decided
@@ -142,6 +147,7 @@ pub fn search_record(
         "search".into(),
         json!({
             "kind": page.kind,
+            "request": page.request,
             "results": page.results,
             "examined": page.examined,
             "more": page.more,

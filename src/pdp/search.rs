@@ -41,6 +41,7 @@ use super::input::{self, Bounds, Search, SearchKind};
 use super::page_token;
 use crate::audit::application::{self as record, Asker, SearchPage};
 use crate::gateway::Gateway;
+use crate::policy::application::recorded::search_request_json;
 use crate::policy::application::{AppSet, InputError, RequestInput};
 use crate::store::WriteOp;
 use crate::store::decisions::NewDecision;
@@ -271,6 +272,7 @@ fn described(set: &AppSet, search: &Search<'_>, mut page: SearchPage) -> SearchP
             .unwrap_or_else(|| e.type_name.to_string())
     };
     page.kind = search.kind.name();
+    page.request = search_request_json(t);
     (page.principal, page.resource) = match search.kind {
         SearchKind::Subject => (type_of(&t.subject), uid(&t.resource)),
         SearchKind::Resource => (uid(&t.subject), type_of(&t.resource)),
