@@ -62,6 +62,7 @@ impl FilterForm {
             decision: given(&self.decision),
             since: time("since", &self.since)?,
             until: time("until", &self.until)?,
+            application: None,
         }
         .normalized()
         .map_err(|e| ConsoleError::BadRequest(e.to_string()))

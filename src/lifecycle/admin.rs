@@ -192,6 +192,7 @@ async fn list_decisions(
         decision: q.decision,
         since: q.since,
         until: q.until,
+        application: None,
     }
     .normalized()
     .map_err(|e| AppError::BadRequest(e.to_string()))?;

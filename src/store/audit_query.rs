@@ -29,6 +29,9 @@ pub struct DecisionFilter {
     pub since: Option<String>,
     /// Latest time (RFC 3339, exclusive).
     pub until: Option<String>,
+    /// Only the decisions of this decision application (actions
+    /// `authzen:<application>:…`).
+    pub application: Option<String>,
 }
 
 /// Read order.
@@ -50,6 +53,9 @@ pub enum FilterError {
     /// `action` names no gateway action.
     #[error("unknown action `{0}`")]
     Action(String),
+    /// `application` cannot name a decision application.
+    #[error("`application` must be {rule}, not `{0}`", rule = crate::ids::APP_NAME_RULE)]
+    Application(String),
     /// `since` or `until` is not RFC 3339.
     #[error("`{name}` must be an RFC 3339 time, not `{text}`")]
     Time {
@@ -77,6 +83,11 @@ impl DecisionFilter {
             && !a.starts_with(super::decisions::AUTHZEN_ACTION_PREFIX)
         {
             return Err(FilterError::Action(a.clone()));
+        }
+        if let Some(app) = &self.application
+            && !crate::ids::valid_app_name(app)
+        {
+            return Err(FilterError::Application(app.clone()));
         }
         for (name, t) in [("since", &mut self.since), ("until", &mut self.until)] {
             if let Some(text) = t {
@@ -107,6 +118,17 @@ impl DecisionFilter {
         eq("decision", &self.decision, "=");
         eq("time", &self.since, ">=");
         eq("time", &self.until, "<");
+        if let Some(app) = &self.application {
+            // An exact prefix: `LIKE` would read `_` in a name as a
+            // wildcard (and ignore case on SQLite). The length is ours.
+            let prefix = format!("{}{app}:", super::decisions::AUTHZEN_ACTION_PREFIX);
+            sql.push(format!(
+                "substr(action, 1, {}) = ?{}",
+                prefix.len(),
+                args.len() + 1
+            ));
+            args.push(SqlValue::Text(prefix));
+        }
         (sql, args)
     }
 }
