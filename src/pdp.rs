@@ -104,6 +104,9 @@
 //! policies and errors, the caller's org; its notes name the application,
 //! the key, the request id, the entities the request added and the members
 //! left out. An answer is sent only after its records are committed.
+//! `cedargate audit replay --app <app>` (and the console's replay and
+//! what-if) decide them again under the set that made them or a candidate
+//! of the application (`crate::replay`).
 
 pub mod admin;
 pub mod admission;
