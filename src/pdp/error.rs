@@ -15,6 +15,15 @@ use crate::policy::application::InputError;
 /// (Cedar's type errors quote the value) is shortened, with `…`.
 const MAX_MESSAGE_CHARS: usize = 2_000;
 
+/// `message`, shortened to [`MAX_MESSAGE_CHARS`] (with `…`) when longer.
+pub fn bounded(message: String) -> String {
+    if message.chars().count() > MAX_MESSAGE_CHARS {
+        message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "…"
+    } else {
+        message
+    }
+}
+
 /// A request the decision point refuses.
 #[derive(Debug, thiserror::Error)]
 pub enum PdpError {
@@ -119,10 +128,7 @@ impl PdpError {
 impl IntoResponse for PdpError {
     fn into_response(self) -> Response {
         let (status, code) = self.parts();
-        let mut message = self.to_string();
-        if message.chars().count() > MAX_MESSAGE_CHARS {
-            message = message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "…";
-        }
+        let message = bounded(self.to_string());
         let mut resp = (
             status,
             Json(json!({ "error": { "code": code, "message": message } })),

@@ -61,11 +61,16 @@ impl Semantic {
     }
 }
 
+/// One evaluation of a batch, its defaults applied, or why it is not one
+/// (a member missing or of the wrong JSON type): an error of that
+/// evaluation alone.
+pub type Item<'a> = Result<RequestInput<'a>, ShapeError>;
+
 /// An `evaluations` request, its defaults applied.
 #[derive(Debug, Clone)]
 pub struct Batch<'a> {
     /// The evaluations, in request order.
-    pub evaluations: Vec<RequestInput<'a>>,
+    pub evaluations: Vec<Item<'a>>,
     /// How they are run.
     pub semantic: Semantic,
     /// `evaluations` was absent or empty: one evaluation of the top level.
@@ -122,6 +127,17 @@ pub enum ShapeError {
         "`options.evaluations_semantic` must be `execute_all`, `deny_on_first_deny` or `permit_on_first_permit`"
     )]
     Semantic,
+}
+
+impl ShapeError {
+    /// Whether it is a bound of what one request may carry: refused for
+    /// the whole request even when one evaluation of a batch exceeds it.
+    pub fn is_bound(&self) -> bool {
+        matches!(
+            self,
+            ShapeError::TooLong { .. } | ShapeError::TooLarge { .. } | ShapeError::TooMany { .. }
+        )
+    }
 }
 
 /// Which of the three searches.
@@ -251,7 +267,9 @@ pub fn evaluation<'a>(body: &'a Value, bounds: &Bounds) -> Result<RequestInput<'
 }
 
 /// The evaluations of an `evaluations` request, each with the top level's
-/// defaults for what it leaves out.
+/// defaults for what it leaves out. An evaluation that lacks a member, or
+/// gives one of the wrong JSON type, is an error of its own ([`Item`]);
+/// the top level's shape and every bound are the whole request's.
 pub fn evaluations<'a>(body: &'a Value, bounds: &Bounds) -> Result<Batch<'a>, ShapeError> {
     let top = body.as_object().ok_or(ShapeError::Body)?;
     let semantic = semantic(top)?;
@@ -270,7 +288,7 @@ pub fn evaluations<'a>(body: &'a Value, bounds: &Bounds) -> Result<Batch<'a>, Sh
     if listed.is_empty() {
         let one = defaults.complete(no_members(), String::new(), bounds)?;
         return Ok(Batch {
-            evaluations: vec![one],
+            evaluations: vec![Ok(one)],
             semantic,
             single: true,
         });
@@ -278,8 +296,14 @@ pub fn evaluations<'a>(body: &'a Value, bounds: &Bounds) -> Result<Batch<'a>, Sh
     let mut evaluations = Vec::with_capacity(listed.len());
     for (i, item) in listed.iter().enumerate() {
         let at = format!("evaluations[{i}]");
-        let own = item.as_object().ok_or(ShapeError::NotObject(at.clone()))?;
-        evaluations.push(defaults.complete(own, format!("{at}."), bounds)?);
+        let one = match item.as_object() {
+            Some(own) => defaults.complete(own, format!("{at}."), bounds),
+            None => Err(ShapeError::NotObject(at)),
+        };
+        match one {
+            Err(e) if e.is_bound() => return Err(e),
+            one => evaluations.push(one),
+        }
     }
     Ok(Batch {
         evaluations,
@@ -556,7 +580,7 @@ mod tests {
         let batch = evaluations(&body, &BOUNDS).unwrap();
         assert!(!batch.single);
         assert_eq!(batch.semantic, Semantic::ExecuteAll);
-        let [first, second] = batch.evaluations.as_slice() else {
+        let [Ok(first), Ok(second)] = batch.evaluations.as_slice() else {
             panic!("two evaluations");
         };
         assert_eq!((first.action.name, first.resource.id), ("read", "1"));
@@ -566,11 +590,19 @@ mod tests {
             ("write", "evaluations[1].")
         );
         assert!(second.context.is_some_and(|c| c.is_empty()));
-        let missing = json!({"action": {"name": "read"}, "evaluations": [{"subject": alice(), "resource": alice()}, {"resource": alice()}]});
+        let missing = json!({"action": {"name": "read"}, "evaluations": [{"subject": alice(), "resource": alice()}, {"resource": alice()}, 7]});
+        let batch = evaluations(&missing, &BOUNDS).unwrap();
+        assert!(batch.evaluations[0].is_ok());
         assert_eq!(
-            evaluations(&missing, &BOUNDS).unwrap_err(),
-            ShapeError::Missing("evaluations[1].subject".into())
+            batch.evaluations[1].as_ref().unwrap_err(),
+            &ShapeError::Missing("evaluations[1].subject".into())
         );
+        assert_eq!(
+            batch.evaluations[2].as_ref().unwrap_err(),
+            &ShapeError::NotObject("evaluations[2]".into())
+        );
+        let long = json!({"action": {"name": "read"}, "evaluations": [{"subject": alice(), "resource": {"type": "r", "id": "123456789"}}]});
+        assert!(evaluations(&long, &BOUNDS).unwrap_err().is_bound());
     }
 
     #[test]
