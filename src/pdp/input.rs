@@ -175,6 +175,8 @@ pub struct Search<'a> {
     pub token: Option<&'a str>,
     /// `page.limit`, or the default page size.
     pub limit: usize,
+    /// Whether `page.limit` was given.
+    pub limit_given: bool,
 }
 
 /// A search request of `kind`: the searched entity needs only a `type` (an
@@ -202,7 +204,7 @@ pub fn search<'a>(
         },
         _ => action(required("action")?, "action", bounds)?,
     };
-    let (token, limit) = page(top, bounds)?;
+    let (token, given) = page(top, bounds)?;
     Ok(Search {
         kind,
         template: RequestInput {
@@ -213,7 +215,8 @@ pub fn search<'a>(
             at: String::new(),
         },
         token,
-        limit,
+        limit: given.unwrap_or(bounds.search_page),
+        limit_given: given.is_some(),
     })
 }
 
@@ -229,13 +232,13 @@ fn searched<'a>(v: &'a Value, field: &str, bounds: &Bounds) -> Result<EntityInpu
     })
 }
 
-/// `page.token` and `page.limit`.
+/// `page.token` and `page.limit`, as given.
 fn page<'a>(
     top: &'a Map<String, Value>,
     bounds: &Bounds,
-) -> Result<(Option<&'a str>, usize), ShapeError> {
+) -> Result<(Option<&'a str>, Option<usize>), ShapeError> {
     let Some(page) = present(top, "page") else {
-        return Ok((None, bounds.search_page));
+        return Ok((None, None));
     };
     let page = page
         .as_object()
@@ -249,12 +252,13 @@ fn page<'a>(
         .filter(|t| !t.is_empty()),
     };
     let limit = match present(page, "limit") {
-        None => bounds.search_page,
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .filter(|n| (1..=bounds.max_search_page).contains(n))
-            .ok_or(ShapeError::PageLimit(bounds.max_search_page))?,
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| (1..=bounds.max_search_page).contains(n))
+                .ok_or(ShapeError::PageLimit(bounds.max_search_page))?,
+        ),
     };
     Ok((token, limit))
 }
