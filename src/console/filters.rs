@@ -26,6 +26,9 @@ pub struct FilterForm {
     pub since: String,
     #[serde(default)]
     pub until: String,
+    /// A decision application: its decisions only.
+    #[serde(default)]
+    pub application: String,
 }
 
 fn given(s: &str) -> Option<String> {
@@ -62,7 +65,7 @@ impl FilterForm {
             decision: given(&self.decision),
             since: time("since", &self.since)?,
             until: time("until", &self.until)?,
-            application: None,
+            application: given(&self.application),
         }
         .normalized()
         .map_err(|e| ConsoleError::BadRequest(e.to_string()))

@@ -171,6 +171,8 @@ struct DecisionsQuery {
     decision: Option<String>,
     since: Option<String>,
     until: Option<String>,
+    /// A decision application: its decisions only.
+    application: Option<String>,
     /// `nextCursor` of the previous page.
     cursor: Option<String>,
     limit: Option<usize>,
@@ -192,7 +194,7 @@ async fn list_decisions(
         decision: q.decision,
         since: q.since,
         until: q.until,
-        application: None,
+        application: q.application,
     }
     .normalized()
     .map_err(|e| AppError::BadRequest(e.to_string()))?;
