@@ -59,6 +59,10 @@
 //! (`crate::guesses`), and a key's and its org's rate limits apply, one
 //! token per evaluation.
 //!
+//! Or an access token from a configured identity provider, issued for the
+//! application and granting the scope `authzen:<app>` (rules in
+//! [`caller`]).
+//!
 //! ## Mapping and answers
 //!
 //! The mapping onto Cedar (`type`, `id`, `properties`, `action`, `context`)
@@ -118,6 +122,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod caller;
 pub mod error;
 pub mod evaluate;
 pub mod input;

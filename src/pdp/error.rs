@@ -63,6 +63,10 @@ pub enum PdpError {
     /// The key may not ask this application (403).
     #[error("this key may not ask the application `{0}`")]
     Forbidden(String),
+    /// The token may not ask this application: no org, claims over a
+    /// bound, or not the application's scope (403).
+    #[error("{0}")]
+    TokenForbidden(String),
     /// No application by that name (404).
     #[error("no decision application `{0}`")]
     UnknownApp(String),
@@ -112,7 +116,9 @@ impl PdpError {
             PdpError::Input(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             PdpError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             PdpError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            PdpError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            PdpError::Forbidden(_) | PdpError::TokenForbidden(_) => {
+                (StatusCode::FORBIDDEN, "forbidden")
+            }
             PdpError::UnknownApp(_) | PdpError::NoDefault => (StatusCode::NOT_FOUND, "not_found"),
             PdpError::NotLoaded(_) | PdpError::Unavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")

@@ -42,8 +42,9 @@ pub async fn decide(
         .check()
         .map_err(|_| PdpError::InsufficientStorage)?;
     let asker = Asker {
-        org_id: &admitted.key.org_id,
-        key_id: &admitted.key.id,
+        org_id: &admitted.caller.org_id,
+        key_id: admitted.caller.key_id(),
+        token: admitted.caller.token.as_ref(),
         request_id: admitted.request_id.as_deref(),
     };
     let decided = in_order(set, &prepared, &asker, semantic, batch);
@@ -87,9 +88,9 @@ pub(super) async fn spend(
     evaluations: usize,
 ) -> Result<(), PdpError> {
     let who = Subjects {
-        org: &admitted.key.org_id,
+        org: &admitted.caller.org_id,
         agent: None,
-        key: &admitted.key.id,
+        key: &admitted.caller.id,
     };
     let cost = u32::try_from(evaluations).unwrap_or(u32::MAX);
     gw.rate_limits

@@ -128,8 +128,9 @@ fn page(
         String::new()
     };
     let asker = Asker {
-        org_id: &admitted.key.org_id,
-        key_id: &admitted.key.id,
+        org_id: &admitted.caller.org_id,
+        key_id: admitted.caller.key_id(),
+        token: admitted.caller.token.as_ref(),
         request_id: admitted.request_id.as_deref(),
     };
     let mut answer = json!({
