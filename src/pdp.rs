@@ -59,6 +59,10 @@
 //! (`crate::guesses`), and a key's and its org's rate limits apply, one
 //! token per evaluation.
 //!
+//! Or an access token from a configured identity provider, issued for the
+//! application and granting the scope `authzen:<app>` (rules in
+//! [`caller`]).
+//!
 //! ## Mapping and answers
 //!
 //! The mapping onto Cedar (`type`, `id`, `properties`, `action`, `context`)
@@ -72,12 +76,20 @@
 //!
 //! ## Decisions where the specification is silent
 //!
-//! - **A batch is checked whole before anything is decided**: any
-//!   ill-typed evaluation answers 400 naming it (`evaluations[3].subject`),
-//!   and nothing of the batch is decided or recorded. The specification's
-//!   per-evaluation errors are for failures met while deciding, and a
-//!   decision here never fails once its request is well-typed (a Cedar
-//!   evaluation error on a `forbid` is a deny, recorded with the error).
+//! - **An evaluation of a batch that cannot be decided** (a member
+//!   missing or of the wrong JSON type, or ill-typed for the schema) is an
+//!   error of that evaluation alone, as the specification's
+//!   evaluation-level errors are (and as the certification scenario's
+//!   c-3-4-1 requires): it answers `{"decision": false, "context":
+//!   {"error": {"status": 400, "message"}}}` in its place, the message
+//!   naming the field (`evaluations[3].subject`), is not recorded (nothing
+//!   was decided) and counts as a deny for the short-circuit semantics;
+//!   the others are decided. A lone evaluation (`/evaluation`, or
+//!   `/evaluations` without `evaluations`) that cannot be decided is a 400,
+//!   never a deny, and a batch whose top level is ill-shaped or that
+//!   exceeds a bound is refused whole. A decision never fails once its
+//!   request is well-typed (a Cedar evaluation error on a `forbid` is a
+//!   deny, recorded with the error).
 //! - **`evaluations` absent or empty** is one evaluation of the top-level
 //!   fields, answered as `/evaluation` answers it (`decision`, `context`)
 //!   and also as a batch of one (`evaluations: [ … ]`), so a client
@@ -104,9 +116,13 @@
 //! policies and errors, the caller's org; its notes name the application,
 //! the key, the request id, the entities the request added and the members
 //! left out. An answer is sent only after its records are committed.
+//! `cedargate audit replay --app <app>` (and the console's replay and
+//! what-if) decide them again under the set that made them or a candidate
+//! of the application (`crate::replay`).
 
 pub mod admin;
 pub mod admission;
+pub mod caller;
 pub mod error;
 pub mod evaluate;
 pub mod input;

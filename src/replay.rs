@@ -11,9 +11,13 @@
 //!
 //! Records of operator actions taken in the web console
 //! (`console:*` actions) are not Cedar decisions: replay skips them. The
-//! decisions of the AuthZEN decision applications (`authzen:*` actions)
-//! were made by their own sets, never the gateway's: replay leaves them
-//! out too (replaying them under their applications is still to come).
+//! decisions of the AuthZEN decision applications (`authzen:<app>:*`
+//! actions) were made by their applications' sets, never the gateway's:
+//! replayed under the recorded sets, each is decided again under the
+//! application set that made it; under a candidate of the gateway's set
+//! they are left out; under a candidate of one application
+//! ([`Against::Application`]) only that application's records are read
+//! (rules in `replay/application.rs`).
 //!
 //! [`replay_with`] reports progress and can be cancelled between pages
 //! (the web console's replays); [`replay`] runs to the end.
@@ -38,6 +42,8 @@ use serde::Serialize;
 use crate::audit::NodeBatchError;
 use crate::audit::prelude::{self, PreludeError};
 use crate::audit::tool_list::{self, ToolListError};
+use crate::policy::application::AppSet;
+use crate::policy::application::recorded::RecordedError;
 use crate::policy::recorded::{
     RecordedEntities, RecordedRequest, RecordedRequestError, SharedContext, SnapshotError,
 };
@@ -45,6 +51,10 @@ use crate::policy::{PolicyBundle, PolicyFile, PolicyLoadError, Uid, UidError, Ve
 use crate::store::StoreError;
 use crate::store::audit_query::{self, DecisionFilter};
 use crate::store::decisions::StoredDecision;
+
+mod application;
+
+pub use application::of_action as application_of;
 
 /// Records read and evaluated per batch: small enough that a page's rows
 /// are reused memory rather than fresh pages from the kernel (16,384 spent
@@ -57,8 +67,27 @@ const PAGE: usize = 2_048;
 pub enum Against {
     /// One candidate set for every record.
     Candidate(Arc<PolicyBundle>),
-    /// Each record under the set that made it (from `policy_sets`).
+    /// Each record under the set that made it (from `policy_sets`), the
+    /// decision applications' records included.
     Recorded,
+    /// A candidate set of the decision application `name`, for its
+    /// records only (each on the entity data it was decided on).
+    Application {
+        /// The application.
+        name: String,
+        /// Its candidate set (policies and schema).
+        bundle: Arc<PolicyBundle>,
+    },
+}
+
+impl Against {
+    /// The candidate's hash (none for the recorded sets).
+    pub fn candidate_hash(&self) -> Option<String> {
+        match self {
+            Against::Candidate(b) | Against::Application { bundle: b, .. } => Some(b.hash.clone()),
+            Against::Recorded => None,
+        }
+    }
 }
 
 /// One decision whose verdict changed.
@@ -244,6 +273,13 @@ pub enum Unreplayable {
     /// The prelude decisions a record holds cannot be read.
     #[error("prelude: {0}")]
     Prelude(Arc<PreludeError>),
+    /// A decision application's entity snapshot does not load under the
+    /// deciding set.
+    #[error("the application's entity snapshot does not load: {0}")]
+    AppData(Arc<PolicyLoadError>),
+    /// A decision application's record cannot be decided again.
+    #[error(transparent)]
+    AppRequest(RecordedError),
 }
 
 /// Why a recorded policy set cannot be loaded again.
@@ -289,6 +325,9 @@ type Resolved = Result<(Arc<PolicyBundle>, Arc<RecordedEntities>, Uid, Uid), Unr
 #[derive(Default)]
 struct Caches {
     bundles: Fast<Result<Arc<PolicyBundle>, Unreplayable>>,
+    /// Decision applications' sets on their recorded data: by policy-set
+    /// hash, then snapshot hash.
+    apps: Fast<Fast<Result<Arc<AppSet>, Unreplayable>>>,
     /// By schema hash, then snapshot hash (looked up by `&str`: no key is
     /// copied per record).
     entities: Fast<Fast<Result<Arc<RecordedEntities>, Unreplayable>>>,
@@ -309,7 +348,7 @@ impl Caches {
         row: &StoredDecision,
     ) -> Result<Resolved, StoreError> {
         let bundle = match against {
-            Against::Candidate(b) => Arc::clone(b),
+            Against::Candidate(b) | Against::Application { bundle: b, .. } => Arc::clone(b),
             Against::Recorded => match self.bundle(conn, &row.record.policy_hash)? {
                 Ok(b) => b,
                 Err(e) => return Ok(Err(e)),
@@ -446,14 +485,11 @@ pub fn replay_with(
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
     let mut report = ReplayReport {
-        candidate_hash: match against {
-            Against::Candidate(b) => Some(b.hash.clone()),
-            Against::Recorded => None,
-        },
+        candidate_hash: against.candidate_hash(),
         ..ReplayReport::default()
     };
     let mut caches = Caches::default();
-    let (filter, only) = widened(filter);
+    let (filter, only) = widened(&application::narrowed(filter, against));
     let filter = &filter;
     let only = only.as_deref();
     let mut page = read_page(conn, filter, only, None, against, &mut caches, control)?;
@@ -526,11 +562,20 @@ fn of_action(decisions: Vec<Replayed>, own: &str, only: Option<&str>) -> Vec<Rep
         .collect()
 }
 
-/// One page of the trail with what each record replays with (`None`: a
-/// trail event, nothing to replay).
+/// What one record of a page replays with.
+enum Target {
+    /// A trail event: nothing to replay.
+    Event,
+    /// A decision of the gateway's set.
+    Gateway(Resolved),
+    /// A decision of a decision application.
+    Application(Result<Arc<AppSet>, Unreplayable>),
+}
+
+/// One page of the trail with what each record replays with.
 struct Page {
     rows: Vec<StoredDecision>,
-    resolved: Vec<Option<Resolved>>,
+    resolved: Vec<Target>,
     /// Cursor after this page.
     last_seq: Option<i64>,
 }
@@ -558,15 +603,17 @@ fn read_page(
     rows.retain(|r| {
         let action = &r.record.action;
         !action.starts_with(crate::store::decisions::OPERATOR_ACTION_PREFIX)
-            && !action.starts_with(crate::store::decisions::AUTHZEN_ACTION_PREFIX)
+            && application::replays(against, action)
             && only.is_none_or(|action| holds_action(r, action))
     });
     let mut resolved = Vec::with_capacity(rows.len());
     for row in &rows {
         resolved.push(if crate::audit::events::is_event(&row.record) {
-            None
+            Target::Event
+        } else if let Some(app) = application::of_action(&row.record.action) {
+            Target::Application(caches.resolve_app(conn, against, app, row)?)
         } else {
-            Some(caches.resolve(conn, against, row)?)
+            Target::Gateway(caches.resolve(conn, against, row)?)
         });
     }
     Ok(Some(Page {
@@ -582,7 +629,11 @@ fn evaluate(page: &Page) -> Vec<Option<Result<Vec<Replayed>, Unreplayable>>> {
     page.rows
         .par_iter()
         .zip(&page.resolved)
-        .map(|(row, resolved)| resolved.as_ref().map(|r| replay_one(row, r)))
+        .map(|(row, target)| match target {
+            Target::Event => None,
+            Target::Gateway(r) => Some(replay_one(row, r)),
+            Target::Application(set) => Some(application::replay_record(row, set)),
+        })
         .collect()
 }
 
@@ -641,8 +692,9 @@ fn bump<T: Default>(map: &mut BTreeMap<String, T>, key: &str, count: impl FnOnce
 /// One decision of a record, decided again.
 #[derive(Debug)]
 struct Replayed {
-    /// The decision's own action and principal when it is a prelude of
-    /// the record ([`crate::audit::prelude`]); otherwise the record's.
+    /// The decision's own action and principal when they are not the
+    /// record's: a prelude of the record ([`crate::audit::prelude`]), a
+    /// result of a search page.
     prelude: Option<(String, String)>,
     /// The decision's own resource when the record holds several (a
     /// listed tool, a prelude); otherwise the record's.

@@ -237,20 +237,13 @@ fn cases() -> Vec<Bad> {
             "evaluations_semantic",
         ),
         batch(
-            "one bad evaluation of three",
+            "an evaluation over a bound",
             json!({"subject": alice(), "action": {"name": "read"}, "evaluations": [
                 {"resource": record1()},
-                {"resource": {"type": "record", "id": "record-1", "properties": {"status": 1}}},
-                {"resource": record1()},
+                {"resource": {"type": "record", "id": "x".repeat(2_000)}},
             ]}),
             400,
-            "`evaluations[1].resource.properties`",
-        ),
-        batch(
-            "an evaluation without a subject",
-            json!({"action": {"name": "read"}, "evaluations": [{"resource": record1()}]}),
-            400,
-            "`evaluations[0].subject` is required",
+            "`evaluations[1].resource.id` is longer than 1024 bytes",
         ),
         batch(
             "evaluations not an array",
@@ -291,6 +284,65 @@ async fn bad_input_answers_a_clear_4xx_and_records_nothing() {
         (200, &json!(true)),
         "{answer}"
     );
+}
+
+/// An evaluation of a batch that cannot be decided (a member missing or
+/// of the wrong type, ill-typed for the schema) answers `false` in its
+/// place with the error naming it, is not recorded, and counts as a deny
+/// for the short-circuit semantics; the others are decided and recorded.
+#[tokio::test]
+async fn a_batch_answers_an_evaluation_it_cannot_decide_in_its_place() {
+    let (g, _apps) = gateway().await;
+    let key = g.pdp_key("acme", &["records"]).await;
+    let before = g.decisions().await.len();
+    let items = json!([
+        {"resource": record1()},
+        {"resource": {"type": "record", "id": "record-1", "properties": {"status": 1}}},
+        {"subject": "alice"},
+        {"resource": {"type": "spaceship", "id": "x"}},
+        7,
+        {"resource": record1(), "action": {"name": "fly"}},
+        {"resource": record1()},
+    ]);
+    let body = json!({"subject": alice(), "action": {"name": "read"}, "evaluations": items});
+    let (status, answer) = g.pdp(EVALUATIONS, &key, body.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    let answers = answer["evaluations"].as_array().unwrap();
+    let decisions: Vec<bool> = answers
+        .iter()
+        .map(|a| a["decision"].as_bool().unwrap())
+        .collect();
+    assert_eq!(decisions, [true, false, false, false, false, false, true]);
+    for (i, says) in [
+        (1, "`evaluations[1].resource.properties`"),
+        (2, "`evaluations[2].subject` must be a JSON object"),
+        (3, "`evaluations[3].resource.type`: `spaceship`"),
+        (4, "`evaluations[4]` must be a JSON object"),
+        (5, "`evaluations[5].action.name`: `fly`"),
+    ] {
+        let error = &answers[i]["context"]["error"];
+        assert_eq!(error["status"], 400, "{i}: {answer}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(says), "{i}: {message}");
+        assert!(answers[i]["context"].get("decision_id").is_none());
+    }
+    assert_eq!(g.decisions().await.len(), before + 2, "the two decided");
+    // Deny on first deny stops at the first that cannot be decided.
+    let mut first_deny = body;
+    first_deny["options"] = json!({"evaluations_semantic": "deny_on_first_deny"});
+    let (status, answer) = g.pdp(EVALUATIONS, &key, first_deny).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["evaluations"].as_array().unwrap().len(),
+        2,
+        "{answer}"
+    );
+    // One evaluation, with or without `evaluations`, is still refused whole.
+    let lone = json!({"subject": alice(), "action": {"name": "fly"}, "resource": record1()});
+    for path in [EVALUATION, EVALUATIONS] {
+        let (status, answer) = g.pdp(path, &key, lone.clone()).await;
+        assert_eq!(status, 400, "{path}: {answer}");
+    }
 }
 
 /// An id is data: Cedar syntax in it names an entity no one has, decided

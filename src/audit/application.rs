@@ -13,17 +13,20 @@
 //! - `entities_hash` / snapshot: the application's entity data as loaded
 //!   (stored once per version); `policy_hash`: its set's hash (recorded in
 //!   `policy_sets` before the set decided anything);
-//! - `notes.authzen`: `application`, `action` (the Cedar uid), `key`,
-//!   `requestId` (the `X-Request-ID`, when sent), `evaluation` (its index
+//! - `notes.authzen`: `application`, `action` (the Cedar uid), `key` (a
+//!   key asked) or `token` (a token asked: its `issuer`, `subject`,
+//!   `client` and `jti`, never the token), `requestId` (the `X-Request-ID`, when sent), `evaluation` (its index
 //!   in a batch), `entities` (what the request added to the stored data,
 //!   Cedar entity JSON: with the snapshot, exactly the entities decided
 //!   with) and `ignored` (members the schema does not declare).
 //!
 //! A search page is one record ([`search_record`]): the searched side's
 //! column holds its type (`Records::user`), the action column `*` for an
-//! action search, and `notes.authzen.search` the search, its results in
-//! order and how many candidates it decided (each result decided exactly
-//! as an evaluation of it would be).
+//! action search, and `notes.authzen.search` the search (`kind`, and
+//! `request`: the evaluation each candidate was decided as, the searched
+//! id or action name empty), its results in order and how many candidates
+//! it decided (each result decided exactly as an evaluation of it would
+//! be, and so replayed).
 
 use serde_json::{Map, Value, json};
 
@@ -34,10 +37,12 @@ use crate::store::decisions::{AUTHZEN_ACTION_PREFIX, NewDecision};
 /// Who asked, as the record names them.
 #[derive(Debug, Clone, Copy)]
 pub struct Asker<'a> {
-    /// The key's org.
+    /// The caller's org.
     pub org_id: &'a str,
-    /// The key.
-    pub key_id: &'a str,
+    /// The key, when a key asked.
+    pub key_id: Option<&'a str>,
+    /// The token's issuer, subject, client and `jti`, when a token asked.
+    pub token: Option<&'a Value>,
     /// The request's `X-Request-ID`, if sent.
     pub request_id: Option<&'a str>,
 }
@@ -82,7 +87,7 @@ fn notes(set: &AppSet, prepared: &Prepared<'_>, asker: &Asker<'_>, index: Option
     let mut authzen = Map::new();
     authzen.insert("application".into(), json!(set.name));
     authzen.insert("action".into(), json!(prepared.action.text()));
-    authzen.insert("key".into(), json!(asker.key_id));
+    caller_notes(&mut authzen, asker);
     if let Some(id) = asker.request_id {
         authzen.insert("requestId".into(), json!(id));
     }
@@ -96,6 +101,16 @@ fn notes(set: &AppSet, prepared: &Prepared<'_>, asker: &Asker<'_>, index: Option
         authzen.insert("ignored".into(), json!(prepared.ignored));
     }
     json!({ "authzen": authzen })
+}
+
+/// `key` (the key's id) or `token` (its holder) in `notes.authzen`.
+fn caller_notes(authzen: &mut Map<String, Value>, asker: &Asker<'_>) {
+    if let Some(key) = asker.key_id {
+        authzen.insert("key".into(), json!(key));
+    }
+    if let Some(token) = asker.token {
+        authzen.insert("token".into(), token.clone());
+    }
 }
 
 /// One page of a search, as its record holds it.
@@ -125,6 +140,9 @@ pub struct SearchPage {
     pub overlay: Vec<Value>,
     /// The members left out.
     pub ignored: Vec<String>,
+    /// The search as asked, in AuthZEN's shape (what replay decides each
+    /// result again from).
+    pub request: Value,
 }
 
 /// The record of one search page, however many candidates it decided
@@ -142,12 +160,13 @@ pub fn search_record(
         "search".into(),
         json!({
             "kind": page.kind,
+            "request": page.request,
             "results": page.results,
             "examined": page.examined,
             "more": page.more,
         }),
     );
-    authzen.insert("key".into(), json!(asker.key_id));
+    caller_notes(&mut authzen, asker);
     if let Some(id) = asker.request_id {
         authzen.insert("requestId".into(), json!(id));
     }

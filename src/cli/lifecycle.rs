@@ -197,6 +197,12 @@ pub struct ReplayArgs {
     /// Replay each decision under the policy set that made it instead.
     #[arg(long, conflicts_with = "policies")]
     pub recorded: bool,
+    /// Only the decisions of this decision application; with `--policies`,
+    /// DIR is a candidate folder of that application (`schema.cedarschema`,
+    /// `policies/`), each decision decided on the entity data it was
+    /// decided on.
+    #[arg(long, value_name = "APP")]
+    pub app: Option<String>,
     /// Which decisions.
     #[command(flatten)]
     pub range: RangeArgs,
@@ -440,30 +446,26 @@ fn open_store(config: &Config) -> Result<Store, CommandError> {
 
 /// `audit replay`.
 pub fn replay(config: &Config, args: &ReplayArgs) -> ExitCode {
-    let filter = match args.range.filter() {
+    let filter = args.range.filter().and_then(|f| {
+        DecisionFilter {
+            application: args.app.clone(),
+            ..f
+        }
+        .normalized()
+        .map_err(CommandError::Filter)
+    });
+    let filter = match filter {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let against = match &args.policies {
-        None => crate::replay::Against::Recorded,
-        Some(dir) => {
-            let tools = match catalog() {
-                Ok(c) => tool_schemas(&c),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match load::load_bundle_with_tools(&config.schema_file, dir, &tools) {
-                Ok(b) => crate::replay::Against::Candidate(Arc::new(b)),
-                Err(e) => {
-                    eprintln!("{}", e.render());
-                    return ExitCode::FAILURE;
-                }
-            }
+    let against = match replay_against(config, args) {
+        Ok(a) => a,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::FAILURE;
         }
     };
     let store = match open_store(config) {
@@ -527,6 +529,28 @@ fn report_replay(report: &crate::replay::ReplayReport, args: &ReplayArgs) -> Exi
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// What `audit replay` decides under: the recorded sets, a candidate of
+/// the gateway's set, or a candidate folder of one application; a
+/// candidate that does not load is the rendered error.
+fn replay_against(config: &Config, args: &ReplayArgs) -> Result<crate::replay::Against, String> {
+    let Some(dir) = &args.policies else {
+        return Ok(crate::replay::Against::Recorded);
+    };
+    if let Some(app) = &args.app {
+        let set = crate::policy::application::load::load_app(app, dir).map_err(|e| e.render())?;
+        return Ok(crate::replay::Against::Application {
+            name: app.clone(),
+            bundle: set.bundle,
+        });
+    }
+    let tools = catalog()
+        .map(|c| tool_schemas(&c))
+        .map_err(|e| format!("error: {e}"))?;
+    load::load_bundle_with_tools(&config.schema_file, dir, &tools)
+        .map(|b| crate::replay::Against::Candidate(Arc::new(b)))
+        .map_err(|e| e.render())
 }
 
 /// `audit export`.

@@ -4,6 +4,12 @@
 //! of `console.candidates_dir` on the server (loaded like
 //! `cedargate audit replay --policies DIR`). Only those subdirectories can
 //! be named, never an arbitrary path.
+//!
+//! A form that names a decision application (`application`) asks for a
+//! candidate of that application instead: `live` is its active set, pasted
+//! text is validated against its active schema, and a directory is loaded
+//! as one of its folders (`schema.cedarschema`, `policies/`), like
+//! `cedargate audit replay --app APP --policies DIR`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +18,7 @@ use serde::Deserialize;
 
 use super::error::ConsoleError;
 use crate::gateway::Gateway;
+use crate::policy::application::AppSet;
 use crate::policy::{PolicyBundle, PolicyFile};
 
 /// The name a pasted candidate is validated under.
@@ -29,6 +36,17 @@ pub struct CandidateForm {
     /// A subdirectory of the candidates directory (`source=dir`).
     #[serde(default)]
     pub candidate_dir: String,
+    /// A decision application whose candidate this is (empty: the
+    /// gateway's set).
+    #[serde(default)]
+    pub application: String,
+}
+
+impl CandidateForm {
+    /// The decision application the form names, if any.
+    pub fn application(&self) -> Option<&str> {
+        Some(self.application.trim()).filter(|a| !a.is_empty())
+    }
 }
 
 /// The directory whose subdirectories are the offered candidates.
@@ -65,11 +83,36 @@ pub fn live_text(bundle: &PolicyBundle) -> String {
         .join("\n")
 }
 
+/// The active set of the decision application `name`.
+pub fn app_set(gw: &Gateway, name: &str) -> Result<Arc<AppSet>, ConsoleError> {
+    gw.pdp.app(name).and_then(|a| a.active()).ok_or_else(|| {
+        ConsoleError::BadRequest(format!(
+            "`{name}` is not a decision application with an active set"
+        ))
+    })
+}
+
+/// A subdirectory of the candidates directory the form names, refused
+/// when it is not one.
+fn offered_dir(gw: &Gateway, form: &CandidateForm) -> Result<(PathBuf, String), ConsoleError> {
+    let name = form.candidate_dir.trim().to_string();
+    if !offered(gw).contains(&name) {
+        return Err(ConsoleError::BadRequest(format!(
+            "`{name}` is not a candidate directory (subdirectories of `{}`)",
+            root(gw).display()
+        )));
+    }
+    Ok((root(gw).join(&name), name))
+}
+
 /// What the form names, and how to describe it.
 pub async fn load(
     gw: &Arc<Gateway>,
     form: &CandidateForm,
 ) -> Result<(Arc<PolicyBundle>, String), ConsoleError> {
+    if let Some(app) = form.application() {
+        return load_app(gw, app, form).await;
+    }
     match form.source.as_str() {
         "live" => Ok((gw.pep.current(), "the active set".into())),
         "text" => {
@@ -90,14 +133,8 @@ pub async fn load(
             loaded(bundle, "pasted text".into())
         }
         "dir" => {
-            let name = form.candidate_dir.trim().to_string();
-            if !offered(gw).contains(&name) {
-                return Err(ConsoleError::BadRequest(format!(
-                    "`{name}` is not a candidate directory (subdirectories of `{}`)",
-                    root(gw).display()
-                )));
-            }
-            let (dir, gw2) = (root(gw).join(&name), Arc::clone(gw));
+            let (dir, name) = offered_dir(gw, form)?;
+            let gw2 = Arc::clone(gw);
             let bundle = tokio::task::spawn_blocking(move || {
                 crate::policy::load::load_bundle_with_tools(
                     &gw2.config.schema_file,
@@ -115,11 +152,56 @@ pub async fn load(
     }
 }
 
+/// A candidate of the decision application `app` (rules in the module
+/// doc).
+async fn load_app(
+    gw: &Arc<Gateway>,
+    app: &str,
+    form: &CandidateForm,
+) -> Result<(Arc<PolicyBundle>, String), ConsoleError> {
+    let active = app_set(gw, app)?;
+    match form.source.as_str() {
+        "live" => Ok((
+            Arc::clone(&active.bundle),
+            format!("the active set of application {app}"),
+        )),
+        "text" => {
+            let files = vec![PolicyFile {
+                path: PASTED_FILE.into(),
+                text: form.policy_text.clone(),
+            }];
+            let bundle = tokio::task::spawn_blocking(move || {
+                let b = &active.bundle;
+                crate::policy::load::bundle_from_sources(&b.schema_path, &b.schema_text, files)
+            })
+            .await
+            .map_err(|_| ConsoleError::Render)?;
+            loaded(bundle, format!("application {app}: pasted text"))
+        }
+        "dir" => {
+            let (dir, name) = offered_dir(gw, form)?;
+            let app2 = app.to_string();
+            let set = tokio::task::spawn_blocking(move || {
+                crate::policy::application::load::load_app(&app2, &dir)
+            })
+            .await
+            .map_err(|_| ConsoleError::Render)?;
+            set.map(|s| (s.bundle, format!("application {app}: directory {name}")))
+                .map_err(refused)
+        }
+        other => Err(ConsoleError::BadRequest(format!(
+            "`source` must be `live`, `text` or `dir`, not `{other}`"
+        ))),
+    }
+}
+
 fn loaded(
     bundle: Result<PolicyBundle, crate::policy::PolicyLoadError>,
     label: String,
 ) -> Result<(Arc<PolicyBundle>, String), ConsoleError> {
-    bundle.map(|b| (Arc::new(b), label)).map_err(|e| {
-        ConsoleError::BadRequest(format!("the candidate set does not load:\n{}", e.render()))
-    })
+    bundle.map(|b| (Arc::new(b), label)).map_err(refused)
+}
+
+fn refused(e: crate::policy::PolicyLoadError) -> ConsoleError {
+    ConsoleError::BadRequest(format!("the candidate set does not load:\n{}", e.render()))
 }

@@ -29,6 +29,9 @@ pub struct FilterForm {
     /// A W3C trace id (the decision page links a record's trace here).
     #[serde(default)]
     pub trace: String,
+    /// A decision application: its decisions only.
+    #[serde(default)]
+    pub application: String,
 }
 
 fn given(s: &str) -> Option<String> {
@@ -66,6 +69,7 @@ impl FilterForm {
             since: time("since", &self.since)?,
             until: time("until", &self.until)?,
             trace: given(&self.trace),
+            application: given(&self.application),
         }
         .normalized()
         .map_err(|e| ConsoleError::BadRequest(e.to_string()))

@@ -116,6 +116,7 @@ pub async fn page(
     let next = more.then(|| rows.last().map(|r| r.seq)).flatten();
     let chart = super::chart::per_minute(&slots, &minutes);
     let org_ids: Vec<String> = orgs.into_iter().map(|o| o.id).collect();
+    let applications: Vec<String> = gw.pdp.apps().iter().map(|a| a.name.clone()).collect();
     super::templates::render(
         "overview.html",
         minijinja::context! {
@@ -123,6 +124,7 @@ pub async fn page(
             filter => q.filter,
             actions => action_names(),
             orgs => org_ids,
+            applications,
             rows,
             next,
             paged => before.is_some(),

@@ -4,15 +4,17 @@
 //! outcome, the environments that are not equivalent, each counterexample
 //! with its entities and both sets' decisions), the policy tests of the
 //! policy directory run against the active set, and shadow mode (its
-//! counters and newest divergences).
+//! counters and newest divergences); then the decision applications, as
+//! `GET /admin/pdp/apps` lists them (each linking to its decisions and to a
+//! replay of a candidate of it).
 //! `POST /console/policies/reload` (admin only) runs the same reload as
 //! `POST /admin/policies/reload` and records it in the trail.
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::http::header::LOCATION;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use serde_json::json;
 
@@ -28,8 +30,16 @@ const DIVERGENCES: usize = 50;
 pub async fn page(
     State(gw): State<Arc<Gateway>>,
     viewer: Viewer,
+    headers: HeaderMap,
 ) -> Result<Html<String>, ConsoleError> {
     let bundle = gw.pep.current();
+    let base = crate::mcp::public_url::base_url(&gw, &headers);
+    let apps: Vec<_> = gw
+        .pdp
+        .apps()
+        .iter()
+        .map(|app| crate::pdp::admin::described(&gw, app, &base))
+        .collect();
     let instances = crate::cluster::membership::live_instances(&gw).await?;
     let (b, dir) = (Arc::clone(&bundle), gw.config.policies_dir.clone());
     let tests = tokio::task::spawn_blocking(move || crate::policy::tests_runner::run_dir(&b, &dir))
@@ -74,6 +84,7 @@ pub async fn page(
             prove => gw.config.lifecycle.prove,
             proof => proof.as_deref(),
             counterexamples,
+            apps,
         },
     )
 }

@@ -36,6 +36,10 @@ pub struct FormQuery {
     /// A decision to prefill the what-if form with.
     #[serde(default)]
     template: String,
+    /// A decision application whose candidates the forms take (its
+    /// decisions only); the template's application when it has one.
+    #[serde(default)]
+    application: String,
 }
 
 /// `datetime-local` text of a time.
@@ -52,6 +56,15 @@ pub async fn form(
 ) -> Result<Html<String>, ConsoleError> {
     let now = OffsetDateTime::now_utc();
     let template = super::whatif::template(&gw, q.template.trim()).await?;
+    let application = template
+        .as_ref()
+        .and_then(|t| t.application.clone())
+        .or_else(|| Some(q.application.trim().to_string()).filter(|a| !a.is_empty()));
+    let live_text = match &application {
+        Some(app) => candidates::live_text(&candidates::app_set(&gw, app)?.bundle),
+        None => candidates::live_text(&gw.pep.current()),
+    };
+    let applications: Vec<String> = gw.pdp.apps().iter().map(|a| a.name.clone()).collect();
     let jobs: Vec<_> = console
         .jobs
         .recent()
@@ -65,7 +78,9 @@ pub async fn form(
             viewer => viewer_ctx(&viewer),
             since => local(now - time::Duration::hours(1)),
             until => local(now + time::Duration::minutes(1)),
-            live_text => candidates::live_text(&gw.pep.current()),
+            live_text,
+            application,
+            applications,
             dirs => candidates::offered(&gw),
             root => candidates::root(&gw).display().to_string(),
             max_records => c.replay_max_records,
@@ -140,7 +155,9 @@ pub async fn start(
         ));
     }
     let (bundle, against) = candidates::load(&gw, &form.candidate).await?;
+    let application = form.candidate.application().map(str::to_string);
     let filter = DecisionFilter {
+        application: application.clone(),
         org: Some(form.org.trim().to_string()).filter(|o| !o.is_empty()),
         since: Some(since.clone()),
         until: Some(until.clone()),
@@ -157,12 +174,11 @@ pub async fn start(
         total,
     };
     let job = console.jobs.admit(Job::new(spec, started_by)?)?;
-    run(
-        Arc::clone(&gw),
-        Arc::clone(&job),
-        filter,
-        Against::Candidate(bundle),
-    );
+    let against = match application {
+        Some(name) => Against::Application { name, bundle },
+        None => Against::Candidate(bundle),
+    };
+    run(Arc::clone(&gw), Arc::clone(&job), filter, against);
     Ok((
         StatusCode::SEE_OTHER,
         [(LOCATION, format!("{}/replay/{}", super::PATH, job.id))],

@@ -4,6 +4,12 @@
 //! them, so an auditor can ask "and if the argument were this?". Decided
 //! by the same facade replay uses; nothing is recorded (it is a question,
 //! not a request to a tool).
+//!
+//! A template that is a decision application's record is asked of that
+//! application: its active set or a candidate of it, on the record's
+//! entity data with what its request added, the action named as in the
+//! application (`write`, or as recorded, `authzen:records:write`) and the
+//! context as the Cedar context its schema declares.
 
 use std::sync::Arc;
 
@@ -16,8 +22,10 @@ use super::candidates::{self, CandidateForm};
 use super::error::ConsoleError;
 use super::overview::viewer_ctx;
 use crate::gateway::Gateway;
+use crate::policy::application::load::with_data;
+use crate::policy::application::recorded::RecordedEvaluation;
 use crate::policy::recorded::RecordedRequest;
-use crate::store::decisions::{self, StoredDecision};
+use crate::store::decisions::{self, AUTHZEN_ACTION_PREFIX, StoredDecision};
 
 /// A recorded decision the what-if form starts from.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +38,10 @@ pub struct Template {
     pub context: String,
     pub decision: String,
     pub entities_hash: String,
+    /// The decision application whose record it is.
+    pub application: Option<String>,
+    /// What the record's request added to the application's data.
+    pub added: Vec<serde_json::Value>,
 }
 
 async fn stored(gw: &Gateway, id: &str) -> Result<Option<StoredDecision>, ConsoleError> {
@@ -46,7 +58,14 @@ pub async fn template(gw: &Gateway, id: &str) -> Result<Option<Template>, Consol
         .await?
         .ok_or_else(|| ConsoleError::NotFound(format!("no decision `{id}` to start from")))?;
     let r = d.record;
+    let application = crate::replay::application_of(&r.action).map(str::to_string);
+    let added = serde_json::from_str::<serde_json::Value>(&r.notes)
+        .ok()
+        .and_then(|n| n["authzen"]["entities"].as_array().cloned())
+        .unwrap_or_default();
     Ok(Some(Template {
+        application,
+        added,
         id: r.id,
         seq: d.seq,
         context: serde_json::from_str::<serde_json::Value>(&r.context)
@@ -86,15 +105,11 @@ pub async fn run(
     let template = template(&gw, form.template.trim()).await?.ok_or_else(|| {
         ConsoleError::BadRequest("pick a recorded decision to take entity data from".into())
     })?;
+    if let Some(app) = template.application.clone() {
+        return run_app(&gw, &posted.viewer, form, template, app).await;
+    }
     let (bundle, against) = candidates::load(&gw, &form.candidate).await?;
-    let hash = template.entities_hash.clone();
-    let snapshot = gw
-        .store
-        .read(move |c| decisions::entity_snapshot(c, &hash))
-        .await?
-        .ok_or_else(|| {
-            ConsoleError::BadRequest("the template's entity snapshot is missing".into())
-        })?;
+    let snapshot = snapshot(&gw, &template).await?;
     let entities = bundle.parse_recorded_entities(&snapshot).map_err(|e| {
         ConsoleError::BadRequest(format!("the entity data does not load under this set: {e}"))
     })?;
@@ -115,6 +130,63 @@ pub async fn run(
         "whatif.html",
         minijinja::context! {
             viewer => viewer_ctx(&posted.viewer),
+            template,
+            against,
+            hash => bundle.hash,
+            asked => minijinja::context! { principal => form.principal, action => form.action, resource => form.resource, context => form.context },
+            decision => if verdict.allowed { "allow" } else { "deny" },
+            deciding,
+            errors => verdict.errors,
+        },
+    )
+}
+
+/// The template's entity snapshot, as the trail stores it.
+async fn snapshot(gw: &Gateway, template: &Template) -> Result<String, ConsoleError> {
+    let hash = template.entities_hash.clone();
+    gw.store
+        .read(move |c| decisions::entity_snapshot(c, &hash))
+        .await?
+        .ok_or_else(|| ConsoleError::BadRequest("the template's entity snapshot is missing".into()))
+}
+
+/// The question asked of the decision application `app` whose record the
+/// template is (rules in the module doc).
+async fn run_app(
+    gw: &Arc<Gateway>,
+    viewer: &super::auth::Viewer,
+    mut form: WhatIfForm,
+    template: Template,
+    app: String,
+) -> Result<Html<String>, ConsoleError> {
+    form.candidate.application.clone_from(&app);
+    let (bundle, against) = candidates::load(gw, &form.candidate).await?;
+    let text = snapshot(gw, &template).await?;
+    let origin = format!("the entity data of decision {}", template.id);
+    let set = with_data(&app, Arc::clone(&bundle), &text, &origin).map_err(|e| {
+        ConsoleError::BadRequest(format!("the entity data does not load under this set: {e}"))
+    })?;
+    let prefix = format!("{AUTHZEN_ACTION_PREFIX}{app}:");
+    let action = form.action.trim();
+    let asked = RecordedEvaluation {
+        principal: form.principal.trim(),
+        action: action.strip_prefix(&prefix).unwrap_or(action),
+        resource: form.resource.trim(),
+        context: &form.context,
+        added: &template.added,
+    };
+    let verdict = set
+        .decide_recorded(&asked)
+        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+    let deciding: Vec<_> = verdict
+        .reasons
+        .iter()
+        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
+        .collect();
+    super::templates::render(
+        "whatif.html",
+        minijinja::context! {
+            viewer => viewer_ctx(viewer),
             template,
             against,
             hash => bundle.hash,

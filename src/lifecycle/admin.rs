@@ -219,6 +219,8 @@ struct DecisionsQuery {
     until: Option<String>,
     /// A W3C trace id: the decisions of that trace.
     trace: Option<String>,
+    /// A decision application: its decisions only.
+    application: Option<String>,
     /// `nextCursor` of the previous page.
     cursor: Option<String>,
     limit: Option<usize>,
@@ -241,6 +243,7 @@ async fn list_decisions(
         since: q.since,
         until: q.until,
         trace: q.trace,
+        application: q.application,
     }
     .normalized()
     .map_err(|e| AppError::BadRequest(e.to_string()))?;

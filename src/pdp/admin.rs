@@ -42,8 +42,9 @@ async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> impl IntoRe
     }))
 }
 
-/// One application as the listing shows it.
-fn described(gw: &Gateway, app: &App, base: &str) -> Value {
+/// One application as the listing shows it (and the console's Policy set
+/// page).
+pub fn described(gw: &Gateway, app: &App, base: &str) -> Value {
     let status = app.status();
     let is_default = gw.config.pdp.default_app.as_deref() == Some(app.name.as_str());
     let mut entry = json!({

@@ -1,10 +1,11 @@
 //! HTTP admission of an AuthZEN evaluation request, in order: the
-//! `X-Request-ID` (400 over its bound) → the caller's key (401) → the
-//! application asked (the default one at `/access/v1/…`: 404 without one)
-//! → the key may ask it (403, whether it exists or not) → it has a set
-//! (404 unknown, 503 never loaded) → `Content-Type: application/json`
-//! (400) → the body: its size (413), empty (400), its nesting (400), JSON
-//! (400). Nothing is decided or written before all passed.
+//! `X-Request-ID` (400 over its bound) → the application asked (the
+//! default one at `/access/v1/…`: 404 without one) → the caller, a key or
+//! a token (401), who may ask it (403, whether it exists or not; rules in
+//! `caller.rs`) → it has a set (404 unknown, 503 never loaded) →
+//! `Content-Type: application/json` (400) → the body: its size (413),
+//! empty (400), its nesting (400), JSON (400). Nothing is decided or
+//! written before all passed.
 
 use std::sync::Arc;
 
@@ -13,10 +14,10 @@ use axum::http::{HeaderMap, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 
+use super::caller::{Caller, caller};
 use super::error::PdpError;
-use crate::gateway::{Gateway, ResolveError};
+use crate::gateway::Gateway;
 use crate::policy::application::AppSet;
-use crate::store::tenants::ApiKey;
 
 /// The header a PEP names its request with, echoed on the answer.
 pub const REQUEST_ID: &str = "x-request-id";
@@ -27,8 +28,9 @@ pub const MAX_REQUEST_ID_BYTES: usize = 256;
 /// A request past admission.
 #[derive(Debug)]
 pub struct Admitted {
-    /// The caller's key (of the PDP role, for this application).
-    pub key: ApiKey,
+    /// Who asks (a key of the PDP role for this application, or a token
+    /// granting its scope).
+    pub caller: Caller,
     /// The application's active set.
     pub set: Arc<AppSet>,
     /// The body.
@@ -45,7 +47,6 @@ pub async fn admit(
     body: Body,
 ) -> Result<Admitted, PdpError> {
     let request_id = request_id(headers)?;
-    let key = caller(gw, headers).await?;
     let name = match app {
         Some(name) => name,
         None => gw
@@ -55,9 +56,7 @@ pub async fn admit(
             .as_deref()
             .ok_or(PdpError::NoDefault)?,
     };
-    if !key.pdp_apps.iter().any(|a| a == name) {
-        return Err(PdpError::Forbidden(name.to_string()));
-    }
+    let caller = caller(gw, headers, name, app.is_none()).await?;
     let set = gw
         .pdp
         .app(name)
@@ -67,7 +66,7 @@ pub async fn admit(
     json_content(headers)?;
     let body = read_json(gw, headers, body).await?;
     Ok(Admitted {
-        key,
+        caller,
         set,
         body,
         request_id,
@@ -89,19 +88,6 @@ fn request_id(headers: &HeaderMap) -> Result<Option<String>, PdpError> {
         )));
     }
     Ok(Some(text.to_string()))
-}
-
-/// The key presented as `Authorization: Bearer rsk_live_…`.
-async fn caller(gw: &Gateway, headers: &HeaderMap) -> Result<ApiKey, PdpError> {
-    let presented =
-        crate::auth::bearer_key(headers).map_err(|e| PdpError::Unauthenticated(e.to_string()))?;
-    gw.authenticate(&presented).await.map_err(|e| match e {
-        ResolveError::Store(s) => {
-            tracing::error!(error = %s, "store failure while authenticating a decision-point key");
-            PdpError::Unavailable
-        }
-        other => PdpError::Unauthenticated(other.to_string()),
-    })
 }
 
 /// `Content-Type: application/json` (parameters such as `charset` allowed).

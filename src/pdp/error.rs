@@ -15,6 +15,15 @@ use crate::policy::application::InputError;
 /// (Cedar's type errors quote the value) is shortened, with `…`.
 const MAX_MESSAGE_CHARS: usize = 2_000;
 
+/// `message`, shortened to [`MAX_MESSAGE_CHARS`] (with `…`) when longer.
+pub fn bounded(message: String) -> String {
+    if message.chars().count() > MAX_MESSAGE_CHARS {
+        message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "…"
+    } else {
+        message
+    }
+}
+
 /// A request the decision point refuses.
 #[derive(Debug, thiserror::Error)]
 pub enum PdpError {
@@ -54,6 +63,10 @@ pub enum PdpError {
     /// The key may not ask this application (403).
     #[error("this key may not ask the application `{0}`")]
     Forbidden(String),
+    /// The token may not ask this application: no org, claims over a
+    /// bound, or not the application's scope (403).
+    #[error("{0}")]
+    TokenForbidden(String),
     /// No application by that name (404).
     #[error("no decision application `{0}`")]
     UnknownApp(String),
@@ -103,7 +116,9 @@ impl PdpError {
             PdpError::Input(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             PdpError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             PdpError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            PdpError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            PdpError::Forbidden(_) | PdpError::TokenForbidden(_) => {
+                (StatusCode::FORBIDDEN, "forbidden")
+            }
             PdpError::UnknownApp(_) | PdpError::NoDefault => (StatusCode::NOT_FOUND, "not_found"),
             PdpError::NotLoaded(_) | PdpError::Unavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
@@ -119,10 +134,7 @@ impl PdpError {
 impl IntoResponse for PdpError {
     fn into_response(self) -> Response {
         let (status, code) = self.parts();
-        let mut message = self.to_string();
-        if message.chars().count() > MAX_MESSAGE_CHARS {
-            message = message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "…";
-        }
+        let message = bounded(self.to_string());
         let mut resp = (
             status,
             Json(json!({ "error": { "code": code, "message": message } })),

@@ -1,51 +1,84 @@
 //! The decisions of one admitted AuthZEN request, in named steps: spend
 //! the key's and its org's rate limits, one token per evaluation (429,
 //! before any work) → map every evaluation onto the application's schema
-//! (any ill-typed one: 400, nothing decided) → check the trail's disk
-//! (507) → decide in order, stopping where the batch's semantic says →
-//! record every decision in one group commit → answer (only after the
-//! commit).
+//! → check the trail's disk (507) → decide in order, stopping where the
+//! batch's semantic says → record every decision in one group commit →
+//! answer (only after the commit).
+//!
+//! An ill-typed request of one evaluation is a 400, nothing decided. In a
+//! batch, an evaluation that cannot be decided (a member missing or of the
+//! wrong type, or ill-typed for the schema) is an error of that evaluation
+//! alone, as the specification's evaluation-level errors are: it answers
+//! `{"decision": false, "context": {"error": {"status": 400, "message"}}}`
+//! naming the field, counts as a deny for the short-circuit semantics and
+//! is not recorded (nothing was decided); the others are decided.
 
 use serde_json::{Map, Value, json};
 
 use super::admission::Admitted;
-use super::error::PdpError;
-use super::input::Semantic;
+use super::error::{PdpError, bounded};
+use super::input::{Item, Semantic};
 use crate::audit::Decided;
 use crate::audit::application::{self, Asker};
 use crate::gateway::Gateway;
-use crate::policy::application::{AppSet, Prepared, RequestInput};
+use crate::policy::application::{AppSet, Prepared};
 use crate::rate_limits::Subjects;
 use crate::store::WriteOp;
 
 /// Decides `inputs` for an admitted request; the answers, one per
-/// evaluation decided, in request order.
+/// evaluation decided (or failed, in a batch), in request order.
 pub async fn decide(
     gw: &Gateway,
     admitted: &Admitted,
-    inputs: &[RequestInput<'_>],
+    inputs: &[Item<'_>],
     semantic: Semantic,
     batch: bool,
 ) -> Result<Vec<Value>, PdpError> {
     let set = &admitted.set;
     spend(gw, admitted, inputs.len()).await?;
-    let prepared = inputs
-        .iter()
-        .map(|input| set.prepare(input))
-        .collect::<Result<Vec<_>, _>>()?;
+    let prepared = prepare(set, inputs, batch)?;
     gw.store
         .space()
         .check()
         .map_err(|_| PdpError::InsufficientStorage)?;
     let asker = Asker {
-        org_id: &admitted.key.org_id,
-        key_id: &admitted.key.id,
+        org_id: &admitted.caller.org_id,
+        key_id: admitted.caller.key_id(),
+        token: admitted.caller.token.as_ref(),
         request_id: admitted.request_id.as_deref(),
     };
     let decided = in_order(set, &prepared, &asker, semantic, batch);
     let answers = decided.iter().map(answer).collect();
     record(gw, decided).await?;
     Ok(answers)
+}
+
+/// Maps each evaluation onto the schema: an error refuses a lone
+/// evaluation (400) and is the answer of a batch's.
+fn prepare<'s>(
+    set: &'s AppSet,
+    inputs: &[Item<'_>],
+    batch: bool,
+) -> Result<Vec<Result<Prepared<'s>, String>>, PdpError> {
+    let mut prepared = Vec::with_capacity(inputs.len());
+    for item in inputs {
+        prepared.push(match item {
+            Ok(input) => match set.prepare(input) {
+                Ok(p) => Ok(p),
+                Err(e) if !batch => return Err(e.into()),
+                Err(e) => Err(bounded(e.to_string())),
+            },
+            Err(e) if !batch => return Err(e.clone().into()),
+            Err(e) => Err(bounded(e.to_string())),
+        });
+    }
+    Ok(prepared)
+}
+
+/// One evaluation of a request: decided, or failed (a batch's).
+enum Outcome {
+    Decided(Box<Decided>),
+    Failed(String),
 }
 
 /// One token per evaluation from the key's and its org's buckets.
@@ -55,9 +88,9 @@ pub(super) async fn spend(
     evaluations: usize,
 ) -> Result<(), PdpError> {
     let who = Subjects {
-        org: &admitted.key.org_id,
+        org: &admitted.caller.org_id,
         agent: None,
-        key: &admitted.key.id,
+        key: &admitted.caller.id,
     };
     let cost = u32::try_from(evaluations).unwrap_or(u32::MAX);
     gw.rate_limits
@@ -74,18 +107,27 @@ pub(super) async fn spend(
 /// stops at.
 fn in_order(
     set: &AppSet,
-    prepared: &[Prepared<'_>],
+    prepared: &[Result<Prepared<'_>, String>],
     asker: &Asker<'_>,
     semantic: Semantic,
     batch: bool,
-) -> Vec<Decided> {
+) -> Vec<Outcome> {
     let time = crate::ids::now_rfc3339();
     let mut decided = Vec::with_capacity(prepared.len());
     for (i, one) in prepared.iter().enumerate() {
-        let d = application::decide(set, one, asker, batch.then_some(i), &time);
-        let stop = semantic.stops_after(d.allowed());
-        decided.push(d);
-        if stop {
+        let outcome = match one {
+            Ok(one) => Outcome::Decided(Box::new(application::decide(
+                set,
+                one,
+                asker,
+                batch.then_some(i),
+                &time,
+            ))),
+            Err(message) => Outcome::Failed(message.clone()),
+        };
+        let allowed = matches!(&outcome, Outcome::Decided(d) if d.allowed());
+        decided.push(outcome);
+        if semantic.stops_after(allowed) {
             break;
         }
     }
@@ -93,10 +135,13 @@ fn in_order(
 }
 
 /// Commits the records; an answer is sent only once they are.
-async fn record(gw: &Gateway, decided: Vec<Decided>) -> Result<(), PdpError> {
+async fn record(gw: &Gateway, decided: Vec<Outcome>) -> Result<(), PdpError> {
     let ops = decided
         .into_iter()
-        .map(|d| WriteOp::Decision(Box::new(d.finish_default())))
+        .filter_map(|o| match o {
+            Outcome::Decided(d) => Some(WriteOp::Decision(Box::new(d.finish_default()))),
+            Outcome::Failed(_) => None,
+        })
         .collect();
     gw.store.writer().submit(ops).await.map_err(|e| {
         tracing::error!(error = %e, "cannot record decision-point decisions; nothing answered");
@@ -105,8 +150,18 @@ async fn record(gw: &Gateway, decided: Vec<Decided>) -> Result<(), PdpError> {
 }
 
 /// An AuthZEN decision: `decision`, and in `context` the record's id, the
-/// determining policies and, when they advise, `reason_user`.
-fn answer(d: &Decided) -> Value {
+/// determining policies and, when they advise, `reason_user`; a failed
+/// evaluation's `context.error`.
+fn answer(outcome: &Outcome) -> Value {
+    let d = match outcome {
+        Outcome::Decided(d) => d,
+        Outcome::Failed(message) => {
+            return json!({
+                "decision": false,
+                "context": { "error": { "status": 400, "message": message } },
+            });
+        }
+    };
     let mut context = Map::new();
     context.insert("decision_id".into(), json!(d.id()));
     context.insert("policies".into(), json!(d.verdict.reasons));

@@ -61,11 +61,16 @@ impl Semantic {
     }
 }
 
+/// One evaluation of a batch, its defaults applied, or why it is not one
+/// (a member missing or of the wrong JSON type): an error of that
+/// evaluation alone.
+pub type Item<'a> = Result<RequestInput<'a>, ShapeError>;
+
 /// An `evaluations` request, its defaults applied.
 #[derive(Debug, Clone)]
 pub struct Batch<'a> {
     /// The evaluations, in request order.
-    pub evaluations: Vec<RequestInput<'a>>,
+    pub evaluations: Vec<Item<'a>>,
     /// How they are run.
     pub semantic: Semantic,
     /// `evaluations` was absent or empty: one evaluation of the top level.
@@ -124,6 +129,17 @@ pub enum ShapeError {
     Semantic,
 }
 
+impl ShapeError {
+    /// Whether it is a bound of what one request may carry: refused for
+    /// the whole request even when one evaluation of a batch exceeds it.
+    pub fn is_bound(&self) -> bool {
+        matches!(
+            self,
+            ShapeError::TooLong { .. } | ShapeError::TooLarge { .. } | ShapeError::TooMany { .. }
+        )
+    }
+}
+
 /// Which of the three searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SearchKind {
@@ -159,6 +175,8 @@ pub struct Search<'a> {
     pub token: Option<&'a str>,
     /// `page.limit`, or the default page size.
     pub limit: usize,
+    /// Whether `page.limit` was given.
+    pub limit_given: bool,
 }
 
 /// A search request of `kind`: the searched entity needs only a `type` (an
@@ -186,7 +204,7 @@ pub fn search<'a>(
         },
         _ => action(required("action")?, "action", bounds)?,
     };
-    let (token, limit) = page(top, bounds)?;
+    let (token, given) = page(top, bounds)?;
     Ok(Search {
         kind,
         template: RequestInput {
@@ -197,7 +215,8 @@ pub fn search<'a>(
             at: String::new(),
         },
         token,
-        limit,
+        limit: given.unwrap_or(bounds.search_page),
+        limit_given: given.is_some(),
     })
 }
 
@@ -213,13 +232,13 @@ fn searched<'a>(v: &'a Value, field: &str, bounds: &Bounds) -> Result<EntityInpu
     })
 }
 
-/// `page.token` and `page.limit`.
+/// `page.token` and `page.limit`, as given.
 fn page<'a>(
     top: &'a Map<String, Value>,
     bounds: &Bounds,
-) -> Result<(Option<&'a str>, usize), ShapeError> {
+) -> Result<(Option<&'a str>, Option<usize>), ShapeError> {
     let Some(page) = present(top, "page") else {
-        return Ok((None, bounds.search_page));
+        return Ok((None, None));
     };
     let page = page
         .as_object()
@@ -233,12 +252,13 @@ fn page<'a>(
         .filter(|t| !t.is_empty()),
     };
     let limit = match present(page, "limit") {
-        None => bounds.search_page,
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .filter(|n| (1..=bounds.max_search_page).contains(n))
-            .ok_or(ShapeError::PageLimit(bounds.max_search_page))?,
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| (1..=bounds.max_search_page).contains(n))
+                .ok_or(ShapeError::PageLimit(bounds.max_search_page))?,
+        ),
     };
     Ok((token, limit))
 }
@@ -251,7 +271,9 @@ pub fn evaluation<'a>(body: &'a Value, bounds: &Bounds) -> Result<RequestInput<'
 }
 
 /// The evaluations of an `evaluations` request, each with the top level's
-/// defaults for what it leaves out.
+/// defaults for what it leaves out. An evaluation that lacks a member, or
+/// gives one of the wrong JSON type, is an error of its own ([`Item`]);
+/// the top level's shape and every bound are the whole request's.
 pub fn evaluations<'a>(body: &'a Value, bounds: &Bounds) -> Result<Batch<'a>, ShapeError> {
     let top = body.as_object().ok_or(ShapeError::Body)?;
     let semantic = semantic(top)?;
@@ -270,7 +292,7 @@ pub fn evaluations<'a>(body: &'a Value, bounds: &Bounds) -> Result<Batch<'a>, Sh
     if listed.is_empty() {
         let one = defaults.complete(no_members(), String::new(), bounds)?;
         return Ok(Batch {
-            evaluations: vec![one],
+            evaluations: vec![Ok(one)],
             semantic,
             single: true,
         });
@@ -278,8 +300,14 @@ pub fn evaluations<'a>(body: &'a Value, bounds: &Bounds) -> Result<Batch<'a>, Sh
     let mut evaluations = Vec::with_capacity(listed.len());
     for (i, item) in listed.iter().enumerate() {
         let at = format!("evaluations[{i}]");
-        let own = item.as_object().ok_or(ShapeError::NotObject(at.clone()))?;
-        evaluations.push(defaults.complete(own, format!("{at}."), bounds)?);
+        let one = match item.as_object() {
+            Some(own) => defaults.complete(own, format!("{at}."), bounds),
+            None => Err(ShapeError::NotObject(at)),
+        };
+        match one {
+            Err(e) if e.is_bound() => return Err(e),
+            one => evaluations.push(one),
+        }
     }
     Ok(Batch {
         evaluations,
@@ -556,7 +584,7 @@ mod tests {
         let batch = evaluations(&body, &BOUNDS).unwrap();
         assert!(!batch.single);
         assert_eq!(batch.semantic, Semantic::ExecuteAll);
-        let [first, second] = batch.evaluations.as_slice() else {
+        let [Ok(first), Ok(second)] = batch.evaluations.as_slice() else {
             panic!("two evaluations");
         };
         assert_eq!((first.action.name, first.resource.id), ("read", "1"));
@@ -566,11 +594,19 @@ mod tests {
             ("write", "evaluations[1].")
         );
         assert!(second.context.is_some_and(|c| c.is_empty()));
-        let missing = json!({"action": {"name": "read"}, "evaluations": [{"subject": alice(), "resource": alice()}, {"resource": alice()}]});
+        let missing = json!({"action": {"name": "read"}, "evaluations": [{"subject": alice(), "resource": alice()}, {"resource": alice()}, 7]});
+        let batch = evaluations(&missing, &BOUNDS).unwrap();
+        assert!(batch.evaluations[0].is_ok());
         assert_eq!(
-            evaluations(&missing, &BOUNDS).unwrap_err(),
-            ShapeError::Missing("evaluations[1].subject".into())
+            batch.evaluations[1].as_ref().unwrap_err(),
+            &ShapeError::Missing("evaluations[1].subject".into())
         );
+        assert_eq!(
+            batch.evaluations[2].as_ref().unwrap_err(),
+            &ShapeError::NotObject("evaluations[2]".into())
+        );
+        let long = json!({"action": {"name": "read"}, "evaluations": [{"subject": alice(), "resource": {"type": "r", "id": "123456789"}}]});
+        assert!(evaluations(&long, &BOUNDS).unwrap_err().is_bound());
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! A search's `next_token`: where the next page starts, for which query,
 //! until when.
 //!
-//! The token is the base64url (no padding) of `{"v":1, "q", "after",
-//! "exp"}`: `q` is a fingerprint of the query (the application, the search
-//! and the request body without `page.token`, its object members sorted),
-//! `after` the last candidate the page examined (candidates are taken in
-//! sorted order), `exp` its expiry in unix seconds. A token given with
-//! another query, or after its expiry, is refused (400), as the
-//! specification asks of a changed request mid-pagination.
+//! The token is the base64url (no padding) of `{"v":2, "q", "after",
+//! "limit", "exp"}`: `q` is a fingerprint of the query (the application,
+//! the search and the request body without `page`, its object members
+//! sorted), `after` the last candidate the page examined (candidates are
+//! taken in sorted order), `limit` the page size the search began with,
+//! `exp` its expiry in unix seconds. A token given with another query, a
+//! different `page.limit`, or after its expiry, is refused (400), as the
+//! specification asks of a changed request mid-pagination; a next page
+//! that sends the token without `page.limit` (as the certification
+//! scenario's does) keeps the size the search began with.
 //!
 //! It is not signed: changing `after` only moves where the next page
 //! starts, and every result is decided as the evaluation API decides it,
@@ -24,7 +27,7 @@ use sha2::{Digest, Sha256};
 use super::input::SearchKind;
 
 /// The token's format version.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Why a `page.token` is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,15 +50,25 @@ struct Token {
     v: u32,
     q: String,
     after: String,
+    limit: usize,
     exp: i64,
 }
 
+/// Where a token's page starts and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Next {
+    /// The candidate the page goes on after.
+    pub after: String,
+    /// The page size the search began with.
+    pub limit: usize,
+}
+
 /// The fingerprint of a query: the application, the search, and `body`
-/// without `page.token`, with its object members sorted.
+/// without `page`, with its object members sorted.
 pub fn fingerprint(app: &str, kind: SearchKind, body: &Value) -> String {
     let mut query = body.clone();
-    if let Some(page) = query.get_mut("page").and_then(Value::as_object_mut) {
-        page.remove("token");
+    if let Some(top) = query.as_object_mut() {
+        top.remove("page");
     }
     let mut hasher = Sha256::new();
     for part in [app, kind.name(), &sorted(&query).to_string()] {
@@ -84,21 +97,22 @@ fn sorted(value: &Value) -> Value {
     }
 }
 
-/// The token of the page after `after`, for the query `query`.
-pub fn encode(query: &str, after: &str, expires: i64) -> String {
+/// The token of the page after `next.after`, for the query `query`.
+pub fn encode(query: &str, next: &Next, expires: i64) -> String {
     let token = Token {
         v: VERSION,
         q: query.to_string(),
-        after: after.to_string(),
+        after: next.after.clone(),
+        limit: next.limit,
         exp: expires,
     };
     let json = serde_json::to_vec(&token).unwrap_or_default();
     URL_SAFE_NO_PAD.encode(json)
 }
 
-/// Where the page of `token` starts (the candidate it goes on after), if
-/// it is a token of `query` still valid at `now`.
-pub fn decode(token: &str, query: &str, now: i64) -> Result<String, TokenError> {
+/// Where the page of `token` starts and its size, if it is a token of
+/// `query` still valid at `now`.
+pub fn decode(token: &str, query: &str, now: i64) -> Result<Next, TokenError> {
     let bytes = URL_SAFE_NO_PAD
         .decode(token)
         .map_err(|_| TokenError::Malformed)?;
@@ -112,7 +126,10 @@ pub fn decode(token: &str, query: &str, now: i64) -> Result<String, TokenError> 
     if token.exp < now {
         return Err(TokenError::Expired);
     }
-    Ok(token.after)
+    Ok(Next {
+        after: token.after,
+        limit: token.limit,
+    })
 }
 
 #[cfg(test)]
@@ -131,10 +148,16 @@ mod tests {
         assert_eq!(q, fingerprint("records", SearchKind::Resource, &reordered));
         assert_ne!(q, fingerprint("records", SearchKind::Subject, &body));
         assert_ne!(q, fingerprint("other", SearchKind::Resource, &body));
-        let limit_3 = json!({"subject": {"id": "a", "type": "user"}, "page": {"limit": 3}});
-        assert_ne!(q, fingerprint("records", SearchKind::Resource, &limit_3));
-        let token = encode(&q, "record-7", 100);
-        assert_eq!(decode(&token, &q, 100), Ok("record-7".to_string()));
+        let pageless = json!({"subject": {"id": "a", "type": "user"}});
+        assert_eq!(q, fingerprint("records", SearchKind::Resource, &pageless));
+        let other = json!({"subject": {"id": "b", "type": "user"}});
+        assert_ne!(q, fingerprint("records", SearchKind::Resource, &other));
+        let next = Next {
+            after: "record-7".into(),
+            limit: 2,
+        };
+        let token = encode(&q, &next, 100);
+        assert_eq!(decode(&token, &q, 100), Ok(next));
         assert_eq!(decode(&token, &q, 101), Err(TokenError::Expired));
         assert_eq!(decode(&token, "other", 100), Err(TokenError::OtherQuery));
         assert_eq!(decode("not a token!", &q, 0), Err(TokenError::Malformed));

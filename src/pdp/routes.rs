@@ -135,14 +135,8 @@ async fn evaluation(
 ) -> Result<Value, PdpError> {
     let admitted = admission::admit(gw, app, headers, body).await?;
     let one = input::evaluation(&admitted.body, &Bounds::of(&gw.config.pdp))?;
-    let answers = super::evaluate::decide(
-        gw,
-        &admitted,
-        std::slice::from_ref(&one),
-        Semantic::ExecuteAll,
-        false,
-    )
-    .await?;
+    let answers =
+        super::evaluate::decide(gw, &admitted, &[Ok(one)], Semantic::ExecuteAll, false).await?;
     answers.into_iter().next().ok_or(PdpError::Unavailable)
 }
 

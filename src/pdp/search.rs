@@ -41,6 +41,7 @@ use super::input::{self, Bounds, Search, SearchKind};
 use super::page_token;
 use crate::audit::application::{self as record, Asker, SearchPage};
 use crate::gateway::Gateway;
+use crate::policy::application::recorded::search_request_json;
 use crate::policy::application::{AppSet, InputError, RequestInput};
 use crate::store::WriteOp;
 use crate::store::decisions::NewDecision;
@@ -105,30 +106,31 @@ fn page(
     limits: &Limits,
 ) -> Result<(Value, NewDecision), PdpError> {
     let set = &admitted.set;
-    let search = input::search(&admitted.body, kind, &limits.bounds)?;
+    let mut search = input::search(&admitted.body, kind, &limits.bounds)?;
     let query = page_token::fingerprint(&set.name, kind, &admitted.body);
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let after = search
-        .token
-        .map(|t| page_token::decode(t, &query, now))
-        .transpose()?;
+    let after = match search.token {
+        Some(t) => Some(continued(&mut search, page_token::decode(t, &query, now)?)?),
+        None => None,
+    };
     let found = if inputs_known(set, &search) {
         find(set, &search, after.as_deref(), limits)?
     } else {
         Found::default()
     };
     let next = if found.page.more {
-        page_token::encode(
-            &query,
-            &found.last,
-            now.saturating_add(limits.token_ttl_secs),
-        )
+        let next = page_token::Next {
+            after: found.last.clone(),
+            limit: search.limit,
+        };
+        page_token::encode(&query, &next, now.saturating_add(limits.token_ttl_secs))
     } else {
         String::new()
     };
     let asker = Asker {
-        org_id: &admitted.key.org_id,
-        key_id: &admitted.key.id,
+        org_id: &admitted.caller.org_id,
+        key_id: admitted.caller.key_id(),
+        token: admitted.caller.token.as_ref(),
         request_id: admitted.request_id.as_deref(),
     };
     let mut answer = json!({
@@ -139,6 +141,16 @@ fn page(
     let decision = record::search_record(set, &page, &asker, &crate::ids::now_rfc3339());
     answer["context"] = json!({ "decision_id": decision.id });
     Ok((answer, decision))
+}
+
+/// A next page: the size the search began with (a different `page.limit`
+/// is another query), and where it goes on.
+fn continued(search: &mut Search<'_>, next: page_token::Next) -> Result<String, PdpError> {
+    if search.limit_given && search.limit != next.limit {
+        return Err(page_token::TokenError::OtherQuery.into());
+    }
+    search.limit = next.limit;
+    Ok(next.after)
 }
 
 /// What a page found, and the last candidate it decided (where the next
@@ -271,6 +283,7 @@ fn described(set: &AppSet, search: &Search<'_>, mut page: SearchPage) -> SearchP
             .unwrap_or_else(|| e.type_name.to_string())
     };
     page.kind = search.kind.name();
+    page.request = search_request_json(t);
     (page.principal, page.resource) = match search.kind {
         SearchKind::Subject => (type_of(&t.subject), uid(&t.resource)),
         SearchKind::Resource => (uid(&t.subject), type_of(&t.resource)),

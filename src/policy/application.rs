@@ -7,12 +7,14 @@
 //! [`PolicyBundle`], loaded by the gateway's own loader) with its entity
 //! data and the names its schema declares ([`vocabulary`]). It maps an
 //! AuthZEN request onto Cedar ([`mapping`], rules in its doc) and decides
-//! it with the bundle's fail-closed decision. Nothing here knows HTTP,
+//! it with the bundle's fail-closed decision; [`recorded`] decides a
+//! recorded one again (replay, what-if). Nothing here knows HTTP,
 //! AuthZEN's JSON framing or the store: the transport hands in plain
 //! values and gets a verdict or a typed [`InputError`].
 
 pub mod load;
 mod mapping;
+pub mod recorded;
 pub mod vocabulary;
 
 use std::borrow::Cow;
@@ -39,8 +41,9 @@ pub const ACTION_PROPERTIES: &str = "actionProperties";
 pub struct AppSet {
     /// The application's name (its folder's).
     pub name: String,
-    /// Its policies and schema, strictly validated.
-    pub bundle: PolicyBundle,
+    /// Its policies and schema, strictly validated (shared with the
+    /// replays and what-ifs that decide recorded requests under it).
+    pub bundle: Arc<PolicyBundle>,
     /// What its schema declares.
     pub vocabulary: Vocabulary,
     /// Its stored entity data.

@@ -34,6 +34,9 @@ pub struct DecisionFilter {
     /// `traceId` of a trace the gateway started). Notes are not indexed:
     /// combine with a time range on a large trail.
     pub trace: Option<String>,
+    /// Only the decisions of this decision application (actions
+    /// `authzen:<application>:…`).
+    pub application: Option<String>,
 }
 
 /// Read order.
@@ -58,6 +61,9 @@ pub enum FilterError {
     /// `trace` is not a W3C trace id.
     #[error("`trace` must be a trace id of 32 hex digits, not `{0}`")]
     Trace(String),
+    /// `application` cannot name a decision application.
+    #[error("`application` must be {rule}, not `{0}`", rule = crate::ids::APP_NAME_RULE)]
+    Application(String),
     /// `since` or `until` is not RFC 3339.
     #[error("`{name}` must be an RFC 3339 time, not `{text}`")]
     Time {
@@ -95,6 +101,11 @@ impl DecisionFilter {
             }
             trace.make_ascii_lowercase();
         }
+        if let Some(app) = &self.application
+            && !crate::ids::valid_app_name(app)
+        {
+            return Err(FilterError::Application(app.clone()));
+        }
         for (name, t) in [("since", &mut self.since), ("until", &mut self.until)] {
             if let Some(text) = t {
                 let parsed = crate::ids::parse_rfc3339(text).map_err(|_| FilterError::Time {
@@ -127,6 +138,17 @@ impl DecisionFilter {
         // Hex digits only (checked by `normalized`): no LIKE wildcard.
         let in_notes = self.trace.as_ref().map(|t| format!("%{t}%"));
         eq("notes", &in_notes, "LIKE");
+        if let Some(app) = &self.application {
+            // An exact prefix: `LIKE` would read `_` in a name as a
+            // wildcard (and ignore case on SQLite). The length is ours.
+            let prefix = format!("{}{app}:", super::decisions::AUTHZEN_ACTION_PREFIX);
+            sql.push(format!(
+                "substr(action, 1, {}) = ?{}",
+                prefix.len(),
+                args.len() + 1
+            ));
+            args.push(SqlValue::Text(prefix));
+        }
         (sql, args)
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod clients;
+pub mod console;
 pub mod modern;
 pub mod oidc;
 pub mod pdp;

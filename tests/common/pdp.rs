@@ -1,5 +1,5 @@
 //! Decision applications on a test gateway: a folder of applications made
-//! from the fixtures (`tests/fixtures/pdp/`), keys of the PDP role, and
+//! from the shipped example applications (`examples/pdp/`), keys of the PDP role, and
 //! requests to the AuthZEN endpoints.
 
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ impl Apps {
 
 /// A fixture application's folder.
 pub fn fixture_dir(name: &str) -> PathBuf {
-    super::repo().join("tests/fixtures/pdp").join(name)
+    super::repo().join("examples/pdp").join(name)
 }
 
 /// Copies a folder and everything inside it.

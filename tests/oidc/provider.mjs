@@ -34,6 +34,9 @@
 //   `login_hint` shows an HTML form (a `username` field and a "Sign in"
 //   button) that signs that user in; with `login_hint` it stays headless.
 //
+// Scopes: OpenID's, `mcp:read mcp:tools mcp:admin`, and `authzen:records
+// authzen:other` (cedargate's decision applications).
+//
 // Clients: `cg-service` (secret `cg-service-secret` unless `serviceSecret`
 // says otherwise, client_credentials),
 // `cg-ide` (public native, authorization code + PKCE + refresh tokens,
@@ -68,6 +71,9 @@ import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import Provider, { errors } from 'oidc-provider';
 
 const MCP_SCOPES = 'mcp:read mcp:tools mcp:admin';
+// Scopes naming cedargate's decision applications (a token granting
+// `authzen:<app>` may ask that application).
+const PDP_SCOPES = 'authzen:records authzen:other';
 const OIDC_SCOPES = ['openid', 'profile', 'email', 'groups', 'offline_access'];
 
 const USERS = {
@@ -144,7 +150,7 @@ function loadKeys(path) {
 
 function resourceServer(config) {
   return async function getResourceServerInfo(ctx, indicator) {
-    const base = { scope: MCP_SCOPES, accessTokenTTL: config.accessTokenTtl };
+    const base = { scope: `${MCP_SCOPES} ${PDP_SCOPES}`, accessTokenTTL: config.accessTokenTtl };
     if (config.opaqueResourcePrefix && indicator.startsWith(config.opaqueResourcePrefix)) {
       return { ...base, accessTokenFormat: 'opaque' };
     }
@@ -224,7 +230,7 @@ function providerOptions(config, keys, cookieKey) {
       email: ['email', 'email_verified'],
       groups: ['groups', 'department'],
     },
-    scopes: [...OIDC_SCOPES, ...MCP_SCOPES.split(' ')],
+    scopes: [...OIDC_SCOPES, ...MCP_SCOPES.split(' '), ...PDP_SCOPES.split(' ')],
     // A client that registers itself with some scopes may still ask for
     // every scope this provider knows (as many company IdPs allow): the
     // official MCP SDKs register the scopes of a resource's first

@@ -14,7 +14,7 @@ use cedar_policy::{Entities, SchemaFragment};
 use sha2::{Digest, Sha256};
 
 use super::super::load::{bundle_from_sources, read_policy_files};
-use super::super::{PolicyLoadError, SourceDiagnostic};
+use super::super::{PolicyBundle, PolicyLoadError, SourceDiagnostic};
 use super::vocabulary::Vocabulary;
 use super::{AppData, AppSet, ENTITIES_FILE, POLICIES_DIR, SCHEMA_FILE};
 
@@ -27,7 +27,29 @@ pub fn load_app(name: &str, dir: &Path) -> Result<AppSet, PolicyLoadError> {
     let vocabulary = vocabulary(&schema_file, &schema_text)?;
     let files = read_policy_files(&dir.join(POLICIES_DIR))?;
     let bundle = bundle_from_sources(&schema_file, &schema_text, files)?;
-    let data = entity_data(&dir.join(ENTITIES_FILE), &bundle.schema)?;
+    let entities_path = dir.join(ENTITIES_FILE);
+    let text = entities_text(&entities_path)?;
+    let data = entity_data(&entities_path.display().to_string(), text, &bundle.schema)?;
+    Ok(AppSet {
+        name: name.to_string(),
+        bundle: Arc::new(bundle),
+        vocabulary,
+        data,
+    })
+}
+
+/// The application `name` as a set decided with `bundle` on the entity
+/// data `entities` (a recorded snapshot, say): what replay and the
+/// what-if decide recorded requests under. `origin` names the data in
+/// errors.
+pub fn with_data(
+    name: &str,
+    bundle: Arc<PolicyBundle>,
+    entities: &str,
+    origin: &str,
+) -> Result<AppSet, PolicyLoadError> {
+    let vocabulary = vocabulary(&bundle.schema_path, &bundle.schema_text)?;
+    let data = entity_data(origin, entities.to_string(), &bundle.schema)?;
     Ok(AppSet {
         name: name.to_string(),
         bundle,
@@ -48,20 +70,26 @@ fn vocabulary(schema_file: &str, schema_text: &str) -> Result<Vocabulary, Policy
     Vocabulary::of(&json).map_err(|e| PolicyLoadError::single(schema_file, e.to_string()))
 }
 
-/// The stored entity data: `entities.json` (absent: none), parsed against
-/// the schema, kept with its text and the hash decisions record it under.
-fn entity_data(path: &Path, schema: &cedar_policy::Schema) -> Result<AppData, PolicyLoadError> {
-    let file = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "[]".to_string(),
-        Err(e) => {
-            return Err(PolicyLoadError::single(
-                &file,
-                format!("cannot read entity data: {e}"),
-            ));
-        }
-    };
+/// The text of `entities.json` (absent: no entities).
+fn entities_text(path: &Path) -> Result<String, PolicyLoadError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok("[]".to_string()),
+        Err(e) => Err(PolicyLoadError::single(
+            &path.display().to_string(),
+            format!("cannot read entity data: {e}"),
+        )),
+    }
+}
+
+/// Entity data (the text of `file`), parsed against the schema, kept with
+/// its text and the hash decisions record it under.
+fn entity_data(
+    file: &str,
+    text: String,
+    schema: &cedar_policy::Schema,
+) -> Result<AppData, PolicyLoadError> {
+    let file = file.to_string();
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| PolicyLoadError {
         diagnostics: vec![SourceDiagnostic {
             file: file.clone(),

@@ -304,8 +304,7 @@ mod tests {
     use super::super::{ActionInput, AppSet, EntityInput, InputError, RequestInput};
 
     fn records() -> AppSet {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pdp/records");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pdp/records");
         load_app("records", &dir).unwrap_or_else(|e| panic!("{}", e.render()))
     }
 
