@@ -75,11 +75,15 @@ impl Receiver {
         }
     }
 
-    /// The spans of `trace`, once `wanted` of them arrived (or after 10 s).
+    /// The spans of `trace`, once `wanted` of them arrived and the
+    /// gateway's server span among them (or after 10 s). The server span
+    /// ends after the response is written, so it may reach the collector
+    /// in a later batch than the spans it contains.
     async fn trace(&self, trace: &str, wanted: usize) -> Vec<Span> {
+        const SERVER: i32 = 2;
         for _ in 0..200 {
             let spans = self.of(trace);
-            if spans.len() >= wanted {
+            if spans.len() >= wanted && spans.iter().any(|s| s.kind == SERVER) {
                 return spans;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
