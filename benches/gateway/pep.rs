@@ -118,6 +118,27 @@ fn time_sync(iters: usize, mut f: impl FnMut()) -> Stats {
     stats(v)
 }
 
+/// The headline's decide + record + enqueue with the session's verdict
+/// memo emptied before each decision, so Cedar evaluates every one: what a
+/// session's first call of each tool, and every call under a shadow
+/// candidate, costs. Emptying the memo is a lock and a reset, inside the
+/// figure.
+async fn cold_decisions(pep: &Pep, writer: &cedargate::store::Writer) -> Res<Stats> {
+    let memo = &pep.view().slice.verdicts;
+    let mut v = Vec::with_capacity(PEP_ITERS);
+    for _ in 0..PEP_ITERS {
+        let t0 = Instant::now();
+        memo.forget();
+        let decided = pep.decide();
+        writer
+            .enqueue(vec![WriteOp::Decision(Box::new(decided.finish_default()))])
+            .await?;
+        v.push(t0.elapsed());
+    }
+    writer.flush().await?;
+    Ok(stats(v))
+}
+
 pub struct PepReport {
     pub rows: Vec<Row>,
     pub parts: Vec<(String, Stats)>,
@@ -150,14 +171,23 @@ pub async fn pep_section(gw: &Arc<Gateway>, secret: &str, session_id: &str) -> R
     }
     writer.flush().await?;
     let headline = stats(v);
+    let cold = cold_decisions(&pep, &writer).await?;
     let decide_only = time_sync(PEP_ITERS, || {
         std::hint::black_box(pep.decide());
     });
     let rows = vec![
         Row {
-            label: "PEP: audit::decide + finish + writer.enqueue".into(),
+            label: "PEP: audit::decide + finish + writer.enqueue, verdict remembered".into(),
             conc: None,
             lat: headline,
+            rps: None,
+            errors: 0,
+            goal: Goal::None,
+        },
+        Row {
+            label: "PEP: the same, cold (Cedar decides; nothing remembered)".into(),
+            conc: None,
+            lat: cold,
             rps: None,
             errors: 0,
             goal: Goal::P50AtMost(20.0),

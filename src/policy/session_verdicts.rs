@@ -372,6 +372,15 @@ const MEMO_MAX: usize = 4096;
 const SHAPES_MAX: usize = 1024;
 
 impl VerdictMemo {
+    /// Forgets every verdict and shape, as a new session view starts: the
+    /// next decision of each request is Cedar's again (the gateway bench's
+    /// cold-decision row uses it).
+    pub fn forget(&self) {
+        if let Ok(mut memo) = self.inner.lock() {
+            *memo = Memo::default();
+        }
+    }
+
     /// The verdict remembered for this request, if any.
     pub fn get(&self, key: &VerdictKey<'_>) -> Option<Verdict> {
         let memo = self.inner.lock().ok()?;
