@@ -19,10 +19,21 @@
 //! Format 1 (`notes.prelude`):
 //! `{"format":1,"context":"<context text>","decisions":[{"id","principal","action","resource","decision","reasons","errors"},…]}`
 //! where `context` is absent when it equals the record's own context
-//! (a listing); a call's typed context differs, so its preludes carry the
-//! plain session context they were decided with. The record's other
-//! columns (time, org, session, entity snapshot, policy set) are the
-//! preludes' too: only decisions that share them are folded.
+//! (a listing), else holds the context the preludes were decided with.
+//! The record's other columns (time, org, session, entity snapshot, policy
+//! set) are the preludes' too: only decisions that share them are folded.
+//!
+//! Format 2 is format 1 plus `"contextPrefix":N` in place of `context`:
+//! the preludes' context is the record's context cut after its first N
+//! bytes and closed with `}`. A typed tool call's context is the session
+//! context the preludes were decided with, plus its `args` as the last
+//! member (`policy::entities::session_context_text_with`), so the cut
+//! gives that context back byte for byte. **Decision:** the call's record
+//! names its preludes' context instead of copying it (about 130 bytes, and
+//! a person's token members, about 225 more, escaped into a JSON string):
+//! the trail, its chain hash and its writer carry it once. Written only
+//! when the cut lands exactly before `,"args":`, else format 1; this build
+//! reads both, so records written before it replay unchanged.
 //!
 //! Kept as rows of their own: a denial or a decision with errors (an
 //! auditor filtering on `access_session` denials finds it), a decision
@@ -43,8 +54,16 @@ use crate::store::decisions::NewDecision;
 /// The key of the prelude in a record's `notes`.
 pub const PRELUDE_KEY: &str = "prelude";
 
-/// The prelude format this build writes and reads.
+/// The prelude format this build writes when the preludes' context is
+/// the record's own or written out, and reads.
 pub const PRELUDE_FORMAT: u64 = 1;
+
+/// The format this build writes when the preludes' context is the
+/// record's cut before its `args` (`contextPrefix`), and reads.
+pub const PRELUDE_FORMAT_PREFIX: u64 = 2;
+
+/// What follows a typed call context's session part: its `args`.
+const ARGS_MEMBER: &str = ",\"args\":";
 
 /// Folds the foldable prelude decisions of `ops` (one request's writes,
 /// in order) into the next decision record of the same request. Other
@@ -145,13 +164,38 @@ fn may_have_prelude(notes: &str) -> bool {
 /// [`PRELUDE_KEY`] as it appears in the notes' text.
 const QUOTED_KEY: &str = "\"prelude\"";
 
-/// The prelude as written (format 1).
+/// The prelude as written (format 1, or 2 with `contextPrefix`).
 #[derive(Serialize)]
 struct Written<'a> {
     format: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     context: Option<&'a str>,
+    #[serde(rename = "contextPrefix", skip_serializing_if = "Option::is_none")]
+    context_prefix: Option<usize>,
     decisions: Vec<WrittenDecision<'a>>,
+}
+
+/// How a prelude names its context against the record's `main`: not at
+/// all (the same), as a cut of it (a typed call's), or written out.
+fn context_of<'a>(prelude: &'a str, main: &str) -> (Option<&'a str>, Option<usize>) {
+    if prelude == main {
+        return (None, None);
+    }
+    match prelude.strip_suffix('}') {
+        Some(open) if main.starts_with(open) && main[open.len()..].starts_with(ARGS_MEMBER) => {
+            (None, Some(open.len()))
+        }
+        _ => (Some(prelude), None),
+    }
+}
+
+/// The preludes' context a format 2 record names: its context cut after
+/// `prefix` bytes and closed, when that cut is one format 2 writes.
+fn cut_context(context: &str, prefix: usize) -> Result<String, PreludeError> {
+    match context.get(..prefix) {
+        Some(open) if context[prefix..].starts_with(ARGS_MEMBER) => Ok(format!("{open}}}")),
+        _ => Err(PreludeError::ContextPrefix(prefix)),
+    }
 }
 
 /// One folded decision as written: its recorded reasons and errors (JSON
@@ -174,12 +218,17 @@ fn with_prelude(main: &NewDecision, folded: &[NewDecision]) -> String {
         .iter()
         .map(|p| (raw_list(&p.reasons), raw_list(&p.errors)))
         .collect();
+    let (context, context_prefix) = folded
+        .first()
+        .map_or((None, None), |p| context_of(&p.context, &main.context));
     let written = Written {
-        format: PRELUDE_FORMAT,
-        context: folded
-            .first()
-            .map(|p| p.context.as_str())
-            .filter(|c| *c != main.context),
+        format: if context_prefix.is_some() {
+            PRELUDE_FORMAT_PREFIX
+        } else {
+            PRELUDE_FORMAT
+        },
+        context,
+        context_prefix,
         decisions: folded
             .iter()
             .zip(&lists)
@@ -255,8 +304,12 @@ pub enum PreludeError {
     #[error("a prelude decision has no `{0}`")]
     Field(&'static str),
     /// A field of the prelude has the wrong type.
-    #[error("the prelude does not read as format 1: {0}")]
+    #[error("the prelude does not read as format 1 or 2: {0}")]
     Shape(#[source] serde_json::Error),
+    /// A format 2 prelude's `contextPrefix` does not cut the record's
+    /// context before its `args`.
+    #[error("the prelude's contextPrefix {0} does not cut the record's context before its args")]
+    ContextPrefix(usize),
 }
 
 /// The prelude decisions a record holds (none for a record without one).
@@ -272,15 +325,21 @@ pub fn preludes(record: &NewDecision) -> Result<Vec<PreludeDecision>, PreludeErr
         return Ok(Vec::new());
     };
     let format = prelude.format.unwrap_or(0);
-    if format != PRELUDE_FORMAT {
-        return Err(PreludeError::Format(format));
-    }
+    let cut = match (format, prelude.context_prefix) {
+        (PRELUDE_FORMAT, _) => None,
+        (PRELUDE_FORMAT_PREFIX, Some(prefix)) => Some(cut_context(&record.context, prefix)?),
+        (PRELUDE_FORMAT_PREFIX, None) => return Err(PreludeError::Field("contextPrefix")),
+        _ => return Err(PreludeError::Format(format)),
+    };
     let decisions = prelude.decisions.ok_or(PreludeError::Field("decisions"))?;
-    let context = prelude.context.as_deref().unwrap_or(&record.context);
+    let context = cut
+        .as_deref()
+        .or(prelude.context.as_deref())
+        .unwrap_or(&record.context);
     decisions.into_iter().map(|d| d.read(context)).collect()
 }
 
-/// Notes that did not read as format 1, looked at again (slowly, only
+/// Notes that did not read as format 1 or 2, looked at again (slowly, only
 /// then): no prelude after all (notes that are not an object), or why
 /// not: not JSON, a prelude of another format, a field of the wrong type.
 fn unread(notes: &str, error: serde_json::Error) -> Result<Vec<PreludeDecision>, PreludeError> {
@@ -291,7 +350,7 @@ fn unread(notes: &str, error: serde_json::Error) -> Result<Vec<PreludeDecision>,
         return Ok(Vec::new());
     };
     match prelude.get("format").and_then(serde_json::Value::as_u64) {
-        Some(PRELUDE_FORMAT) => Err(PreludeError::Shape(error)),
+        Some(PRELUDE_FORMAT | PRELUDE_FORMAT_PREFIX) => Err(PreludeError::Shape(error)),
         other => Err(PreludeError::Format(other.unwrap_or(0))),
     }
 }
@@ -303,11 +362,13 @@ struct ReadNotes {
     prelude: Option<ReadPrelude>,
 }
 
-/// A prelude as format 1 writes it.
+/// A prelude as format 1 or 2 writes it.
 #[derive(Deserialize)]
 struct ReadPrelude {
     format: Option<u64>,
     context: Option<String>,
+    #[serde(rename = "contextPrefix")]
+    context_prefix: Option<usize>,
     decisions: Option<Vec<ReadDecision>>,
 }
 
@@ -389,8 +450,20 @@ mod tests {
         );
         for (notes, why) in [
             (
-                r#"{"prelude":{"format":2,"decisions":7}}"#.to_string(),
-                "format 2",
+                r#"{"prelude":{"format":3,"decisions":7}}"#.to_string(),
+                "format 3",
+            ),
+            (
+                format!(r#"{{"prelude":{{"format":2,"decisions":[{one}]}}}}"#),
+                "no `contextPrefix`",
+            ),
+            (
+                format!(r#"{{"prelude":{{"format":2,"contextPrefix":1,"decisions":[{one}]}}}}"#),
+                "contextPrefix 1 does not cut",
+            ),
+            (
+                format!(r#"{{"prelude":{{"format":2,"contextPrefix":99,"decisions":[{one}]}}}}"#),
+                "contextPrefix 99 does not cut",
             ),
             (r#"{"prelude":{"decisions":[]}}"#.into(), "format 0"),
             (r#"{"prelude":{"format":1}}"#.into(), "no `decisions`"),
@@ -400,7 +473,7 @@ mod tests {
             ),
             (
                 format!(r#"{{"prelude":{{"format":1,"decisions":[{one}],"context":5}}}}"#),
-                "does not read as format 1",
+                "does not read as format 1 or 2",
             ),
             (r#"{"prelude": nope"#.into(), "not JSON"),
         ] {
@@ -453,6 +526,49 @@ mod tests {
             "the plain context is kept"
         );
         assert!(back.iter().all(|p| p.allowed && p.reasons == ["r"]));
+    }
+
+    #[test]
+    fn a_typed_calls_record_names_its_preludes_context_by_a_cut() {
+        let session = crate::policy::entities::session_context_text("s", "2026-11-26T00:00:00Z");
+        let args = serde_json::json!({"path": "/tmp/a\"b}", "n": 2});
+        let typed = crate::policy::entities::session_context_text_with(
+            "s",
+            "2026-11-26T00:00:00Z",
+            None,
+            Some(&args),
+        );
+        let access = record("access_session", "Gateway::Session::\"s\"", &session);
+        let mut main = record("call_tool", "Gateway::Tool::\"t\"", &typed);
+        main.outcome = "{\"status\":\"ok\"}".into();
+        let folded = fold(vec![
+            WriteOp::Decision(Box::new(access)),
+            WriteOp::Decision(Box::new(main)),
+        ]);
+        let rows = decisions(&folded);
+        let notes: Value = serde_json::from_str(&rows[0].notes).unwrap();
+        assert_eq!(notes["prelude"]["format"], PRELUDE_FORMAT_PREFIX);
+        assert!(notes["prelude"].get("context").is_none(), "{notes}");
+        assert!(!rows[0].notes.contains("__entity"), "not copied: {notes}");
+        let back = preludes(rows[0]).unwrap();
+        assert_eq!(
+            back[0].context, session,
+            "the session context, byte for byte"
+        );
+
+        // A context that is not the record's plus `args` is written out.
+        let other = record("access_session", "Gateway::Session::\"s\"", "{\"other\":1}");
+        let mut main = record("call_tool", "Gateway::Tool::\"t\"", &typed);
+        main.outcome = "{}".into();
+        let folded = fold(vec![
+            WriteOp::Decision(Box::new(other)),
+            WriteOp::Decision(Box::new(main)),
+        ]);
+        let rows = decisions(&folded);
+        let notes: Value = serde_json::from_str(&rows[0].notes).unwrap();
+        assert_eq!(notes["prelude"]["format"], PRELUDE_FORMAT);
+        assert_eq!(notes["prelude"]["context"], "{\"other\":1}");
+        assert_eq!(preludes(rows[0]).unwrap()[0].context, "{\"other\":1}");
     }
 
     #[test]
