@@ -167,6 +167,10 @@ fn main() -> Res<()> {
     let server = srv.block_on(support::server::start(dir.path().join("data"), |c| {
         c.auth.issuers = vec![issuer];
         c.rate_limits.enabled = false;
+        // A door waits while the other runs its round: on a slow or busy
+        // machine that outlasts the default 5 s idle and header timeouts.
+        c.http.idle_timeout_ms = 600_000;
+        c.http.header_read_timeout_ms = 600_000;
     }))?;
     let made = srv.block_on(tenant::create(&server.gw, &TenantSpec::BENCH))?;
     let addr = server.addr;
