@@ -4,7 +4,10 @@
 //! MCP server is one trace (server span, decision span naming the record
 //! `/admin/decisions` shows, commit span, upstream client span), and the
 //! upstream receives the trace context (its `traceparent` header and
-//! `params._meta`); a denied call's spans carry the deny; a collector that
+//! `params._meta`); a real upstream built with the official Python SDK,
+//! exporting with the OpenTelemetry SDK to the same receiver, continues
+//! that context: its own server span joins the trace as a child of the
+//! gateway's client span; a denied call's spans carry the deny; a collector that
 //! is down or hangs fails no request and its drops are counted; sampling
 //! at 0 exports nothing; every transport continues a caller's trace; a
 //! trace finds its decisions and a decision links its trace; A2A calls
@@ -20,6 +23,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,17 +43,35 @@ use serde_json::{Value, json};
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
-/// A running OTLP/HTTP receiver and the spans it got.
+/// A running OTLP/HTTP receiver, the spans it got and the `service.name`
+/// of the resource that sent each (by span id).
 struct Receiver {
     url: String,
     spans: Arc<Mutex<Vec<Span>>>,
+    services: Arc<Mutex<HashMap<Vec<u8>, String>>>,
 }
 
-async fn receive(State(spans): State<Arc<Mutex<Vec<Span>>>>, body: Bytes) -> Response {
+type Collected = (Arc<Mutex<Vec<Span>>>, Arc<Mutex<HashMap<Vec<u8>, String>>>);
+
+async fn receive(State((spans, services)): State<Collected>, body: Bytes) -> Response {
     let request = ExportTraceServiceRequest::decode(body).unwrap();
     let mut got = spans.lock().unwrap();
     for resource in request.resource_spans {
+        let service = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                Any::StringValue(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
         for scope in resource.scope_spans {
+            let mut named = services.lock().unwrap();
+            for span in &scope.spans {
+                named.insert(span.span_id.clone(), service.clone());
+            }
             got.extend(scope.spans);
         }
     }
@@ -63,16 +85,23 @@ async fn receive(State(spans): State<Arc<Mutex<Vec<Span>>>>, body: Bytes) -> Res
 impl Receiver {
     async fn start() -> Receiver {
         let spans = Arc::new(Mutex::new(Vec::new()));
+        let services = Arc::new(Mutex::new(HashMap::new()));
         let app = axum::Router::new()
             .route("/v1/traces", axum::routing::post(receive))
-            .with_state(Arc::clone(&spans));
+            .with_state((Arc::clone(&spans), Arc::clone(&services)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Receiver {
             url: format!("http://{addr}"),
             spans,
+            services,
         }
+    }
+
+    /// The `service.name` that exported `span`.
+    fn service_of(&self, span: &Span) -> Option<String> {
+        self.services.lock().unwrap().get(&span.span_id).cloned()
     }
 
     /// The spans of `trace`, once `wanted` of them arrived and the
@@ -338,6 +367,123 @@ async fn a_proxied_call_is_one_trace_from_the_agent_to_the_upstream() {
     let expected = format!("00-{CALLER_TRACE}-{}-01", hex(&client.span_id));
     assert_eq!(header.as_deref(), Some(expected.as_str()));
     assert_eq!(meta["traceparent"], expected, "{meta}");
+}
+
+/// The upstream built with the official Python SDK
+/// (`tests/upstreams/py_server.py`, installed by `tests/upstreams/setup.sh`
+/// with the OpenTelemetry SDK pinned beside it), exporting its own spans
+/// to `collector`; killed when dropped.
+struct PyUpstream {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+async fn start_py_upstream(collector: &str) -> PyUpstream {
+    let dir = common::setup::upstreams_dir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(dir.join(".venv/bin/python"))
+        .arg(dir.join("py_server.py"))
+        .arg(port.to_string())
+        .arg(collector)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Python server never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    PyUpstream {
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        _child: child,
+    }
+}
+
+#[tokio::test]
+async fn a_python_sdk_upstream_exports_its_own_span_into_the_callers_trace() {
+    if !common::setup::upstreams_installed() {
+        return;
+    }
+    let receiver = Receiver::start().await;
+    let py = start_py_upstream(&receiver.url).await;
+    let endpoint = receiver.url.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.telemetry.endpoint = Some(endpoint);
+        c.telemetry.export_delay_ms = Some(50);
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "py", "transport": "streamable-http", "url": py.url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "py.add", "arguments": {"a": 2, "b": 40},
+        "_meta": {"traceparent": format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")}}});
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18")],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["structuredContent"], json!({"result": 42}));
+
+    // The SDK's own server span (`tools/call add`, SERVER) arrives from
+    // the upstream's exporter, in the caller's trace.
+    let from_upstream = |spans: &[Span]| {
+        spans
+            .iter()
+            .find(|s| s.kind == 2 && receiver.service_of(s).as_deref() == Some("py-upstream"))
+            .cloned()
+    };
+    let mut spans = Vec::new();
+    for _ in 0..200 {
+        spans = receiver.of(CALLER_TRACE);
+        let gateway_done = spans.iter().any(|s| s.name == "tools/call py.add");
+        if gateway_done && from_upstream(&spans).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let upstream = from_upstream(&spans)
+        .unwrap_or_else(|| panic!("no span of the upstream in {:?}", names(&spans)));
+    let client = named(&spans, "tools/call add");
+    assert_eq!(client.kind, 3, "the gateway's client span");
+    assert_eq!(receiver.service_of(client).as_deref(), Some("cedargate"));
+    let gateway = named(&spans, "tools/call py.add");
+    assert_eq!(client.parent_span_id, gateway.span_id);
+
+    // Parented by the gateway's client span: the context it carried on.
+    assert_eq!(upstream.trace_id, client.trace_id);
+    assert_eq!(hex(&upstream.parent_span_id), hex(&client.span_id));
+    assert_eq!(upstream.name, "tools/call add");
+    assert_eq!(
+        attr(&upstream, "mcp.method.name").as_deref(),
+        Some("tools/call")
+    );
+    assert_eq!(attr(&upstream, "gen_ai.tool.name").as_deref(), Some("add"));
+    assert_eq!(
+        attr(&upstream, "mcp.protocol.version").as_deref(),
+        server["protocolVersion"].as_str(),
+        "the revision the gateway speaks to it: {server}"
+    );
 }
 
 #[tokio::test]
