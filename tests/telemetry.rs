@@ -1049,3 +1049,169 @@ async fn grpc_export_reaches_a_grpc_collector() {
     );
     assert!(names.contains(&"cedar call_tool".to_string()), "{names:?}");
 }
+
+/// A gateway trusting `idp` for org `acme` (as `issuer` says), exporting
+/// to `receiver`; its tenant of `acme` and the person URL of its project.
+async fn person_gateway(
+    receiver: &Receiver,
+    issuer: cedargate::identity::IssuerConfig,
+) -> (TestGateway, String) {
+    let endpoint = receiver.url.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.auth.issuers = vec![issuer];
+        c.telemetry.endpoint = Some(endpoint);
+        c.telemetry.export_delay_ms = Some(50);
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", g.base, t.project);
+    (g, url)
+}
+
+/// A person's `initialize` at `url` with `token`, continuing `traceparent`
+/// from the HTTP headers (as an instrumented HTTP client sends it).
+async fn person_initialize(url: &str, token: &str, traceparent: &str) {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "traced", "version": "1"}}});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("traceparent", traceparent)
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.text().await.unwrap()
+    );
+}
+
+/// The client span of the provider request to `url` in `trace` (waiting
+/// for it and the gateway's server span).
+async fn provider_span(receiver: &Receiver, trace: &str, method: &str, url: &str) -> Span {
+    let find = |spans: &[Span]| {
+        spans
+            .iter()
+            .find(|s| s.name == method && attr(s, "url.full").as_deref() == Some(url))
+            .cloned()
+    };
+    let spans = receiver.trace(trace, 2).await;
+    find(&spans).unwrap_or_else(|| {
+        let urls: Vec<_> = spans
+            .iter()
+            .map(|s| (s.name.clone(), attr(s, "url.full")))
+            .collect();
+        panic!("no {method} {url} in {urls:?}")
+    })
+}
+
+/// What every provider span shows: an HTTP client span answered 200,
+/// a child of the caller's span, beside the gateway's server span.
+fn assert_provider_span(span: &Span, caller_span: &str, method: &str, issuer: &str) {
+    assert_eq!(span.kind, 3, "client kind");
+    assert_eq!(hex(&span.parent_span_id), caller_span);
+    assert_eq!(attr(span, "http.request.method").as_deref(), Some(method));
+    assert_eq!(
+        attr(span, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    let port = reqwest::Url::parse(issuer).unwrap().port().unwrap();
+    assert_eq!(attr(span, "server.address").as_deref(), Some("127.0.0.1"));
+    assert_eq!(attr(span, "server.port"), Some(port.to_string()));
+    assert_eq!(attr(span, "error.type"), None);
+}
+
+#[tokio::test]
+async fn introspecting_an_opaque_token_is_a_client_span_in_the_requests_trace() {
+    if !common::oidc::installed() {
+        return;
+    }
+    let receiver = Receiver::start().await;
+    let idp = common::oidc::OidcProvider::start(common::oidc::Options {
+        opaque_resource_prefix: Some("http://127.0.0.1:".into()),
+        ..common::oidc::Options::default()
+    })
+    .await;
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "cg-gateway-secret\n").unwrap();
+    let issuer = cedargate::identity::IssuerConfig {
+        issuer: idp.issuer.clone(),
+        org: Some("acme".into()),
+        introspection_client_id: Some("cg-gateway".into()),
+        introspection_secret_file: Some(secret.path().to_path_buf()),
+        ..cedargate::identity::IssuerConfig::default()
+    };
+    let (g, url) = person_gateway(&receiver, issuer).await;
+    let token = idp
+        .sign_in(
+            "bob",
+            "cg-ide",
+            "openid mcp:tools",
+            &url,
+            "http://127.0.0.1:49152/callback",
+        )
+        .await;
+    assert!(!token.access_token.contains('.'), "an opaque token");
+    let (tp, trace, span) = caller(21);
+    person_initialize(&url, &token.access_token, &tp).await;
+
+    // Discovery (the introspection endpoint is the metadata's), then the
+    // introspection itself, each a client span of the caller's trace.
+    let discovery_url = format!("{}/.well-known/openid-configuration", idp.issuer);
+    let discovery = provider_span(&receiver, &trace, "GET", &discovery_url).await;
+    assert_provider_span(&discovery, &span, "GET", &idp.issuer);
+    let endpoint = idp.discovery().await["introspection_endpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let introspection = provider_span(&receiver, &trace, "POST", &endpoint).await;
+    assert_provider_span(&introspection, &span, "POST", &idp.issuer);
+    assert!(introspection.start_time_unix_nano >= discovery.end_time_unix_nano);
+    let server = named(&receiver.of(&trace), "initialize").clone();
+    assert_eq!(hex(&server.parent_span_id), span);
+    assert!(
+        server.start_time_unix_nano >= introspection.end_time_unix_nano,
+        "authenticated before the request is served"
+    );
+
+    // A second request is served from the validated-token cache: no call.
+    let (tp, trace, _) = caller(22);
+    person_initialize(&url, &token.access_token, &tp).await;
+    let spans = receiver.trace(&trace, 1).await;
+    assert!(spans.iter().all(|s| s.kind != 3), "{:?}", names(&spans));
+    drop(g);
+}
+
+#[tokio::test]
+async fn a_first_use_key_set_fetch_is_a_client_span_in_the_requests_trace() {
+    let Some(idp) = common::oidc::default_provider().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    let (g, url) = person_gateway(&receiver, common::oidc::acme_issuer(&idp)).await;
+    let token = idp
+        .sign_in(
+            "bob",
+            "cg-ide",
+            "mcp:tools",
+            &url,
+            "http://127.0.0.1:49152/callback",
+        )
+        .await;
+    assert!(token.access_token.contains('.'), "a JWT");
+    let (tp, trace, span) = caller(23);
+    person_initialize(&url, &token.access_token, &tp).await;
+    let jwks = idp.discovery().await["jwks_uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let fetch = provider_span(&receiver, &trace, "GET", &jwks).await;
+    assert_provider_span(&fetch, &span, "GET", &idp.issuer);
+    drop(g);
+}
