@@ -1218,3 +1218,62 @@ async fn a_first_use_key_set_fetch_is_a_client_span_in_the_requests_trace() {
     assert_provider_span(&fetch, &span, "GET", &idp.issuer);
     drop(g);
 }
+
+#[tokio::test]
+async fn a_traces_decisions_are_read_through_the_trace_index() {
+    use cedargate::store::audit_query::{DecisionFilter, Order, page_filtered, plan_filtered};
+    let receiver = Receiver::start().await;
+    let (g, t, _) = setup(&receiver.url, None, |_| {}).await;
+    call_echo(&g, &t, true).await;
+    call_echo(&g, &t, false).await;
+    let records = g.decisions().await;
+    let started = records
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(&d.record.notes).ok())
+        .filter_map(|n| n["traceId"].as_str().map(str::to_string))
+        .find(|id| id != CALLER_TRACE)
+        .expect("a trace the gateway started");
+
+    // Each trace finds its own records (the caller's, and the one the
+    // gateway started), and only them.
+    for trace in [CALLER_TRACE.to_string(), started] {
+        let mut expected: Vec<String> = records
+            .iter()
+            .filter(|d| d.record.notes.contains(&trace))
+            .map(|d| d.record.id.clone())
+            .collect();
+        assert!(!expected.is_empty());
+        let filter = DecisionFilter {
+            trace: Some(trace.to_uppercase()),
+            ..DecisionFilter::default()
+        }
+        .normalized()
+        .unwrap();
+        let found =
+            g.gw.store
+                .read(move |c| page_filtered(c, &filter, None, Order::Asc, 1000))
+                .await
+                .unwrap();
+        let mut found: Vec<String> = found.into_iter().map(|d| d.record.id).collect();
+        expected.sort();
+        found.sort();
+        assert_eq!(found, expected, "trace {trace}");
+    }
+
+    // By key in the trace index: no scan of the notes.
+    let filter = DecisionFilter {
+        trace: Some(CALLER_TRACE.into()),
+        ..DecisionFilter::default()
+    };
+    let plan =
+        g.gw.store
+            .read(move |c| plan_filtered(c, &filter))
+            .await
+            .unwrap();
+    assert!(
+        plan.iter().any(|step| step.contains("decision_traces")
+            && (step.starts_with("SEARCH") || step.contains("Index"))),
+        "{plan:#?}"
+    );
+    assert!(!plan.iter().any(|step| step.contains("notes")), "{plan:#?}");
+}
