@@ -28,6 +28,14 @@
 //! `BENCH_BASELINE_BIN=<another cedargate binary>` adds it as a fourth way,
 //! `baseline` (registered the same way), measured in the same rounds; the
 //! report then ends with cedargate / baseline for every figure.
+//!
+//! `BENCH_TRACES=1` adds the way `traced`: the same release binary with
+//! trace export on at sampling 1.0 (`[telemetry]` defaults otherwise) to
+//! an OTLP/HTTP collector of its own (this binary as `collector`, which
+//! reads each export and keeps nothing; its CPU is not counted), measured
+//! in the same rounds; the report then gives traced / cedargate for the
+//! CPU per call (goal <= 1.15x) and the spans the traced gateway exported
+//! and dropped (`/metrics`), so a figure bought by dropping shows.
 
 #![allow(
     clippy::unwrap_used,
@@ -85,6 +93,10 @@ fn main() -> Res<()> {
     rt.block_on(harness::wait_ready(gateway.addr))?;
     rt.block_on(register(&gateway, &upstream.url()))?;
     let baseline = harness::start_baseline(dir.path())?;
+    let traced = match std::env::var("BENCH_TRACES").is_ok_and(|v| v == "1") {
+        true => Some(start_traced(dir.path(), &upstream.url(), &rt)?),
+        false => None,
+    };
     let mut ways = vec![
         ("direct", &upstream, call_body("tool_000")),
         ("forwarder", &forwarder, call_body("tool_000")),
@@ -95,7 +107,13 @@ fn main() -> Res<()> {
         rt.block_on(register(b, &upstream.url()))?;
         ways.push(("baseline", b, call_body("u0.tool_000")));
     }
-    let gateways: Vec<&Target> = std::iter::once(&gateway).chain(&baseline).collect();
+    if let Some((_, t)) = &traced {
+        ways.push(("traced", t, call_body("u0.tool_000")));
+    }
+    let gateways: Vec<&Target> = std::iter::once(&gateway)
+        .chain(&baseline)
+        .chain(traced.as_ref().map(|(_, t)| t))
+        .collect();
     let mut figures = Figures::default();
     for round in 0..rounds {
         for i in 0..ways.len() {
@@ -111,6 +129,55 @@ fn main() -> Res<()> {
         eprintln!("round {} of {rounds} done", round + 1);
     }
     report(&figures, rounds);
+    if let Some((_, t)) = &traced {
+        rt.block_on(report_traced(&figures, t))?;
+    }
+    Ok(())
+}
+
+/// The collector and the traced gateway (ready, the upstream registered).
+fn start_traced(
+    dir: &std::path::Path,
+    upstream: &str,
+    rt: &tokio::runtime::Runtime,
+) -> Res<(Target, Target)> {
+    let collector = harness::start_role("collector", &[])?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(collector.addr).is_err() {
+        if std::time::Instant::now() > deadline {
+            return Err("the collector did not listen within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let traced = harness::start_cedargate_traced(dir, &format!("http://{}", collector.addr))?;
+    rt.block_on(harness::wait_ready(traced.addr))?;
+    rt.block_on(register(&traced, upstream))?;
+    Ok((collector, traced))
+}
+
+/// Export on against off, and what the traced gateway's exporter did.
+async fn report_traced(f: &Figures, traced: &Target) -> Res<()> {
+    let conc: usize = env_num("BENCH_CONCURRENCY", 16);
+    for c in [1, conc] {
+        let cpu = format!("tools/call c={c} CPU µs/call");
+        println!(
+            "CPU per proxied call at c={c}, traced / cedargate: {:.1} / {:.1} µs = {:.3}x (goal <= 1.15x)",
+            f.median("traced", &cpu),
+            f.median("cedargate", &cpu),
+            f.median("traced", &cpu) / f.median("cedargate", &cpu)
+        );
+    }
+    // The last batches leave within the export delay (5 s by default).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let metrics = reqwest::get(format!("http://{}/metrics", traced.addr))
+        .await?
+        .text()
+        .await?;
+    let counters: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("cedargate_trace_spans_"))
+        .collect();
+    println!("traced gateway's exporter: {}", counters.join("; "));
     Ok(())
 }
 
@@ -169,7 +236,14 @@ async fn measure(name: &str, t: &Target, body: &[u8], figures: &mut Figures) -> 
     let iters: usize = env_num("BENCH_ITERS", 2000);
     let conc: usize = env_num("BENCH_CONCURRENCY", 16);
     let window = Duration::from_secs(env_num("BENCH_SECS", 6));
+    let cpu = t.cpu_ns();
     let one = harness::latency(t, body, iters).await?;
+    // The warm-up's calls (a tenth) are in the window too.
+    let calls = (iters + iters / 10) as f64;
+    if name != "direct" {
+        let per_call = t.cpu_ns().saturating_sub(cpu) as f64 / 1e3 / calls;
+        figures.push(name, "tools/call c=1 CPU µs/call", per_call);
+    }
     figures.push(name, "tools/call c=1 p50 µs", one.p50);
     figures.push(name, "tools/call c=1 p99 µs", one.p99);
     let (rps, cpu, many) = harness::throughput(t, body, conc, window).await?;
@@ -189,7 +263,7 @@ fn report(f: &Figures, rounds: usize) {
         "upstream: medians of {rounds} alternating rounds ({})",
         support::procfs::cpu_model()
     );
-    f.table(&["direct", "forwarder", "cedargate", "baseline"]);
+    f.table(&["direct", "forwarder", "cedargate", "baseline", "traced"]);
     let fsync = f.median("fsync floor", "p50");
     println!("fsync floor (SQLite WAL commit, synchronous=FULL) p50: {fsync:.1} µs");
     let added = f.median("cedargate", "tools/call c=1 p50 µs")

@@ -160,6 +160,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     ),
     (26, include_str!("store/migrations/0026_upstream_oauth.sql")),
     (44, include_str!("store/migrations/0044_pdp_keys.sql")),
+    (
+        46,
+        include_str!("store/migrations/0046_decision_traces.sql"),
+    ),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -242,6 +246,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         44,
         include_str!("store/migrations/postgres/0044_pdp_keys.sql"),
+    ),
+    (
+        46,
+        include_str!("store/migrations/postgres/0046_decision_traces.sql"),
     ),
 ];
 

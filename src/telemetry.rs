@@ -33,7 +33,12 @@
 //!   (`{mcp.method.name} {gen_ai.tool.name}`, as the MCP client span:
 //!   `server.address`, `server.port`, `network.transport` `tcp` or `pipe`)
 //!   and per call to an A2A peer (`{a2a.method.name}`: `SendMessage` or
-//!   `message/send`, with `a2a.protocol.version`).
+//!   `message/send`, with `a2a.protocol.version`);
+//! - a **client** span per HTTP request to an identity provider
+//!   (discovery, key set, introspection, userinfo, token: the HTTP client
+//!   span, named `GET` or `POST`, with `http.request.method`, `url.full`
+//!   without its query, `server.address`, `server.port`,
+//!   `http.response.status_code`, `error.type` for a 4xx/5xx or a failure).
 //!
 //! Tool arguments and results are never attributes, unless an operator
 //! names the tool in `[telemetry] record_tool_io` (then
@@ -46,8 +51,8 @@
 //! carries its own context on: into `params._meta` and the `traceparent`
 //! / `tracestate` headers of each request to an upstream MCP server (every
 //! transport; stdio only `_meta`), and into the headers of each A2A
-//! call. The caller's sampled flag is followed (parent-based sampling);
-//! `sampling_ratio` decides new traces.
+//! call and identity provider request. The caller's sampled flag is
+//! followed (parent-based sampling); `sampling_ratio` decides new traces.
 //!
 //! **Decisions where the issue is silent.**
 //! - Each `Gateway` owns its tracer provider (several
@@ -80,6 +85,11 @@
 //!   `spanId`) besides the caller's `traceparent`, so a trace the gateway
 //!   started is found from its records (`audit query --trace`, the
 //!   console).
+//! - A person's URL authenticates its caller before the body is read,
+//!   so before the request's server span exists: that work runs in the
+//!   caller's context from the HTTP headers ([`Telemetry::door`]), and
+//!   the provider calls it makes are children of the caller's span (a
+//!   trace of their own when the caller sent none).
 //! - Export off costs the request path a branch per step (and an outbound
 //!   call one thread-local look-up): no context is attached, no span is
 //!   built, nothing is injected. With export off the caller's

@@ -4,7 +4,10 @@
 //! MCP server is one trace (server span, decision span naming the record
 //! `/admin/decisions` shows, commit span, upstream client span), and the
 //! upstream receives the trace context (its `traceparent` header and
-//! `params._meta`); a denied call's spans carry the deny; a collector that
+//! `params._meta`); a real upstream built with the official Python SDK,
+//! exporting with the OpenTelemetry SDK to the same receiver, continues
+//! that context: its own server span joins the trace as a child of the
+//! gateway's client span; a denied call's spans carry the deny; a collector that
 //! is down or hangs fails no request and its drops are counted; sampling
 //! at 0 exports nothing; every transport continues a caller's trace; a
 //! trace finds its decisions and a decision links its trace; A2A calls
@@ -20,6 +23,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,17 +43,35 @@ use serde_json::{Value, json};
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
-/// A running OTLP/HTTP receiver and the spans it got.
+/// A running OTLP/HTTP receiver, the spans it got and the `service.name`
+/// of the resource that sent each (by span id).
 struct Receiver {
     url: String,
     spans: Arc<Mutex<Vec<Span>>>,
+    services: Arc<Mutex<HashMap<Vec<u8>, String>>>,
 }
 
-async fn receive(State(spans): State<Arc<Mutex<Vec<Span>>>>, body: Bytes) -> Response {
+type Collected = (Arc<Mutex<Vec<Span>>>, Arc<Mutex<HashMap<Vec<u8>, String>>>);
+
+async fn receive(State((spans, services)): State<Collected>, body: Bytes) -> Response {
     let request = ExportTraceServiceRequest::decode(body).unwrap();
     let mut got = spans.lock().unwrap();
     for resource in request.resource_spans {
+        let service = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                Any::StringValue(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
         for scope in resource.scope_spans {
+            let mut named = services.lock().unwrap();
+            for span in &scope.spans {
+                named.insert(span.span_id.clone(), service.clone());
+            }
             got.extend(scope.spans);
         }
     }
@@ -63,16 +85,23 @@ async fn receive(State(spans): State<Arc<Mutex<Vec<Span>>>>, body: Bytes) -> Res
 impl Receiver {
     async fn start() -> Receiver {
         let spans = Arc::new(Mutex::new(Vec::new()));
+        let services = Arc::new(Mutex::new(HashMap::new()));
         let app = axum::Router::new()
             .route("/v1/traces", axum::routing::post(receive))
-            .with_state(Arc::clone(&spans));
+            .with_state((Arc::clone(&spans), Arc::clone(&services)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Receiver {
             url: format!("http://{addr}"),
             spans,
+            services,
         }
+    }
+
+    /// The `service.name` that exported `span`.
+    fn service_of(&self, span: &Span) -> Option<String> {
+        self.services.lock().unwrap().get(&span.span_id).cloned()
     }
 
     /// The spans of `trace`, once `wanted` of them arrived and the
@@ -338,6 +367,126 @@ async fn a_proxied_call_is_one_trace_from_the_agent_to_the_upstream() {
     let expected = format!("00-{CALLER_TRACE}-{}-01", hex(&client.span_id));
     assert_eq!(header.as_deref(), Some(expected.as_str()));
     assert_eq!(meta["traceparent"], expected, "{meta}");
+}
+
+/// The upstream built with the official Python SDK
+/// (`tests/upstreams/py_server.py`, installed by `tests/upstreams/setup.sh`
+/// with the OpenTelemetry SDK pinned beside it), exporting its own spans
+/// to `collector`; killed when dropped.
+struct PyUpstream {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+async fn start_py_upstream(collector: &str) -> PyUpstream {
+    let dir = common::setup::upstreams_dir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(dir.join(".venv/bin/python"))
+        .arg(dir.join("py_server.py"))
+        .arg(port.to_string())
+        .arg(collector)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Python server never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    PyUpstream {
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        _child: child,
+    }
+}
+
+#[tokio::test]
+async fn a_python_sdk_upstream_exports_its_own_span_into_the_callers_trace() {
+    if !common::setup::upstreams_installed() {
+        return;
+    }
+    let receiver = Receiver::start().await;
+    let py = start_py_upstream(&receiver.url).await;
+    let endpoint = receiver.url.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.telemetry.endpoint = Some(endpoint);
+        c.telemetry.export_delay_ms = Some(50);
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let (status, server) = g
+        .admin(
+            Method::POST,
+            "/admin/orgs/acme/mcp-servers",
+            Some(json!({"name": "py", "transport": "streamable-http", "url": py.url})),
+        )
+        .await;
+    assert_eq!(status, 201, "{server}");
+
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "py.add", "arguments": {"a": 2, "b": 40},
+        "_meta": {"traceparent": format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")}}});
+    let (status, body) = g
+        .mcp_raw(
+            &t.mcp_url,
+            Some(&t.key),
+            &[("mcp-protocol-version", "2025-06-18")],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["structuredContent"], json!({"result": 42}));
+
+    // The SDK's own server span (`tools/call add`, SERVER) arrives from
+    // the upstream's exporter, in the caller's trace.
+    let from_upstream = |spans: &[Span]| {
+        spans
+            .iter()
+            .find(|s| s.kind == 2 && receiver.service_of(s).as_deref() == Some("py-upstream"))
+            .cloned()
+    };
+    let mut spans = Vec::new();
+    for _ in 0..200 {
+        spans = receiver.of(CALLER_TRACE);
+        let gateway_done = spans.iter().any(|s| s.name == "tools/call py.add");
+        if gateway_done && from_upstream(&spans).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let upstream = from_upstream(&spans)
+        .unwrap_or_else(|| panic!("no span of the upstream in {:?}", names(&spans)));
+    // The gateway's client span has the SDK's server span's name.
+    let client = spans
+        .iter()
+        .find(|s| s.name == "tools/call add" && s.kind == 3)
+        .unwrap_or_else(|| panic!("no client span in {:?}", names(&spans)));
+    assert_eq!(receiver.service_of(client).as_deref(), Some("cedargate"));
+    let gateway = named(&spans, "tools/call py.add");
+    assert_eq!(client.parent_span_id, gateway.span_id);
+
+    // Parented by the gateway's client span: the context it carried on.
+    assert_eq!(upstream.trace_id, client.trace_id);
+    assert_eq!(hex(&upstream.parent_span_id), hex(&client.span_id));
+    assert_eq!(upstream.name, "tools/call add");
+    assert_eq!(
+        attr(&upstream, "mcp.method.name").as_deref(),
+        Some("tools/call")
+    );
+    assert_eq!(attr(&upstream, "gen_ai.tool.name").as_deref(), Some("add"));
+    assert_eq!(
+        attr(&upstream, "mcp.protocol.version").as_deref(),
+        server["protocolVersion"].as_str(),
+        "the revision the gateway speaks to it: {server}"
+    );
 }
 
 #[tokio::test]
@@ -902,4 +1051,229 @@ async fn grpc_export_reaches_a_grpc_collector() {
         "{names:?}"
     );
     assert!(names.contains(&"cedar call_tool".to_string()), "{names:?}");
+}
+
+/// A gateway trusting `idp` for org `acme` (as `issuer` says), exporting
+/// to `receiver`; its tenant of `acme` and the person URL of its project.
+async fn person_gateway(
+    receiver: &Receiver,
+    issuer: cedargate::identity::IssuerConfig,
+) -> (TestGateway, String) {
+    let endpoint = receiver.url.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.auth.issuers = vec![issuer];
+        c.telemetry.endpoint = Some(endpoint);
+        c.telemetry.export_delay_ms = Some(50);
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    let url = format!("{}/mcp/acme/{}", g.base, t.project);
+    (g, url)
+}
+
+/// A person's `initialize` at `url` with `token`, continuing `traceparent`
+/// from the HTTP headers (as an instrumented HTTP client sends it).
+async fn person_initialize(url: &str, token: &str, traceparent: &str) {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "traced", "version": "1"}}});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("traceparent", traceparent)
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.text().await.unwrap()
+    );
+}
+
+/// The client span of the provider request to `url` in `trace` (waiting
+/// for it and the gateway's server span).
+async fn provider_span(receiver: &Receiver, trace: &str, method: &str, url: &str) -> Span {
+    let find = |spans: &[Span]| {
+        spans
+            .iter()
+            .find(|s| s.name == method && attr(s, "url.full").as_deref() == Some(url))
+            .cloned()
+    };
+    let spans = receiver.trace(trace, 2).await;
+    find(&spans).unwrap_or_else(|| {
+        let urls: Vec<_> = spans
+            .iter()
+            .map(|s| (s.name.clone(), attr(s, "url.full")))
+            .collect();
+        panic!("no {method} {url} in {urls:?}")
+    })
+}
+
+/// What every provider span shows: an HTTP client span answered 200,
+/// a child of the caller's span, beside the gateway's server span.
+fn assert_provider_span(span: &Span, caller_span: &str, method: &str, issuer: &str) {
+    assert_eq!(span.kind, 3, "client kind");
+    assert_eq!(hex(&span.parent_span_id), caller_span);
+    assert_eq!(attr(span, "http.request.method").as_deref(), Some(method));
+    assert_eq!(
+        attr(span, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    let port = reqwest::Url::parse(issuer).unwrap().port().unwrap();
+    assert_eq!(attr(span, "server.address").as_deref(), Some("127.0.0.1"));
+    assert_eq!(attr(span, "server.port"), Some(port.to_string()));
+    assert_eq!(attr(span, "error.type"), None);
+}
+
+#[tokio::test]
+async fn introspecting_an_opaque_token_is_a_client_span_in_the_requests_trace() {
+    if !common::oidc::installed() {
+        return;
+    }
+    let receiver = Receiver::start().await;
+    let idp = common::oidc::OidcProvider::start(common::oidc::Options {
+        opaque_resource_prefix: Some("http://127.0.0.1:".into()),
+        ..common::oidc::Options::default()
+    })
+    .await;
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "cg-gateway-secret\n").unwrap();
+    let issuer = cedargate::identity::IssuerConfig {
+        issuer: idp.issuer.clone(),
+        org: Some("acme".into()),
+        introspection_client_id: Some("cg-gateway".into()),
+        introspection_secret_file: Some(secret.path().to_path_buf()),
+        ..cedargate::identity::IssuerConfig::default()
+    };
+    let (g, url) = person_gateway(&receiver, issuer).await;
+    let token = idp
+        .sign_in(
+            "bob",
+            "cg-ide",
+            "openid mcp:tools",
+            &url,
+            "http://127.0.0.1:49152/callback",
+        )
+        .await;
+    assert!(!token.access_token.contains('.'), "an opaque token");
+    let (tp, trace, span) = caller(21);
+    person_initialize(&url, &token.access_token, &tp).await;
+
+    // Discovery (the introspection endpoint is the metadata's), then the
+    // introspection itself, each a client span of the caller's trace.
+    let discovery_url = format!("{}/.well-known/openid-configuration", idp.issuer);
+    let discovery = provider_span(&receiver, &trace, "GET", &discovery_url).await;
+    assert_provider_span(&discovery, &span, "GET", &idp.issuer);
+    let endpoint = idp.discovery().await["introspection_endpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let introspection = provider_span(&receiver, &trace, "POST", &endpoint).await;
+    assert_provider_span(&introspection, &span, "POST", &idp.issuer);
+    assert!(introspection.start_time_unix_nano >= discovery.end_time_unix_nano);
+    let server = named(&receiver.of(&trace), "initialize").clone();
+    assert_eq!(hex(&server.parent_span_id), span);
+    assert!(
+        server.start_time_unix_nano >= introspection.end_time_unix_nano,
+        "authenticated before the request is served"
+    );
+
+    // A second request is served from the validated-token cache: no call.
+    let (tp, trace, _) = caller(22);
+    person_initialize(&url, &token.access_token, &tp).await;
+    let spans = receiver.trace(&trace, 1).await;
+    assert!(spans.iter().all(|s| s.kind != 3), "{:?}", names(&spans));
+    drop(g);
+}
+
+#[tokio::test]
+async fn a_first_use_key_set_fetch_is_a_client_span_in_the_requests_trace() {
+    let Some(idp) = common::oidc::default_provider().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    let (g, url) = person_gateway(&receiver, common::oidc::acme_issuer(&idp)).await;
+    let token = idp
+        .sign_in(
+            "bob",
+            "cg-ide",
+            "mcp:tools",
+            &url,
+            "http://127.0.0.1:49152/callback",
+        )
+        .await;
+    assert!(token.access_token.contains('.'), "a JWT");
+    let (tp, trace, span) = caller(23);
+    person_initialize(&url, &token.access_token, &tp).await;
+    let jwks = idp.discovery().await["jwks_uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let fetch = provider_span(&receiver, &trace, "GET", &jwks).await;
+    assert_provider_span(&fetch, &span, "GET", &idp.issuer);
+    drop(g);
+}
+
+#[tokio::test]
+async fn a_traces_decisions_are_read_through_the_trace_index() {
+    use cedargate::store::audit_query::{DecisionFilter, Order, page_filtered, plan_filtered};
+    let receiver = Receiver::start().await;
+    let (g, t, _) = setup(&receiver.url, None, |_| {}).await;
+    call_echo(&g, &t, true).await;
+    call_echo(&g, &t, false).await;
+    let records = g.decisions().await;
+    let started = records
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(&d.record.notes).ok())
+        .filter_map(|n| n["traceId"].as_str().map(str::to_string))
+        .find(|id| id != CALLER_TRACE)
+        .expect("a trace the gateway started");
+
+    // Each trace finds its own records (the caller's, and the one the
+    // gateway started), and only them.
+    for trace in [CALLER_TRACE.to_string(), started] {
+        let mut expected: Vec<String> = records
+            .iter()
+            .filter(|d| d.record.notes.contains(&trace))
+            .map(|d| d.record.id.clone())
+            .collect();
+        assert!(!expected.is_empty());
+        let filter = DecisionFilter {
+            trace: Some(trace.to_uppercase()),
+            ..DecisionFilter::default()
+        }
+        .normalized()
+        .unwrap();
+        let found =
+            g.gw.store
+                .read(move |c| page_filtered(c, &filter, None, Order::Asc, 1000))
+                .await
+                .unwrap();
+        let mut found: Vec<String> = found.into_iter().map(|d| d.record.id).collect();
+        expected.sort();
+        found.sort();
+        assert_eq!(found, expected, "trace {trace}");
+    }
+
+    // By key in the trace index: no scan of the notes.
+    let filter = DecisionFilter {
+        trace: Some(CALLER_TRACE.into()),
+        ..DecisionFilter::default()
+    };
+    let plan =
+        g.gw.store
+            .read(move |c| plan_filtered(c, &filter))
+            .await
+            .unwrap();
+    assert!(
+        plan.iter().any(|step| step.contains("decision_traces")
+            && (step.starts_with("SEARCH") || step.contains("Index"))),
+        "{plan:#?}"
+    );
+    assert!(!plan.iter().any(|step| step.contains("notes")), "{plan:#?}");
 }

@@ -96,7 +96,26 @@ impl Target {
 /// Provisions one tenant in `dir/data`, writes the config (rate limits
 /// off: the load is one key at full speed) and starts `cedargate serve`.
 pub fn start_cedargate(dir: &Path) -> Res<Target> {
-    start_cedargate_binary(dir, "cedargate", Path::new(env!("CARGO_BIN_EXE_cedargate")))
+    start_cedargate_binary(
+        dir,
+        "cedargate",
+        Path::new(env!("CARGO_BIN_EXE_cedargate")),
+        "",
+    )
+}
+
+/// [`start_cedargate`] as `traced`, over a data directory of its own under
+/// `dir`, exporting every trace (sampling 1.0, the other `[telemetry]`
+/// keys at their defaults) to the OTLP/HTTP collector at `collector`.
+pub fn start_cedargate_traced(dir: &Path, collector: &str) -> Res<Target> {
+    let dir = dir.join("traced");
+    std::fs::create_dir_all(&dir)?;
+    start_cedargate_binary(
+        &dir,
+        "traced",
+        Path::new(env!("CARGO_BIN_EXE_cedargate")),
+        &format!("\n[telemetry]\nendpoint = \"{collector}\"\nsampling_ratio = 1.0\n"),
+    )
 }
 
 /// The binary named by `BENCH_BASELINE_BIN` (another build of cedargate,
@@ -113,10 +132,12 @@ pub fn start_baseline(dir: &Path) -> Res<Option<Target>> {
         &dir,
         "baseline",
         Path::new(&bin),
+        "",
     )?))
 }
 
-fn start_cedargate_binary(dir: &Path, name: &'static str, bin: &Path) -> Res<Target> {
+/// `extra` is appended to the config file.
+fn start_cedargate_binary(dir: &Path, name: &'static str, bin: &Path, extra: &str) -> Res<Target> {
     let data = dir.join("data");
     let store = cedargate::store::Store::open(&data.join("cedargate.db"), 1024, 64)?;
     let spec = TenantSpec {
@@ -143,7 +164,7 @@ fn start_cedargate_binary(dir: &Path, name: &'static str, bin: &Path) -> Res<Tar
     std::fs::write(
         &config,
         format!(
-            "listen = \"{addr}\"\ndata_dir = {data:?}\npolicies_dir = {:?}\nschema_file = {:?}\ndemo_tenant = false\nadmin_token = \"{ADMIN_TOKEN}\"\n\n[rate_limits]\nenabled = false\n",
+            "listen = \"{addr}\"\ndata_dir = {data:?}\npolicies_dir = {:?}\nschema_file = {:?}\ndemo_tenant = false\nadmin_token = \"{ADMIN_TOKEN}\"\n\n[rate_limits]\nenabled = false\n{extra}",
             repo().join("policies"),
             repo().join("schemas/gateway.cedarschema"),
         ),

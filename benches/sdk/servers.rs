@@ -7,7 +7,9 @@
 //!   answers the same results, nothing else;
 //! - `forwarder`: a bare proxy (`benches/upstream.rs`): each POST is sent on
 //!   to [`UPSTREAM_VAR`] with its body and MCP headers, and the answer
-//!   returned as it came: what forwarding alone costs.
+//!   returned as it came: what forwarding alone costs;
+//! - `collector`: an OTLP/HTTP trace receiver (`POST /v1/traces`) that
+//!   takes every export and keeps nothing (`upstream`'s traced way).
 //!
 //! `rmcp` and `floor` read the results from the JSON file named by
 //! [`RESULTS_VAR`]; all listen on [`ADDR_VAR`], path [`PATH`].
@@ -54,6 +56,7 @@ pub fn serve(role: &str) -> Res<()> {
         "rmcp" => rmcp_app(&results()?)?,
         "floor" => floor_app(&results()?),
         "forwarder" => forwarder_app(std::env::var(UPSTREAM_VAR)?)?,
+        "collector" => collector_app(),
         other => return Err(format!("unknown {ROLE_VAR} `{other}`").into()),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -168,4 +171,18 @@ fn forwarder_app(upstream: String) -> Res<Router> {
         }
     };
     Ok(Router::new().route(PATH, post(forward)))
+}
+
+/// Answers every OTLP/HTTP export with an empty success, once its body is
+/// read.
+fn collector_app() -> Router {
+    Router::new().route(
+        "/v1/traces",
+        post(|_body: axum::body::Bytes| async {
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }),
+    )
 }

@@ -9,6 +9,13 @@
 //! `issuer` is not the configured one (mix-up defense). A document found is
 //! kept for the process's life: its endpoints do not move under a running
 //! provider, and the key set has its own lifetime.
+//!
+//! Traces: each request is an HTTP client span (`GET` or `POST`, with
+//! `http.request.method`, `url.full` without its query, `server.*`,
+//! `http.response.status_code`; a 4xx/5xx, a failure or an unusable
+//! answer sets `error.type`) in the trace of the work that made it, and
+//! carries that span's `traceparent`. Work outside any request (a
+//! background token refresh) makes no span.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +23,8 @@ use std::time::Duration;
 
 use reqwest::header::{CACHE_CONTROL, HeaderMap};
 use serde_json::Value;
+
+use crate::telemetry::{ClientFacts, ClientSpan};
 
 /// Why a provider request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,17 +125,19 @@ impl Fetcher {
 
     /// GETs a JSON object, with the `max-age` its `Cache-Control` gives.
     pub async fn get_json(&self, url: &str) -> Result<(Value, Option<Duration>), FetchError> {
-        let resp = self.http.get(url).send().await;
-        let resp = resp.map_err(|e| transport(url, &e))?;
+        let span = traced("GET", url);
+        let resp = send(span.as_ref(), url, self.http.get(url)).await?;
         let max_age = max_age(resp.headers());
-        Ok((self.json_body(url, resp).await?, max_age))
+        let body = self.json_body(url, resp).await;
+        Ok((finished(span.as_ref(), body)?, max_age))
     }
 
     /// GETs a JSON object with a bearer token (an OpenID userinfo request).
     pub async fn get_json_bearer(&self, url: &str, token: &str) -> Result<Value, FetchError> {
-        let resp = self.http.get(url).bearer_auth(token).send().await;
-        let resp = resp.map_err(|e| transport(url, &e))?;
-        self.json_body(url, resp).await
+        let span = traced("GET", url);
+        let resp = send(span.as_ref(), url, self.http.get(url).bearer_auth(token)).await?;
+        let body = self.json_body(url, resp).await;
+        finished(span.as_ref(), body)
     }
 
     /// POSTs a form with HTTP basic client authentication; the JSON answer.
@@ -136,8 +147,10 @@ impl Fetcher {
         client: (&str, Option<&str>),
         form: &[(&str, &str)],
     ) -> Result<Value, FetchError> {
-        let resp = self.send_form(url, client, form).await?;
-        self.json_body(url, resp).await
+        let span = traced("POST", url);
+        let resp = self.send_form(span.as_ref(), url, client, form).await?;
+        let body = self.json_body(url, resp).await;
+        finished(span.as_ref(), body)
     }
 
     /// POSTs a form like [`Fetcher::post_form`]; the status and the JSON
@@ -150,9 +163,17 @@ impl Fetcher {
         client: (&str, Option<&str>),
         form: &[(&str, &str)],
     ) -> Result<(u16, Value), FetchError> {
-        let resp = self.send_form(url, client, form).await?;
+        let span = traced("POST", url);
+        let resp = self.send_form(span.as_ref(), url, client, form).await?;
         let status = resp.status().as_u16();
-        match self.json_object(url, resp).await {
+        let doc = self.json_object(url, resp).await;
+        // A refusal's span is already typed by its status code.
+        let doc = if status == 200 {
+            finished(span.as_ref(), doc)
+        } else {
+            doc
+        };
+        match doc {
             Ok(doc) => Ok((status, doc)),
             // A refusal without a usable body is told by its status.
             Err(FetchError::Invalid { .. } | FetchError::TooLarge { .. }) if status != 200 => {
@@ -167,6 +188,7 @@ impl Fetcher {
 
     async fn send_form(
         &self,
+        span: Option<&ClientSpan>,
         url: &str,
         client: (&str, Option<&str>),
         form: &[(&str, &str)],
@@ -176,7 +198,7 @@ impl Fetcher {
             .post(url)
             .basic_auth(client.0, client.1)
             .form(form);
-        request.send().await.map_err(|e| transport(url, &e))
+        send(span, url, request).await
     }
 
     /// The body of a 200 answer as a JSON object, read within the bound.
@@ -213,6 +235,53 @@ impl Fetcher {
             Err(e) => Err(invalid(url, &e.to_string())),
         }
     }
+}
+
+/// The client span of a provider request, when the work it serves is
+/// traced (a request's, or a person URL's authentication).
+fn traced(method: &'static str, url: &str) -> Option<ClientSpan> {
+    crate::telemetry::client_span(&ClientFacts::Http { method, url })
+}
+
+/// Sends `request`, carrying the span's trace context, and notes the
+/// answer's status (or the failure) on the span.
+async fn send(
+    span: Option<&ClientSpan>,
+    url: &str,
+    mut request: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, FetchError> {
+    if let Some((traceparent, tracestate)) = span.and_then(ClientSpan::trace_headers) {
+        request = request.header("traceparent", traceparent);
+        if let Some(state) = tracestate {
+            request = request.header("tracestate", state);
+        }
+    }
+    let sent = request.send().await;
+    if let Some(span) = span {
+        match &sent {
+            Ok(resp) => span.http_status(resp.status().as_u16()),
+            Err(e) if e.is_timeout() => span.failed("timeout", &e.to_string()),
+            Err(e) => span.failed("transport", &e.to_string()),
+        }
+    }
+    sent.map_err(|e| transport(url, &e))
+}
+
+/// `body`, with an unusable or oversized one noted on the span.
+fn finished<T>(span: Option<&ClientSpan>, body: Result<T, FetchError>) -> Result<T, FetchError> {
+    if let (Some(span), Err(e)) = (span, &body) {
+        let kind = match e {
+            FetchError::TooLarge { .. } => Some("too_large"),
+            FetchError::Invalid { .. } => Some("invalid_document"),
+            FetchError::Transport { .. } => Some("transport"),
+            // Already typed by its status code.
+            FetchError::Status { .. } => None,
+        };
+        if let Some(kind) = kind {
+            span.failed(kind, &e.to_string());
+        }
+    }
+    body
 }
 
 /// Where an issuer's metadata may be: OpenID Connect's location, then RFC

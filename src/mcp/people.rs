@@ -10,6 +10,12 @@
 //! methods, decisions and trail. The session's own URL,
 //! `/api/mcp/{sessionId}`, keeps working for the person's tokens too.
 //!
+//! Traces: the person is authenticated before the body is read, so before
+//! the request's server span exists; the identity provider calls that
+//! takes (discovery, key set, introspection) are client spans continuing
+//! the trace context of the HTTP headers (a trace of their own when there
+//! is none). On the session's URL they are children of the server span.
+//!
 //! Refusals: a daemon key here is 403 (keys name their session's URL); a
 //! token whose org is not `{org}` is 403 and recorded as a denied
 //! `access_session` in the person's org; an unknown project is 404.
@@ -43,7 +49,19 @@ pub async fn post_endpoint(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, McpError> {
-    let target = person_target(&gw, &headers, &org, &project).await?;
+    // The caller is authenticated before the body names the request, so
+    // before its server span: the provider calls this makes continue the
+    // trace context of the HTTP headers.
+    let trace = super::era::header_trace(&headers);
+    let door = gw.telemetry.door(
+        trace
+            .as_ref()
+            .map(super::call::TraceContext::parent)
+            .as_ref(),
+    );
+    let target =
+        crate::telemetry::scoped(door.as_ref(), person_target(&gw, &headers, &org, &project))
+            .await?;
     streamable::post_at(gw, target, admitted, headers, body).await
 }
 

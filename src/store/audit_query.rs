@@ -2,7 +2,7 @@
 //! (cursor pagination by `seq`), `audit replay`, `audit export`, and the
 //! time → seq resolution behind `audit verify --since/--until`.
 
-use super::db::{Conn, Value as SqlValue};
+use super::db::{Backend, Conn, Value as SqlValue};
 use crate::params;
 use serde::Deserialize;
 
@@ -30,9 +30,9 @@ pub struct DecisionFilter {
     /// Latest time (RFC 3339, exclusive).
     pub until: Option<String>,
     /// W3C trace id (32 hex digits): decisions of requests in that trace,
-    /// as their notes name it (the caller's `traceparent`, or the
-    /// `traceId` of a trace the gateway started). Notes are not indexed:
-    /// combine with a time range on a large trail.
+    /// as their notes name it (the `traceId` of the gateway's span, else
+    /// the caller's `traceparent`), read through the trace index
+    /// (`decision_traces`, migration 46).
     pub trace: Option<String>,
     /// Only the decisions of this decision application (actions
     /// `authzen:<application>:…`).
@@ -135,9 +135,14 @@ impl DecisionFilter {
         eq("decision", &self.decision, "=");
         eq("time", &self.since, ">=");
         eq("time", &self.until, "<");
-        // Hex digits only (checked by `normalized`): no LIKE wildcard.
-        let in_notes = self.trace.as_ref().map(|t| format!("%{t}%"));
-        eq("notes", &in_notes, "LIKE");
+        if let Some(trace) = &self.trace {
+            // By key in the trace index (migration 46), not a scan of notes.
+            args.push(SqlValue::Text(trace.clone()));
+            sql.push(format!(
+                "seq IN (SELECT seq FROM decision_traces WHERE trace_id = ?{})",
+                args.len()
+            ));
+        }
         if let Some(app) = &self.application {
             // An exact prefix: `LIKE` would read `_` in a name as a
             // wildcard (and ignore case on SQLite). The length is ours.
@@ -165,6 +170,24 @@ pub fn page_filtered(
     let (sql, args) = page_sql(filter, cursor, order, limit, super::decisions::COLUMNS);
     let bound: Vec<_> = args.iter().map(SqlValue::as_param).collect();
     conn.query_map(&sql, &bound, row_to_decision)
+}
+
+/// The steps of the backend's plan for a page of `filter` (diagnostics,
+/// and the tests that hold the trail's filters to their indexes). On
+/// PostgreSQL sequential scans are priced out first, so the plan is the
+/// one a large trail gets, not the one a handful of rows gets.
+pub fn plan_filtered(conn: &mut Conn, filter: &DecisionFilter) -> Result<Vec<String>, StoreError> {
+    let (sql, args) = page_sql(filter, None, Order::Asc, 100, "seq");
+    let bound: Vec<_> = args.iter().map(SqlValue::as_param).collect();
+    match conn.backend() {
+        Backend::Sqlite => conn.query_map(&format!("EXPLAIN QUERY PLAN {sql}"), &bound, |r| {
+            r.get::<String>(3)
+        }),
+        Backend::Postgres => conn.transaction(|c| {
+            c.execute_batch("SET LOCAL enable_seqscan = off")?;
+            c.query_map(&format!("EXPLAIN {sql}"), &bound, |r| r.get::<String>(0))
+        }),
+    }
 }
 
 /// [`page_filtered`] in ascending order with only the columns replay uses

@@ -225,7 +225,31 @@ pub fn insert(
             &hash
         ],
     )?;
+    if let Some(trace) = trace_of(&d.notes) {
+        conn.execute(
+            "INSERT INTO decision_traces (trace_id, seq) VALUES (?1, ?2)",
+            params![trace, seq],
+        )?;
+    }
     Ok(hash)
+}
+
+/// The W3C trace id a record's notes name, lowercase: the `traceId` of
+/// the gateway's span, else the trace of the caller's `traceparent`
+/// (what `decision_traces` indexes, migration 46).
+pub fn trace_of(notes: &str) -> Option<String> {
+    // Most records are untraced: no parse for them.
+    if !notes.contains("\"trace") {
+        return None;
+    }
+    let doc: serde_json::Value = serde_json::from_str(notes).ok()?;
+    let from_span = doc.get("traceId").and_then(serde_json::Value::as_str);
+    let from_caller = || {
+        let traceparent = doc.get("traceparent")?.as_str()?;
+        traceparent.strip_prefix("00-")?.get(..32)
+    };
+    let id = from_span.or_else(from_caller)?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_ascii_lowercase())
 }
 
 /// An insert of one record into `$table`, every column bound.

@@ -183,6 +183,10 @@ fn prune_in(
     };
     conn.execute(orphans, params![anchor.seq])?;
     let pruned = conn.execute("DELETE FROM decisions WHERE seq <= ?1", params![anchor.seq])?;
+    conn.execute(
+        "DELETE FROM decision_traces WHERE seq <= ?1",
+        params![anchor.seq],
+    )?;
     conn.execute("DELETE FROM trail_prune_permits", params![])?;
     Ok(pruned)
 }

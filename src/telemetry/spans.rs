@@ -165,6 +165,20 @@ impl Telemetry {
     }
 }
 
+impl Telemetry {
+    /// The context of work a request does before its server span exists
+    /// (a person's URL authenticates its caller before reading the body):
+    /// the caller's trace context, if any, with this gateway's tracer, so
+    /// that the outbound calls of that work ([`client_span`]) are children
+    /// of the caller's span, or begin a trace of their own when it sent
+    /// none (`None` when export is off).
+    pub fn door(&self, parent: Option<&Parent<'_>>) -> Option<Context> {
+        let inner = self.inner.as_ref()?;
+        let cx = parent.and_then(remote).unwrap_or_default();
+        Some(cx.with_value(Handle(Arc::clone(inner))))
+    }
+}
+
 impl RequestSpan {
     /// The context work of this request runs in ([`scoped`]).
     pub fn context(&self) -> &Context {
@@ -401,6 +415,14 @@ pub enum ClientFacts<'a> {
         /// The peer card's name.
         agent: Option<&'a str>,
     },
+    /// An HTTP request to an identity provider (discovery, key set,
+    /// introspection, token, userinfo).
+    Http {
+        /// `http.request.method`.
+        method: &'static str,
+        /// The URL requested.
+        url: &'a str,
+    },
 }
 
 /// A client span (an outbound call); ends when dropped.
@@ -420,6 +442,12 @@ fn server_of(url: &str, attributes: &mut Vec<KeyValue>) {
     if let Some(port) = url.port_or_known_default() {
         attributes.push(KeyValue::new("server.port", i64::from(port)));
     }
+}
+
+/// `url` without its query and fragment (never a secret on a span).
+fn without_query(url: &str) -> &str {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    cut(&url[..end], 1024)
 }
 
 /// A client span for an outbound call, a child of the span the current
@@ -468,6 +496,12 @@ pub fn client_span(facts: &ClientFacts<'_>) -> Option<ClientSpan> {
             server_of(url, &mut attributes);
             method.to_string()
         }
+        ClientFacts::Http { method, url } => {
+            attributes.push(KeyValue::new("http.request.method", method));
+            attributes.push(KeyValue::new("url.full", without_query(url).to_string()));
+            server_of(url, &mut attributes);
+            method.to_string()
+        }
     };
     let span = inner
         .tracer
@@ -499,6 +533,26 @@ impl ClientSpan {
     pub fn inject_meta(&self, params: &mut Value) {
         if let Some(headers) = headers_of(&self.cx) {
             meta_with(params, headers);
+        }
+    }
+
+    /// `traceparent` and `tracestate` of this span: what the call's HTTP
+    /// request carries.
+    pub fn trace_headers(&self) -> Option<(String, Option<String>)> {
+        headers_of(&self.cx)
+    }
+
+    /// The HTTP answer's status (`http.response.status_code`); 4xx and 5xx
+    /// are errors, typed by their code.
+    pub fn http_status(&self, status: u16) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
+        if status >= 400 {
+            span.set_attribute(KeyValue::new("error.type", status.to_string()));
+            span.set_status(Status::error(String::new()));
         }
     }
 

@@ -2,7 +2,12 @@
 served over Streamable HTTP (stateless, JSON answers) for cedargate's
 upstream tests.
 
-Usage: python py_server.py PORT
+Usage: python py_server.py PORT [OTLP_URL]
+
+With OTLP_URL (a collector's OTLP/HTTP base URL), the server exports its
+traces there with the OpenTelemetry SDK (service `py-upstream`, batches
+every 100 ms): the SDK's own server span of each request, which
+continues the caller's trace context of `params._meta`.
 
 Tools: `add` (two integers), `shout` (uppercases a text), `locate` (its
 `region` argument is marked `x-mcp-header`, so a 2026-07-28 client must
@@ -68,6 +73,23 @@ def calls_seen() -> int:
     return len(calls)
 
 
+def export_traces(collector: str) -> None:
+    """The OpenTelemetry SDK as a deployment would set it up: a tracer
+    provider exporting over OTLP/HTTP in batches."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "py-upstream"}))
+    exporter = OTLPSpanExporter(endpoint=f"{collector.rstrip('/')}/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=100))
+    trace.set_tracer_provider(provider)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        export_traces(sys.argv[2])
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
