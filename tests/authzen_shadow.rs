@@ -16,8 +16,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::TestGateway;
+use common::console::Console;
 use common::pdp::{Apps, copy_tree, fixture_dir};
+use common::{ADMIN_TOKEN, TestGateway};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -328,6 +329,27 @@ async fn an_applications_candidate_runs_in_shadow() {
         )
         .await;
     assert_eq!(status, 404, "{missing}");
+
+    // The console's Policy set page shows them under the application.
+    let console = Console::sign_in(&g.base, ADMIN_TOKEN).await;
+    let (status, page) = console.get("/console/policies").await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{page}");
+    let start = page.find("data-application=\"records\"").unwrap();
+    let records = &page[start..start + page[start..].find("</section>").unwrap()];
+    assert!(
+        records.contains("5 evaluated, 2 divergences (1 allow→deny, 1 deny→allow), 0 dropped"),
+        "{records}"
+    );
+    assert!(records.contains(&hash), "{records}");
+    for (id, ..) in &expected {
+        assert!(
+            records.contains(&format!("/console/decisions/{id}")),
+            "{records}"
+        );
+    }
+    let start = page.find("data-application=\"other\"").unwrap();
+    let other = &page[start..start + page[start..].find("</section>").unwrap()];
+    assert!(other.contains("not running"), "{other}");
 
     // Stopped: the final counters, and nothing compared any more.
     let (status, stopped) = g
