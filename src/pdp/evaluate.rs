@@ -4,9 +4,10 @@
 //! → check the trail's disk (507) → decide in order, stopping where the
 //! batch's semantic says → decide them under the application's shadow
 //! candidate, if it has one (`shadow.rs`) → record every decision in one
-//! group commit → queue the shadow's divergences → answer (only after the
-//! commit). A commit that fails answers 503 and leaves nothing: no record,
-//! no divergence.
+//! group commit → count them (`cedargate_application_decisions`) and queue
+//! the shadow's divergences → answer (only after the commit). A commit
+//! that fails answers 503 and leaves nothing: no record, no count, no
+//! divergence.
 //!
 //! An ill-typed request of one evaluation is a 400, nothing decided. In a
 //! batch, an evaluation that cannot be decided (a member missing or of the
@@ -53,7 +54,11 @@ pub async fn decide(
     let decided = in_order(set, &prepared, &asker, semantic, batch);
     let answers = decided.iter().map(answer).collect();
     let pending = super::shadow::compare(&admitted.app, set, decided_pairs(&prepared, &decided));
+    let (allowed, denied) = tally(&decided);
     record(gw, decided).await?;
+    gw.pdp
+        .metrics
+        .application_decisions(&set.name, allowed, denied);
     super::shadow::store(&admitted.app, pending);
     Ok(answers)
 }
@@ -66,6 +71,15 @@ fn decided_pairs<'a, 's>(
     prepared.iter().zip(decided).filter_map(|pair| match pair {
         (Ok(p), Outcome::Decided(d)) => Some((p, &**d)),
         _ => None,
+    })
+}
+
+/// The allows and the denies among the decided evaluations.
+fn tally(decided: &[Outcome]) -> (u64, u64) {
+    decided.iter().fold((0, 0), |(a, d), o| match o {
+        Outcome::Decided(x) if x.allowed() => (a + 1, d),
+        Outcome::Decided(_) => (a, d + 1),
+        Outcome::Failed(_) => (a, d),
     })
 }
 
