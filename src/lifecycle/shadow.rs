@@ -10,8 +10,8 @@
 //! [`Shadow`] is the state of one shadowed set, whatever it shadows: the
 //! gateway's own set (`Shadow<PolicyBundle>`, fed by the PEP's observer,
 //! [`Shadow::observe`]) or a decision application's (`crate::pdp::shadow`,
-//! its own candidate type). Both count, label and store their divergences
-//! the same way ([`Shadow::compare`], [`Shadow::store`]).
+//! its own candidate type). Both judge, count, label and store their
+//! divergences the same way ([`Shadow::judge`], [`Shadow::count`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -166,34 +166,17 @@ impl<C: Shadowed> Shadow<C> {
         self.candidate.load_full().map(|c| status_of(&c))
     }
 
-    /// Counts the candidate's `verdict` on one live decision; a divergence
-    /// is counted (by action and direction) and handed back for
-    /// [`Shadow::store`].
-    pub fn compare(
+    /// The divergence of the candidate's `verdict` from one live
+    /// decision, if they differ (nothing is counted yet: [`Shadow::count`]).
+    pub fn judge(
         &self,
         candidate: &Candidate<C>,
         live: &Live<'_>,
         verdict: Verdict,
     ) -> Option<Divergence> {
-        candidate.evaluated.fetch_add(1, Ordering::Relaxed);
-        self.metrics.shadow_decisions.inc();
         if verdict.allowed == live.verdict.allowed {
             return None;
         }
-        let flip = if live.verdict.allowed {
-            candidate.allow_to_deny.fetch_add(1, Ordering::Relaxed);
-            "allow_to_deny"
-        } else {
-            candidate.deny_to_allow.fetch_add(1, Ordering::Relaxed);
-            "deny_to_allow"
-        };
-        self.metrics
-            .shadow_divergences
-            .get_or_create(&FlipLabels {
-                action: live.action.to_string(),
-                flip: flip.to_string(),
-            })
-            .inc();
         Some(Divergence {
             decision_id: live.decision_id.to_string(),
             time: crate::ids::now_rfc3339(),
@@ -212,11 +195,31 @@ impl<C: Shadowed> Shadow<C> {
         })
     }
 
-    /// Queues `divergences` for storage without waiting; those that find
-    /// the queue full are counted as dropped.
-    pub fn store(&self, candidate: &Candidate<C>, divergences: Vec<Divergence>) {
+    /// Counts `evaluated` live decisions the candidate decided and their
+    /// `divergences` (by action and direction), and queues the divergences
+    /// for storage without waiting; those that find the queue full are
+    /// counted as dropped.
+    pub fn count(&self, candidate: &Candidate<C>, evaluated: u64, divergences: Vec<Divergence>) {
+        candidate.evaluated.fetch_add(evaluated, Ordering::Relaxed);
+        self.metrics.shadow_decisions.inc_by(evaluated);
         if divergences.is_empty() {
             return;
+        }
+        for d in &divergences {
+            let flip = if d.live_decision == "allow" {
+                candidate.allow_to_deny.fetch_add(1, Ordering::Relaxed);
+                "allow_to_deny"
+            } else {
+                candidate.deny_to_allow.fetch_add(1, Ordering::Relaxed);
+                "deny_to_allow"
+            };
+            self.metrics
+                .shadow_divergences
+                .get_or_create(&FlipLabels {
+                    action: d.action.clone(),
+                    flip: flip.to_string(),
+                })
+                .inc();
         }
         let n = divergences.len() as u64;
         let ops = divergences
@@ -257,9 +260,8 @@ impl Shadow {
             hash: &d.bundle.hash,
             verdict: d.verdict,
         };
-        if let Some(divergence) = self.compare(&candidate, &live, verdict) {
-            self.store(&candidate, vec![divergence]);
-        }
+        let divergence = self.judge(&candidate, &live, verdict);
+        self.count(&candidate, 1, divergence.into_iter().collect());
     }
 }
 

@@ -23,10 +23,11 @@
 //!   --policies DIR` decides each of its results again under a candidate.
 //! - **Divergences** are named like the records (`authzen:<app>:<action>`,
 //!   the Cedar uids, the record's id) and labelled so in
-//!   `cedargate_shadow_divergences`. They are queued only once the
-//!   decisions' records are committed (a decision that was not recorded
-//!   has no divergence), without waiting; one that finds the queue full is
-//!   counted as dropped, never slowing the answer.
+//!   `cedargate_shadow_divergences`. They are counted and queued only once
+//!   the decisions' records are committed (a decision that was not
+//!   recorded is neither counted nor has a divergence), without waiting;
+//!   one that finds the queue full is counted as dropped, never slowing
+//!   the answer.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,23 +64,26 @@ pub async fn start(app: &Arc<App>, dir: PathBuf) -> Result<ShadowStatus, PolicyL
     Ok(status)
 }
 
-/// Divergences waiting for their decisions' records to commit.
+/// The candidate's judgement of decisions whose records are not
+/// committed yet: counted (and its divergences queued) only once they are.
 #[derive(Debug)]
 pub struct Pending {
     candidate: Arc<Candidate<CandidateSet>>,
+    evaluated: u64,
     divergences: Vec<Divergence>,
 }
 
 /// Decides each decided evaluation under `app`'s candidate, if it has one:
-/// the divergences, to [`store`] once the records are committed.
+/// its judgement, to [`store`] once the records are committed.
 pub fn compare<'a, 's: 'a>(
     app: &App,
     set: &AppSet,
     decided: impl IntoIterator<Item = (&'a Prepared<'s>, &'a Decided)>,
 ) -> Option<Pending> {
     let candidate = app.shadow.candidate()?;
-    let mut divergences = Vec::new();
+    let (mut evaluated, mut divergences) = (0, Vec::new());
     for (prepared, d) in decided {
+        evaluated += 1;
         let verdict = candidate.set.decide(set, prepared);
         let live = Live {
             decision_id: &d.record.id,
@@ -89,17 +93,19 @@ pub fn compare<'a, 's: 'a>(
             hash: &d.record.policy_hash,
             verdict: &d.verdict,
         };
-        divergences.extend(app.shadow.compare(&candidate, &live, verdict));
+        divergences.extend(app.shadow.judge(&candidate, &live, verdict));
     }
     Some(Pending {
         candidate,
+        evaluated,
         divergences,
     })
 }
 
-/// Queues the divergences of committed decisions (without waiting).
+/// Counts the judgement of committed decisions and queues its
+/// divergences (without waiting).
 pub fn store(app: &App, pending: Option<Pending>) {
     if let Some(p) = pending {
-        app.shadow.store(&p.candidate, p.divergences);
+        app.shadow.count(&p.candidate, p.evaluated, p.divergences);
     }
 }
