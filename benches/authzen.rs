@@ -303,7 +303,7 @@ fn bare(gw: &Gateway, knobs: &Knobs, dir: &Path, rows: &mut Vec<Row>) -> Res<f64
 fn is_authorized(set: &AppSet, n: usize) -> Res<Stats> {
     let b = &set.bundle;
     let entities = Entities::from_json_str(&set.data.json, Some(&b.schema))?;
-    let uid = |s: &str| EntityUid::from_str(s);
+    let uid = |s: &str| EntityUid::from_str(s).map_err(|e| e.to_string());
     let request = Request::new(
         uid(r#"Records::user::"alice""#)?,
         uid(r#"Records::Action::"write""#)?,

@@ -24,6 +24,10 @@ use super::recorded::RecordedEvaluation;
 use super::{AppSet, Prepared};
 use crate::policy::{PolicyBundle, PolicyLoadError, Verdict};
 
+/// The candidate on one version of the live data, or why it does not
+/// load under the candidate's schema.
+type OnData = Arc<Result<AppSet, String>>;
+
 /// A candidate set of one application.
 #[derive(Debug)]
 pub struct CandidateSet {
@@ -33,7 +37,7 @@ pub struct CandidateSet {
     name: String,
     /// The candidate on the live entity data of one version (its hash),
     /// when the candidate's schema is not the active one.
-    on_live_data: Mutex<Option<(String, Arc<Result<AppSet, String>>)>>,
+    on_live_data: Mutex<Option<(String, OnData)>>,
 }
 
 impl CandidateSet {
@@ -74,7 +78,7 @@ impl CandidateSet {
     }
 
     /// The candidate on `live`'s entity data, read once per version of it.
-    fn on_data_of(&self, live: &AppSet) -> Arc<Result<AppSet, String>> {
+    fn on_data_of(&self, live: &AppSet) -> OnData {
         if let Ok(cached) = self.on_live_data.lock()
             && let Some((hash, set)) = cached.as_ref()
             && *hash == live.data.hash
