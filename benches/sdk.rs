@@ -117,7 +117,11 @@ fn main() -> support::Res<()> {
             let t = &targets[(i + round) % targets.len()];
             rt.block_on(measure_round(t, &bodies, &mut figures))?;
         }
-        figures.push("fsync floor", "p50", harness::fsync_floor(dir.path(), 500)?);
+        figures.push(
+            "fsync floor",
+            "p50",
+            support::fsync::fsync_floor(dir.path(), 500)?,
+        );
         eprintln!("round {} of {rounds} done", round + 1);
     }
     report(&figures, rounds);

@@ -125,7 +125,11 @@ fn main() -> Res<()> {
             figures.push(g.name, "tools/list (every tool) c=1 p50 µs", list.p50);
             figures.push(g.name, "tools/list (every tool) c=1 p99 µs", list.p99);
         }
-        figures.push("fsync floor", "p50", harness::fsync_floor(dir.path(), 500)?);
+        figures.push(
+            "fsync floor",
+            "p50",
+            support::fsync::fsync_floor(dir.path(), 500)?,
+        );
         eprintln!("round {} of {rounds} done", round + 1);
     }
     report(&figures, rounds);

@@ -221,10 +221,15 @@ impl Gateway {
         }
         let pep = Pep::new(bundle);
         pep.set_observer(lifecycle.observer());
+        let pdp = crate::pdp::Pdp::new(
+            &config.pdp_dir,
+            Arc::clone(&lifecycle.metrics),
+            store.writer().clone(),
+        );
         Ok(Gateway {
             lifecycle,
             telemetry,
-            pdp: crate::pdp::Pdp::new(&config.pdp_dir),
+            pdp,
             keys: Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(ttl)

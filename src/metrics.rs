@@ -9,7 +9,9 @@
 //! and per A2A peer the bridged calls its telemetry rows hold
 //! (`peer="<org>/<slug>"`, read from the store at each scrape), and the
 //! spans of trace export (`[telemetry]`): exported, and dropped by reason
-//! (`queue_full`, `export_failed`).
+//! (`queue_full`, `export_failed`), and the AuthZEN decisions and search
+//! pages of each decision application (`application="<app>"`, bounded by
+//! its folders), counted once recorded.
 //!
 //! **Architecture Invariant:** metrics only count; nothing reads them back
 //! to decide anything.
@@ -95,6 +97,24 @@ pub struct DecisionLabels {
     pub action: String,
     /// `allow` or `deny`.
     pub outcome: String,
+}
+
+/// `application`, `outcome` (`allow` / `deny`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplicationLabels {
+    /// The decision application.
+    pub application: String,
+    /// `allow` or `deny`.
+    pub outcome: String,
+}
+
+/// `application`, `kind` (`subject`, `resource`, `action`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SearchLabels {
+    /// The decision application.
+    pub application: String,
+    /// What was searched.
+    pub kind: String,
 }
 
 /// `action`.
@@ -208,6 +228,10 @@ pub struct Metrics {
     pub upstreams: UpstreamMetrics,
     /// Trace export (cloned into the exporter).
     pub traces: TraceMetrics,
+    /// Recorded AuthZEN decisions, per decision application and outcome.
+    pub application_decisions: Family<ApplicationLabels, Counter>,
+    /// Recorded AuthZEN search pages, per decision application and kind.
+    pub application_searches: Family<SearchLabels, Counter>,
     /// Per A2A peer, set at each scrape.
     peers: PeerMetrics,
     active_hash: Mutex<Option<String>>,
@@ -375,8 +399,22 @@ impl Metrics {
             "Spans not exported: the export queue was full, or their export failed or timed out",
             traces.dropped_spans.clone(),
         );
+        let application_decisions = Family::<ApplicationLabels, Counter>::default();
+        registry.register(
+            "application_decisions",
+            "AuthZEN decisions of the decision applications, recorded, by application and outcome",
+            application_decisions.clone(),
+        );
+        let application_searches = Family::<SearchLabels, Counter>::default();
+        registry.register(
+            "application_searches",
+            "AuthZEN search pages of the decision applications, recorded, by application and kind",
+            application_searches.clone(),
+        );
         Metrics {
             registry,
+            application_decisions,
+            application_searches,
             upstreams,
             traces,
             peers,
@@ -440,6 +478,31 @@ impl Metrics {
                 })
                 .clone(),
         }
+    }
+
+    /// Counts the recorded decisions of one AuthZEN request of
+    /// `application`: `allowed` allows and `denied` denies.
+    pub fn application_decisions(&self, application: &str, allowed: u64, denied: u64) {
+        for (outcome, n) in [("allow", allowed), ("deny", denied)] {
+            if n > 0 {
+                self.application_decisions
+                    .get_or_create(&ApplicationLabels {
+                        application: application.to_string(),
+                        outcome: outcome.to_string(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// Counts one recorded search page of `application`.
+    pub fn application_search(&self, application: &str, kind: &str) {
+        self.application_searches
+            .get_or_create(&SearchLabels {
+                application: application.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
     }
 
     /// Counts one reload attempt.

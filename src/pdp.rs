@@ -33,7 +33,10 @@
 //! touches another's set nor the gateway's, and a gateway reload never
 //! touches an application. A removed folder removes its application. A
 //! good set that could not be recorded (the database was down, as it may
-//! be at start-up) is tried again every `database.heartbeat_secs`.
+//! be at start-up) is tried again every `database.heartbeat_secs`. A
+//! candidate folder of an application can decide its live evaluations
+//! beside the active set, deciding nothing ([`shadow`]: shadow mode, on
+//! the gateway's shadow state).
 //!
 //! ## Where it answers
 //!
@@ -131,6 +134,7 @@ pub mod metadata;
 pub mod page_token;
 pub mod routes;
 pub mod search;
+pub mod shadow;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -141,7 +145,11 @@ use arc_swap::ArcSwapOption;
 use serde::Serialize;
 
 use crate::lifecycle::Attempt;
+use crate::lifecycle::shadow::Shadow;
+use crate::metrics::Metrics;
 use crate::policy::application::AppSet;
+use crate::policy::application::candidate::CandidateSet;
+use crate::store::Writer;
 
 /// One application: its active set (the last good one) and its reloads.
 #[derive(Debug)]
@@ -152,6 +160,8 @@ pub struct App {
     active: ArcSwapOption<AppSet>,
     /// What its reloads have done.
     status: Mutex<AppStatus>,
+    /// Its shadow candidate (rules in [`shadow`]).
+    pub shadow: Shadow<CandidateSet>,
 }
 
 /// What an application's reloads have done so far.
@@ -165,11 +175,12 @@ pub struct AppStatus {
 }
 
 impl App {
-    fn new(name: &str) -> App {
+    fn new(name: &str, metrics: &Arc<Metrics>, writer: &Writer) -> App {
         App {
             name: name.to_string(),
             active: ArcSwapOption::empty(),
             status: Mutex::new(AppStatus::default()),
+            shadow: Shadow::new(Arc::clone(metrics), writer.clone()),
         }
     }
 
@@ -211,15 +222,23 @@ pub struct Pdp {
     /// One reload at a time (applications are reloaded one after another;
     /// each keeps its own set whatever the others' fate).
     pub(crate) reload_lock: tokio::sync::Mutex<()>,
+    /// The gateway's metrics (decisions and shadow divergences are counted
+    /// there).
+    pub(crate) metrics: Arc<Metrics>,
+    /// The trail's writer (shadow divergences are stored through it).
+    writer: Writer,
 }
 
 impl Pdp {
-    /// The applications under `dir` (none loaded yet).
-    pub fn new(dir: &Path) -> Pdp {
+    /// The applications under `dir` (none loaded yet), counted in
+    /// `metrics`, their shadow divergences stored through `writer`.
+    pub fn new(dir: &Path, metrics: Arc<Metrics>, writer: Writer) -> Pdp {
         Pdp {
             dir: dir.to_path_buf(),
             apps: RwLock::new(BTreeMap::new()),
             reload_lock: tokio::sync::Mutex::new(()),
+            metrics,
+            writer,
         }
     }
 
@@ -244,10 +263,9 @@ impl Pdp {
     /// The application `name`, made known if it was not.
     pub fn app_or_new(&self, name: &str) -> Option<Arc<App>> {
         let mut apps = self.apps.write().ok()?;
-        Some(Arc::clone(
-            apps.entry(name.to_string())
-                .or_insert_with(|| Arc::new(App::new(name))),
-        ))
+        Some(Arc::clone(apps.entry(name.to_string()).or_insert_with(
+            || Arc::new(App::new(name, &self.metrics, &self.writer)),
+        )))
     }
 
     /// Forgets the application `name` (its folder is gone).

@@ -4,6 +4,7 @@
 //! - this file: the `--bench` gate, knobs from the environment, the
 //!   repository root and tokio runtimes whose threads carry a role name;
 //! - [`stats`]: percentiles and means of latency samples;
+//! - [`fsync`]: the fsync floor (a bare durable SQLite commit);
 //! - [`server`]: the real server over a temporary data directory;
 //! - [`tenant`]: one org with a project, an agent, a key and a session;
 //! - [`http`]: a minimal keep-alive HTTP/1.1 client for load generation;
@@ -14,6 +15,7 @@
 
 #![allow(dead_code, reason = "each bench binary uses a different part")]
 
+pub mod fsync;
 pub mod http;
 pub mod procfs;
 pub mod server;

@@ -6,7 +6,8 @@
 //! policy directory run against the active set, and shadow mode (its
 //! counters and newest divergences); then the decision applications, as
 //! `GET /admin/pdp/apps` lists them (each linking to its decisions and to a
-//! replay of a candidate of it).
+//! replay of a candidate of it, with its shadow candidate's counters and
+//! newest divergences while one runs).
 //! `POST /console/policies/reload` (admin only) runs the same reload as
 //! `POST /admin/policies/reload` and records it in the trail.
 
@@ -34,12 +35,12 @@ pub async fn page(
 ) -> Result<Html<String>, ConsoleError> {
     let bundle = gw.pep.current();
     let base = crate::mcp::public_url::base_url(&gw, &headers);
-    let apps: Vec<_> = gw
-        .pdp
-        .apps()
-        .iter()
-        .map(|app| crate::pdp::admin::described(&gw, app, &base))
-        .collect();
+    let mut apps = Vec::new();
+    for app in gw.pdp.apps() {
+        let mut entry = crate::pdp::admin::described(&gw, &app, &base);
+        entry["divergences"] = json!(app_divergences(&gw, &app).await?);
+        apps.push(entry);
+    }
     let instances = crate::cluster::membership::live_instances(&gw).await?;
     let (b, dir) = (Arc::clone(&bundle), gw.config.policies_dir.clone());
     let tests = tokio::task::spawn_blocking(move || crate::policy::tests_runner::run_dir(&b, &dir))
@@ -54,7 +55,14 @@ pub async fn page(
     gw.store.writer().flush().await?;
     let divergences = gw
         .store
-        .read(move |c| crate::store::shadow::recent(c, hash.as_deref(), DIVERGENCES))
+        .read(move |c| {
+            crate::store::shadow::recent(
+                c,
+                crate::store::shadow::Of::Gateway,
+                hash.as_deref(),
+                DIVERGENCES,
+            )
+        })
         .await?;
     let proof = gw.lifecycle.last_proof();
     let counterexamples = counterexamples(proof.as_deref());
@@ -87,6 +95,26 @@ pub async fn page(
             apps,
         },
     )
+}
+
+/// The newest divergences of `app`'s shadow candidate (none when it has
+/// none running).
+async fn app_divergences(
+    gw: &Gateway,
+    app: &crate::pdp::App,
+) -> Result<Vec<crate::store::shadow::Divergence>, ConsoleError> {
+    let Some(status) = app.shadow.status() else {
+        return Ok(Vec::new());
+    };
+    let name = app.name.clone();
+    gw.store.writer().flush().await?;
+    Ok(gw
+        .store
+        .read(move |c| {
+            let of = crate::store::shadow::Of::Application(&name);
+            crate::store::shadow::recent(c, of, Some(&status.candidate_hash), DIVERGENCES)
+        })
+        .await?)
 }
 
 /// The last proof's counterexamples, their context and entities as

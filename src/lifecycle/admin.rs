@@ -16,9 +16,11 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::shadow::ShadowStatus;
 use crate::error::AppError;
 use crate::gateway::Gateway;
 use crate::store::audit_query::{self, DecisionFilter, Order};
+use crate::store::shadow::Of;
 
 /// Most decisions one page returns.
 pub const MAX_PAGE: usize = 1000;
@@ -138,38 +140,69 @@ async fn reload_as(gw: &Arc<Gateway>, trigger: &str) -> Response {
     }
 }
 
-/// `PUT /admin/shadow` body.
+/// `PUT /admin/shadow` body (and a decision application's).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ShadowStart {
-    policies_dir: String,
+pub(crate) struct ShadowStart {
+    /// The candidate directory.
+    pub policies_dir: String,
 }
 
-/// `GET /admin/shadow` query.
+/// `GET /admin/shadow` query (and a decision application's).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ShadowQuery {
+pub(crate) struct ShadowQuery {
     limit: Option<usize>,
 }
 
 async fn shadow_status(
     State(gw): State<Arc<Gateway>>,
     query: Result<Query<ShadowQuery>, QueryRejection>,
-) -> Result<impl IntoResponse, AppError> {
+) -> Result<Json<serde_json::Value>, AppError> {
+    let status = gw.lifecycle.shadow.status();
+    shadow_listing(&gw, Of::Gateway, status, query).await
+}
+
+/// A shadow's counters and its newest divergences (those against its
+/// candidate while one runs): `{"active", "candidate", "divergences"}`.
+pub(crate) async fn shadow_listing(
+    gw: &Gateway,
+    of: Of<'_>,
+    status: Option<ShadowStatus>,
+    query: Result<Query<ShadowQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, AppError> {
     let Query(q) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let limit = q.limit.unwrap_or(100).min(MAX_PAGE);
-    let status = gw.lifecycle.shadow.status();
     let hash = status.as_ref().map(|s| s.candidate_hash.clone());
+    let app = match of {
+        Of::Gateway => None,
+        Of::Application(name) => Some(name.to_string()),
+    };
     gw.store.writer().flush().await?;
     let recent = gw
         .store
-        .read(move |c| crate::store::shadow::recent(c, hash.as_deref(), limit))
+        .read(move |c| {
+            let of = app.as_deref().map_or(Of::Gateway, Of::Application);
+            crate::store::shadow::recent(c, of, hash.as_deref(), limit)
+        })
         .await?;
     Ok(Json(json!({
         "active": status.is_some(),
         "candidate": status,
         "divergences": recent,
     })))
+}
+
+/// A shadow candidate that does not load: 422 with its diagnostics.
+pub(crate) fn shadow_rejected(e: &crate::policy::PolicyLoadError) -> Response {
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(json!({
+            "error": { "code": "policy_set_rejected", "message": e.to_string() },
+            "diagnostics": e.diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        })),
+    )
+        .into_response()
 }
 
 async fn shadow_start(
@@ -187,14 +220,7 @@ async fn shadow_start(
     .map_err(|_| AppError::Internal)?;
     Ok(match started {
         Ok(status) => Json(json!({ "active": true, "candidate": status })).into_response(),
-        Err(e) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(json!({
-                "error": { "code": "policy_set_rejected", "message": e.to_string() },
-                "diagnostics": e.diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            })),
-        )
-            .into_response(),
+        Err(e) => shadow_rejected(&e),
     })
 }
 

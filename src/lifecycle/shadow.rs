@@ -1,11 +1,17 @@
-//! Shadow mode: a candidate policy directory evaluated beside the active
-//! set on every live decision. It decides nothing; each decision where the
+//! Shadow mode: a candidate policy set evaluated beside the active set on
+//! every live decision. It decides nothing; each decision where the
 //! candidate's verdict differs is counted and stored with both sides'
 //! reasons (`shadow_divergences`), for `GET /admin/shadow`.
 //!
 //! The candidate sees exactly the live request: the same principal,
 //! action, resource, context and entity data (re-parsed against the
 //! candidate's schema when it differs from the active one).
+//!
+//! [`Shadow`] is the state of one shadowed set, whatever it shadows: the
+//! gateway's own set (`Shadow<PolicyBundle>`, fed by the PEP's observer,
+//! [`Shadow::observe`]) or a decision application's (`crate::pdp::shadow`,
+//! its own candidate type). Both judge, count, label and store their
+//! divergences the same way ([`Shadow::judge`], [`Shadow::count`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,13 +27,25 @@ use crate::policy::{Observed, PolicyBundle, Verdict};
 use crate::store::shadow::Divergence;
 use crate::store::{WriteOp, Writer};
 
+/// A set that can be shadowed: what its status and divergences name.
+pub trait Shadowed: Send + Sync + std::fmt::Debug {
+    /// Its policies (hash, policy ids).
+    fn bundle(&self) -> &PolicyBundle;
+}
+
+impl Shadowed for PolicyBundle {
+    fn bundle(&self) -> &PolicyBundle {
+        self
+    }
+}
+
 /// The candidate being shadowed.
 #[derive(Debug)]
-pub struct Candidate {
+pub struct Candidate<C = PolicyBundle> {
     /// Its directory.
     pub dir: PathBuf,
     /// The loaded, validated set.
-    pub bundle: PolicyBundle,
+    pub set: C,
     /// When shadowing started.
     pub since: String,
     /// Decisions it evaluated.
@@ -64,17 +82,45 @@ pub struct ShadowStatus {
     pub dropped: u64,
 }
 
+/// One live decision, as a divergence names it.
+#[derive(Clone, Copy)]
+pub struct Live<'a> {
+    /// The decision record's id.
+    pub decision_id: &'a str,
+    /// The action (as the metrics and the divergence name it).
+    pub action: &'a str,
+    /// The principal.
+    pub principal: &'a dyn std::fmt::Display,
+    /// The resource.
+    pub resource: &'a dyn std::fmt::Display,
+    /// The active set's hash.
+    pub hash: &'a str,
+    /// The live verdict.
+    pub verdict: &'a Verdict,
+}
+
+impl std::fmt::Debug for Live<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("decision_id", &self.decision_id)
+            .field("action", &self.action)
+            .field("principal", &self.principal.to_string())
+            .field("resource", &self.resource.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Shadow-mode state.
 #[derive(Debug)]
-pub struct Shadow {
-    candidate: ArcSwapOption<Candidate>,
+pub struct Shadow<C = PolicyBundle> {
+    candidate: ArcSwapOption<Candidate<C>>,
     metrics: Arc<Metrics>,
     writer: Writer,
 }
 
-impl Shadow {
+impl<C: Shadowed> Shadow<C> {
     /// No candidate yet.
-    pub fn new(metrics: Arc<Metrics>, writer: Writer) -> Shadow {
+    pub fn new(metrics: Arc<Metrics>, writer: Writer) -> Shadow<C> {
         Shadow {
             candidate: ArcSwapOption::empty(),
             metrics,
@@ -82,18 +128,12 @@ impl Shadow {
         }
     }
 
-    /// Loads and strictly validates `dir` against the schema and starts
-    /// shadowing it (replacing any previous candidate).
-    pub fn start(
-        &self,
-        schema_file: &Path,
-        dir: &Path,
-        tools: &[ToolSchema],
-    ) -> Result<ShadowStatus, crate::policy::PolicyLoadError> {
-        let bundle = crate::policy::load::load_bundle_with_tools(schema_file, dir, tools)?;
+    /// Starts shadowing `set`, loaded from `dir` (replacing any previous
+    /// candidate).
+    pub fn start_set(&self, dir: &Path, set: C) -> ShadowStatus {
         let candidate = Arc::new(Candidate {
             dir: dir.to_path_buf(),
-            bundle,
+            set,
             since: crate::ids::now_rfc3339(),
             evaluated: AtomicU64::new(0),
             allow_to_deny: AtomicU64::new(0),
@@ -103,7 +143,7 @@ impl Shadow {
         let status = status_of(&candidate);
         self.candidate.store(Some(candidate));
         tracing::info!(dir = %dir.display(), hash = %status.candidate_hash, "shadow evaluation started");
-        Ok(status)
+        status
     }
 
     /// Stops shadowing; returns the final counters.
@@ -116,59 +156,112 @@ impl Shadow {
         self.candidate.load().is_some()
     }
 
+    /// The candidate being shadowed, if any.
+    pub fn candidate(&self) -> Option<Arc<Candidate<C>>> {
+        self.candidate.load_full()
+    }
+
     /// The current candidate's counters.
     pub fn status(&self) -> Option<ShadowStatus> {
         self.candidate.load_full().map(|c| status_of(&c))
     }
 
-    /// Evaluates one live decision under the candidate.
+    /// The divergence of the candidate's `verdict` from one live
+    /// decision, if they differ (nothing is counted yet: [`Shadow::count`]).
+    pub fn judge(
+        &self,
+        candidate: &Candidate<C>,
+        live: &Live<'_>,
+        verdict: Verdict,
+    ) -> Option<Divergence> {
+        if verdict.allowed == live.verdict.allowed {
+            return None;
+        }
+        Some(Divergence {
+            decision_id: live.decision_id.to_string(),
+            time: crate::ids::now_rfc3339(),
+            action: live.action.to_string(),
+            principal: live.principal.to_string(),
+            resource: live.resource.to_string(),
+            live_hash: live.hash.to_string(),
+            live_decision: decision(live.verdict),
+            live_reasons: live.verdict.reasons.clone(),
+            live_errors: live.verdict.errors.clone(),
+            candidate_dir: candidate.dir.display().to_string(),
+            candidate_hash: candidate.set.bundle().hash.clone(),
+            candidate_decision: decision(&verdict),
+            candidate_reasons: verdict.reasons,
+            candidate_errors: verdict.errors,
+        })
+    }
+
+    /// Counts `evaluated` live decisions the candidate decided and their
+    /// `divergences` (by action and direction), and queues the divergences
+    /// for storage without waiting; those that find the queue full are
+    /// counted as dropped.
+    pub fn count(&self, candidate: &Candidate<C>, evaluated: u64, divergences: Vec<Divergence>) {
+        candidate.evaluated.fetch_add(evaluated, Ordering::Relaxed);
+        self.metrics.shadow_decisions.inc_by(evaluated);
+        if divergences.is_empty() {
+            return;
+        }
+        for d in &divergences {
+            let flip = if d.live_decision == "allow" {
+                candidate.allow_to_deny.fetch_add(1, Ordering::Relaxed);
+                "allow_to_deny"
+            } else {
+                candidate.deny_to_allow.fetch_add(1, Ordering::Relaxed);
+                "deny_to_allow"
+            };
+            self.metrics
+                .shadow_divergences
+                .get_or_create(&FlipLabels {
+                    action: d.action.clone(),
+                    flip: flip.to_string(),
+                })
+                .inc();
+        }
+        let n = divergences.len() as u64;
+        let ops = divergences
+            .into_iter()
+            .map(|d| WriteOp::ShadowDivergence(Box::new(d)))
+            .collect();
+        if !self.writer.try_enqueue(ops) {
+            candidate.dropped.fetch_add(n, Ordering::Relaxed);
+            self.metrics.shadow_dropped.inc_by(n);
+        }
+    }
+}
+
+impl Shadow {
+    /// Loads and strictly validates `dir` against the schema and starts
+    /// shadowing it (replacing any previous candidate).
+    pub fn start(
+        &self,
+        schema_file: &Path,
+        dir: &Path,
+        tools: &[ToolSchema],
+    ) -> Result<ShadowStatus, crate::policy::PolicyLoadError> {
+        let bundle = crate::policy::load::load_bundle_with_tools(schema_file, dir, tools)?;
+        Ok(self.start_set(dir, bundle))
+    }
+
+    /// Evaluates one live decision of the gateway under the candidate.
     pub fn observe(&self, d: &Observed<'_>) {
         let Some(candidate) = self.candidate.load_full() else {
             return;
         };
-        let verdict = evaluate(&candidate.bundle, d);
-        candidate.evaluated.fetch_add(1, Ordering::Relaxed);
-        self.metrics.shadow_decisions.inc();
-        if verdict.allowed == d.verdict.allowed {
-            return;
-        }
-        let flip = if d.verdict.allowed {
-            candidate.allow_to_deny.fetch_add(1, Ordering::Relaxed);
-            "allow_to_deny"
-        } else {
-            candidate.deny_to_allow.fetch_add(1, Ordering::Relaxed);
-            "deny_to_allow"
+        let verdict = evaluate(&candidate.set, d);
+        let live = Live {
+            decision_id: d.decision_id,
+            action: d.action.name(),
+            principal: d.principal,
+            resource: d.resource,
+            hash: &d.bundle.hash,
+            verdict: d.verdict,
         };
-        self.metrics
-            .shadow_divergences
-            .get_or_create(&FlipLabels {
-                action: d.action.name().to_string(),
-                flip: flip.to_string(),
-            })
-            .inc();
-        let divergence = Divergence {
-            decision_id: d.decision_id.to_string(),
-            time: crate::ids::now_rfc3339(),
-            action: d.action.name().to_string(),
-            principal: d.principal.to_string(),
-            resource: d.resource.to_string(),
-            live_hash: d.bundle.hash.clone(),
-            live_decision: decision(d.verdict),
-            live_reasons: d.verdict.reasons.clone(),
-            live_errors: d.verdict.errors.clone(),
-            candidate_dir: candidate.dir.display().to_string(),
-            candidate_hash: candidate.bundle.hash.clone(),
-            candidate_decision: decision(&verdict),
-            candidate_reasons: verdict.reasons,
-            candidate_errors: verdict.errors,
-        };
-        if !self
-            .writer
-            .try_enqueue(vec![WriteOp::ShadowDivergence(Box::new(divergence))])
-        {
-            candidate.dropped.fetch_add(1, Ordering::Relaxed);
-            self.metrics.shadow_dropped.inc();
-        }
+        let divergence = self.judge(&candidate, &live, verdict);
+        self.count(&candidate, 1, divergence.into_iter().collect());
     }
 }
 
@@ -211,13 +304,13 @@ fn evaluate(candidate: &PolicyBundle, d: &Observed<'_>) -> Verdict {
     candidate.decide_recorded(&req, &entities)
 }
 
-fn status_of(c: &Candidate) -> ShadowStatus {
+fn status_of<C: Shadowed>(c: &Candidate<C>) -> ShadowStatus {
     let a2d = c.allow_to_deny.load(Ordering::Relaxed);
     let d2a = c.deny_to_allow.load(Ordering::Relaxed);
     ShadowStatus {
         policies_dir: c.dir.display().to_string(),
-        candidate_hash: c.bundle.hash.clone(),
-        policy_ids: c.bundle.policy_ids.clone(),
+        candidate_hash: c.set.bundle().hash.clone(),
+        policy_ids: c.set.bundle().policy_ids.clone(),
         since: c.since.clone(),
         evaluated: c.evaluated.load(Ordering::Relaxed),
         divergences: a2d + d2a,

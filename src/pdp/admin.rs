@@ -1,13 +1,16 @@
 //! Operator API of the decision applications, nested under `/admin`
 //! behind the admin token: `GET /admin/pdp/apps` (every application, its
 //! active set, its URLs and its reloads), `POST /admin/pdp/apps/reload`
-//! (every application), `POST /admin/pdp/apps/{app}/reload` (one).
+//! (every application), `POST /admin/pdp/apps/{app}/reload` (one), and
+//! an application's shadow mode, as the gateway's `/admin/shadow`:
+//! `GET|PUT|DELETE /admin/pdp/apps/{app}/shadow` (rules in `shadow.rs`).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,6 +21,8 @@ use super::lifecycle::{reload_all, reload_app};
 use crate::error::AppError;
 use crate::gateway::Gateway;
 use crate::lifecycle::Attempt;
+use crate::lifecycle::admin::{ShadowQuery, ShadowStart, shadow_listing, shadow_rejected};
+use crate::store::shadow::Of;
 
 /// The routes (merged into the admin router).
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -25,6 +30,10 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/pdp/apps", get(list))
         .route("/pdp/apps/reload", post(reload_every))
         .route("/pdp/apps/{app}/reload", post(reload_one))
+        .route(
+            "/pdp/apps/{app}/shadow",
+            get(shadow_status).put(shadow_start).delete(shadow_stop),
+        )
 }
 
 async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> impl IntoResponse {
@@ -71,6 +80,7 @@ pub fn described(gw: &Gateway, app: &App, base: &str) -> Value {
         entry["data"] =
             json!({ "path": set.data.path, "hash": set.data.hash, "entities": set.data.count });
     }
+    entry["shadow"] = json!(app.shadow.status());
     entry
 }
 
@@ -116,4 +126,52 @@ fn rejected(app: &str, attempt: Attempt) -> Response {
         })),
     )
         .into_response()
+}
+
+/// The application `name`, if it is one.
+fn known(gw: &Gateway, name: &str) -> Result<Arc<App>, AppError> {
+    gw.pdp
+        .app(name)
+        .ok_or_else(|| AppError::NotFound(format!("no decision application `{name}`")))
+}
+
+/// `GET /admin/pdp/apps/{app}/shadow`: its candidate's counters and the
+/// newest divergences (`?limit=`).
+async fn shadow_status(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+    query: Result<Query<ShadowQuery>, QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let app = known(&gw, &name)?;
+    shadow_listing(&gw, Of::Application(&app.name), app.shadow.status(), query).await
+}
+
+/// `PUT /admin/pdp/apps/{app}/shadow {"policiesDir"}`: loads the candidate
+/// folder and shadows it (422 with its diagnostics when it does not load).
+async fn shadow_start(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+    payload: Result<Json<ShadowStart>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let Json(req) = payload.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let app = known(&gw, &name)?;
+    let dir = std::path::PathBuf::from(&req.policies_dir);
+    Ok(match super::shadow::start(&app, dir).await {
+        Ok(status) => Json(json!({ "active": true, "candidate": status })).into_response(),
+        Err(e) => shadow_rejected(&e),
+    })
+}
+
+/// `DELETE /admin/pdp/apps/{app}/shadow`: stops it; its final counters.
+async fn shadow_stop(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let app = known(&gw, &name)?;
+    match app.shadow.stop() {
+        Some(status) => Ok(Json(json!({ "active": false, "candidate": status }))),
+        None => Err(AppError::NotFound(format!(
+            "no shadow candidate is running for `{name}`"
+        ))),
+    }
 }

@@ -31,6 +31,8 @@ pub struct Admitted {
     /// Who asks (a key of the PDP role for this application, or a token
     /// granting its scope).
     pub caller: Caller,
+    /// The application asked.
+    pub app: Arc<super::App>,
     /// The application's active set.
     pub set: Arc<AppSet>,
     /// The body.
@@ -57,16 +59,18 @@ pub async fn admit(
             .ok_or(PdpError::NoDefault)?,
     };
     let caller = caller(gw, headers, name, app.is_none()).await?;
-    let set = gw
+    let app = gw
         .pdp
         .app(name)
-        .ok_or_else(|| PdpError::UnknownApp(name.to_string()))?
+        .ok_or_else(|| PdpError::UnknownApp(name.to_string()))?;
+    let set = app
         .active()
         .ok_or_else(|| PdpError::NotLoaded(name.to_string()))?;
     json_content(headers)?;
     let body = read_json(gw, headers, body).await?;
     Ok(Admitted {
         caller,
+        app,
         set,
         body,
         request_id,

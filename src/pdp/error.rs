@@ -94,7 +94,7 @@ pub enum PdpError {
     )]
     InsufficientStorage,
     /// The store failed (503): nothing answered as decided.
-    #[error("storage unavailable")]
+    #[error("the decision trail is unavailable: nothing was decided or recorded; try again later")]
     Unavailable,
 }
 

@@ -2,8 +2,12 @@
 //! the key's and its org's rate limits, one token per evaluation (429,
 //! before any work) → map every evaluation onto the application's schema
 //! → check the trail's disk (507) → decide in order, stopping where the
-//! batch's semantic says → record every decision in one group commit →
-//! answer (only after the commit).
+//! batch's semantic says → decide them under the application's shadow
+//! candidate, if it has one (`shadow.rs`) → record every decision in one
+//! group commit → count them (`cedargate_application_decisions`) and queue
+//! the shadow's divergences → answer (only after the commit). A commit
+//! that fails answers 503 and leaves nothing: no record, no count, no
+//! divergence.
 //!
 //! An ill-typed request of one evaluation is a 400, nothing decided. In a
 //! batch, an evaluation that cannot be decided (a member missing or of the
@@ -49,8 +53,34 @@ pub async fn decide(
     };
     let decided = in_order(set, &prepared, &asker, semantic, batch);
     let answers = decided.iter().map(answer).collect();
+    let pending = super::shadow::compare(&admitted.app, set, decided_pairs(&prepared, &decided));
+    let (allowed, denied) = tally(&decided);
     record(gw, decided).await?;
+    gw.pdp
+        .metrics
+        .application_decisions(&set.name, allowed, denied);
+    super::shadow::store(&admitted.app, pending);
     Ok(answers)
+}
+
+/// Each decided evaluation with the request it decided.
+fn decided_pairs<'a, 's>(
+    prepared: &'a [Result<Prepared<'s>, String>],
+    decided: &'a [Outcome],
+) -> impl Iterator<Item = (&'a Prepared<'s>, &'a Decided)> {
+    prepared.iter().zip(decided).filter_map(|pair| match pair {
+        (Ok(p), Outcome::Decided(d)) => Some((p, &**d)),
+        _ => None,
+    })
+}
+
+/// The allows and the denies among the decided evaluations.
+fn tally(decided: &[Outcome]) -> (u64, u64) {
+    decided.iter().fold((0, 0), |(a, d), o| match o {
+        Outcome::Decided(x) if x.allowed() => (a + 1, d),
+        Outcome::Decided(_) => (a, d + 1),
+        Outcome::Failed(_) => (a, d),
+    })
 }
 
 /// Maps each evaluation onto the schema: an error refuses a lone

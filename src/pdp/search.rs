@@ -82,6 +82,7 @@ pub async fn search(
         .check()
         .map_err(|_| PdpError::InsufficientStorage)?;
     let limits = Limits::of(&gw.config.pdp);
+    let name = admitted.set.name.clone();
     let (answer, decision) = tokio::task::spawn_blocking(move || page(&admitted, kind, &limits))
         .await
         .map_err(|e| {
@@ -96,6 +97,7 @@ pub async fn search(
             tracing::error!(error = %e, "cannot record a search; nothing answered");
             PdpError::Unavailable
         })?;
+    gw.pdp.metrics.application_search(&name, kind.name());
     Ok(answer)
 }
 

@@ -12,6 +12,7 @@
 //! AuthZEN's JSON framing or the store: the transport hands in plain
 //! values and gets a verdict or a typed [`InputError`].
 
+pub mod candidate;
 pub mod load;
 mod mapping;
 pub mod recorded;

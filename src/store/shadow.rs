@@ -73,22 +73,42 @@ pub fn insert(conn: &mut Conn, d: &Divergence) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The newest `limit` divergences (newest first), optionally only those
-/// against `candidate_hash`.
+/// Whose shadow a divergence is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Of<'a> {
+    /// The gateway's own set (every action but the decision applications').
+    Gateway,
+    /// The decision application of that name (actions `authzen:<app>:…`).
+    Application(&'a str),
+}
+
+/// The newest `limit` divergences (newest first) of `of`'s shadow,
+/// optionally only those against `candidate_hash`.
 pub fn recent(
     conn: &mut Conn,
+    of: Of<'_>,
     candidate_hash: Option<&str>,
     limit: usize,
 ) -> Result<Vec<Divergence>, StoreError> {
-    let sql =
+    // An exact prefix of the action: `LIKE` would read `_` in a name as a
+    // wildcard (and ignore case on SQLite). The lengths are ours.
+    let prefix = match of {
+        Of::Gateway => super::decisions::AUTHZEN_ACTION_PREFIX.to_string(),
+        Of::Application(app) => format!("{}{app}:", super::decisions::AUTHZEN_ACTION_PREFIX),
+    };
+    let op = if of == Of::Gateway { "<>" } else { "=" };
+    let sql = format!(
         "SELECT decision_id, time, action, principal, resource,
                 live_hash, live_decision, live_reasons, live_errors,
                 candidate_dir, candidate_hash, candidate_decision, candidate_reasons, candidate_errors
          FROM shadow_divergences
          WHERE (CAST(?1 AS TEXT) IS NULL OR candidate_hash = ?1)
-         ORDER BY id DESC LIMIT ?2";
+           AND substr(action, 1, {len}) {op} ?3
+         ORDER BY id DESC LIMIT ?2",
+        len = prefix.len()
+    );
     let list = |s: String| serde_json::from_str::<Vec<String>>(&s).unwrap_or_default();
-    conn.query_map(sql, params![candidate_hash, limit as i64], |r| {
+    conn.query_map(&sql, params![candidate_hash, limit as i64, prefix], |r| {
         Ok(Divergence {
             decision_id: r.get(0)?,
             time: r.get(1)?,
