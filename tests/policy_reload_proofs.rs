@@ -8,7 +8,8 @@
 //!   the candidate's text) is in the trail, until an admin accepts that
 //!   exact hash (also in the trail);
 //! - `report`: the candidate is applied at once and the proof reported
-//!   after it;
+//!   after it; the reload answers before the proof ends and requests keep
+//!   being decided on the active set while it runs;
 //! - an acceptance is kept in the store: a second instance on the database
 //!   and the first after a restart load the accepted candidate without a
 //!   refusal; a hash no proof refused cannot be accepted (409);
@@ -445,4 +446,70 @@ async fn an_accepted_candidate_holds_on_every_instance_and_after_a_restart() {
     );
     assert_eq!(events(&a, "policy_set_refused").await.len(), 2);
     assert_eq!(events(&a, "policy_set_accepted").await.len(), 1);
+}
+
+/// Under `report`, the reload answers before its proof ends (here a proof
+/// that runs to its 3 s limit), and requests keep being decided on the
+/// active set, the candidate just applied, while the proof runs; the proof
+/// is reported after it (unknown) and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_keeps_deciding_on_the_active_set_while_the_proof_runs() {
+    let Some(solver) = solver() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let files = copy_policies(dir.path());
+    let for_config = files.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = for_config;
+        c.lifecycle.watch = false;
+        c.lifecycle.prove = ProveMode::Report;
+        c.prove.solver = Some(solver);
+        c.prove.query_timeout_ms = 2_000;
+        c.prove.run_timeout_secs = 3;
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    write(&files, "cubes.cedar", UNSETTLED);
+    let (status, body) = reload(&g).await;
+    assert_eq!(status, 200, "{body:#}");
+    let applied = body["hash"].as_str().unwrap().to_string();
+    assert_eq!(g.gw.pep.current().hash, applied);
+    let proved = |p: &Value| p["lastProof"]["candidateHash"] == applied.as_str();
+    assert!(
+        !proved(&policies(&g).await),
+        "the reload answered before its proof ended"
+    );
+    let mut asked_during = 0;
+    let mut last = Value::Null;
+    while !proved(&last) {
+        let body = g
+            .call_tool(
+                &t,
+                "af_memory_recall",
+                json!({"query": "x", "workType": "chore"}),
+            )
+            .await;
+        assert!(body.get("result").is_some() || body.get("error").is_some());
+        asked_during += 1;
+        last = policies(&g).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        asked_during >= 5,
+        "only {asked_during} requests while it proved"
+    );
+    let proof = &last["lastProof"];
+    assert_eq!(proof["mode"], "report", "{proof:#}");
+    assert_eq!(proof["outcome"], "unknown", "{proof:#}");
+    assert_eq!(g.gw.pep.current().hash, applied, "a report changes nothing");
+    let decided: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.action.contains("call_tool"))
+        .collect();
+    assert!(decided.len() >= asked_during, "{} decisions", decided.len());
+    assert!(
+        decided.iter().all(|d| d.record.policy_hash == applied),
+        "every call was decided on the active set"
+    );
 }
