@@ -177,8 +177,6 @@ pub struct Lifecycle {
     /// proofs are off whatever `[lifecycle] prove` says; `refuse-widening`
     /// refuses to start without one).
     solver: std::sync::OnceLock<crate::policy::solver::Solver>,
-    /// The candidate hash an admin accepted despite its proof.
-    accepted: Mutex<Option<String>>,
     /// The last proof a reload made.
     last_proof: Mutex<Option<Arc<gate::GateProof>>>,
 }
@@ -196,7 +194,6 @@ impl Lifecycle {
             status: Mutex::new(ReloadStatus::default()),
             reload_lock: tokio::sync::Mutex::new(()),
             solver: std::sync::OnceLock::new(),
-            accepted: Mutex::new(None),
             last_proof: Mutex::new(None),
         }
     }
@@ -209,25 +206,6 @@ impl Lifecycle {
     /// The solver reloads are proved with, if one was found.
     pub fn solver(&self) -> Option<&crate::policy::solver::Solver> {
         self.solver.get()
-    }
-
-    /// Accepts the candidate of `hash` despite its proof.
-    pub fn accept(&self, hash: &str) {
-        if let Ok(mut a) = self.accepted.lock() {
-            *a = Some(hash.to_string());
-        }
-    }
-
-    /// Whether an admin accepted the candidate of `hash`.
-    pub fn is_accepted(&self, hash: &str) -> bool {
-        self.accepted
-            .lock()
-            .is_ok_and(|a| a.as_deref() == Some(hash))
-    }
-
-    /// The candidate hash an admin accepted, if any.
-    pub fn accepted(&self) -> Option<String> {
-        self.accepted.lock().ok().and_then(|a| a.clone())
     }
 
     /// Keeps `proof` as the last proof.

@@ -9,6 +9,7 @@
 pub mod action_slices;
 pub mod application;
 pub mod cedar_names;
+pub mod cedar_request;
 pub mod describe;
 pub mod dropped;
 pub mod entities;

@@ -20,6 +20,7 @@ pub mod instances;
 pub mod notify;
 pub mod observations;
 pub mod people;
+pub mod policy_candidates;
 pub mod rate_limits;
 mod read_here;
 mod read_threads;
@@ -161,6 +162,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (26, include_str!("store/migrations/0026_upstream_oauth.sql")),
     (44, include_str!("store/migrations/0044_pdp_keys.sql")),
     (
+        45,
+        include_str!("store/migrations/0045_policy_candidates.sql"),
+    ),
+    (
         46,
         include_str!("store/migrations/0046_decision_traces.sql"),
     ),
@@ -246,6 +251,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         44,
         include_str!("store/migrations/postgres/0044_pdp_keys.sql"),
+    ),
+    (
+        45,
+        include_str!("store/migrations/postgres/0045_policy_candidates.sql"),
     ),
     (
         46,

@@ -11,6 +11,14 @@
 //! (`tests/oidc/provider.mjs` showing its HTML sign-in form):
 //! `tests/console/browser_oidc.mjs` clicks "Sign in with …", fills the
 //! provider's form and lands on the overview signed in as Alice, an admin.
+//!
+//! A third runs the real solver (`solver/build.sh`) under `[lifecycle]
+//! prove = "refuse-widening"`: a candidate that lets deployers write any
+//! graph is refused; `tests/console/browser_proof.mjs` reads the proof on
+//! the Policy set page as an auditor (outcome, the widening environment's
+//! verdict, the counterexample with both sets' decisions), opens the
+//! counterexample in what-if and sees the flip (candidate allow, active set
+//! deny).
 
 #![allow(
     clippy::unwrap_used,
@@ -24,9 +32,11 @@ mod common;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use cedargate::config::ProveMode;
 use cedargate::console::oidc::config::OidcConfig;
 use common::oidc::{CONSOLE, OidcProvider, Options};
 use common::{ADMIN_TOKEN, TestGateway, repo};
+use reqwest::Method;
 use serde_json::json;
 
 const AUDITOR_TOKEN: &str = "browser-auditor-token-0123456789abcdef";
@@ -175,4 +185,79 @@ async fn a_person_signs_in_with_the_identity_provider_in_a_real_browser() {
     assert!(log.contains("console oidc browser checks passed"), "{log}");
     let shot = repo().join("target/console-screenshots/oidc-03-overview.png");
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
+}
+
+/// The widening candidate: deployers may write any project's graph.
+const WIDER: &str = "@id(\"deployers-write-any-graph\")\npermit (principal in Gateway::Role::\"deployers\", action == Gateway::Action::\"write_node\", resource);\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_widening_and_its_counterexample_in_what_if_in_a_real_browser() {
+    let setup = repo().join("tests/console/setup.sh");
+    if !common::setup::install_once(&SETUP, &setup, "playwright-core and chromium") {
+        return;
+    }
+    let Some(solver) = common::setup::solver() else {
+        return;
+    };
+    let policy_dir = tempfile::tempdir().unwrap();
+    let policies = common::copy_policies(policy_dir.path());
+    let for_config = policies.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = for_config;
+        c.lifecycle.watch = false;
+        c.lifecycle.prove = ProveMode::RefuseWidening;
+        c.prove.solver = Some(solver);
+        c.auditor_token = Some(AUDITOR_TOKEN.into());
+    })
+    .await;
+    let active = g.gw.pep.current().hash.clone();
+    std::fs::write(policies.join("deployers.cedar"), WIDER).unwrap();
+    let (status, body) = g.admin(Method::POST, "/admin/policies/reload", None).await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["error"]["code"], "policy_set_refused", "{body:#}");
+    let candidate = body["attempt"]["hash"].as_str().unwrap().to_string();
+    let example = &body["proof"]["counterexamples"][0];
+    assert_eq!(example["direction"], "widening", "{body:#}");
+    let env = example["env"].as_str().unwrap().to_string();
+    let principal = example["witness"]["principal"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let base = g.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(repo().join("tests/console/browser_proof.mjs"))
+            .env("CG_BASE", base)
+            .env("CG_SHOTS", repo().join("target/console-screenshots"))
+            .env("CG_AUDITOR_TOKEN", AUDITOR_TOKEN)
+            .env("CG_ACTIVE_HASH", active)
+            .env("CG_CANDIDATE_HASH", candidate)
+            .env("CG_WIDENING_ENV", env)
+            .env("CG_PRINCIPAL", principal)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("console proof browser checks passed"), "{log}");
+    for name in [
+        "proof-01-policies",
+        "proof-02-whatif-form",
+        "proof-03-whatif-flip",
+    ] {
+        let shot = repo().join(format!("target/console-screenshots/{name}.png"));
+        assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "{name}");
+    }
+    // Asking a question changed nothing: the refused candidate stays refused.
+    assert_ne!(
+        g.gw.pep.current().hash,
+        body["attempt"]["hash"].as_str().unwrap()
+    );
+    drop(policy_dir);
 }

@@ -8,7 +8,11 @@
 //!   the candidate's text) is in the trail, until an admin accepts that
 //!   exact hash (also in the trail);
 //! - `report`: the candidate is applied at once and the proof reported
-//!   after it;
+//!   after it; the reload answers before the proof ends and requests keep
+//!   being decided on the active set while it runs;
+//! - an acceptance is kept in the store: a second instance on the database
+//!   and the first after a restart load the accepted candidate without a
+//!   refusal; a hash no proof refused cannot be accepted (409);
 //! - `refuse-widening` without a solver refuses to start.
 
 #![allow(
@@ -331,4 +335,181 @@ async fn a_slow_proof_never_delays_requests_and_an_unsettled_one_refuses() {
     assert_eq!(body["proof"]["outcome"], "unknown", "{body:#}");
     assert!(body["proof"]["unsettled"].as_u64().unwrap() > 0);
     assert_eq!(g.gw.pep.current().hash, active);
+}
+
+/// A gateway over `data` (a fresh or a stopped gateway's directory) on
+/// `policies`, proving reloads under `refuse-widening`, on the database
+/// `database` when given (a second instance) or its directory's own.
+async fn proving_in(
+    data: tempfile::TempDir,
+    policies: &Path,
+    solver: &Path,
+    database: Option<String>,
+) -> TestGateway {
+    let (policies, solver) = (policies.to_path_buf(), solver.to_path_buf());
+    TestGateway::start_in(data, move |c| {
+        c.policies_dir = policies;
+        c.lifecycle.watch = false;
+        c.lifecycle.prove = ProveMode::RefuseWidening;
+        c.prove.solver = Some(solver);
+        if database.is_some() {
+            c.database.url = database;
+        }
+    })
+    .await
+}
+
+async fn accept(g: &TestGateway, hash: &str) -> (u16, Value) {
+    g.admin(
+        Method::POST,
+        "/admin/policies/accept",
+        Some(json!({ "hash": hash })),
+    )
+    .await
+}
+
+/// An acceptance is kept in the store: a second instance on the same
+/// database loads the accepted candidate without a refusal, and so does
+/// the first after a restart; accepting a hash no proof refused is a 409
+/// that changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_candidate_holds_on_every_instance_and_after_a_restart() {
+    let Some(solver) = solver() else { return };
+    // Both instances read one policy directory (a set's hash names its
+    // files' paths).
+    let files = tempfile::tempdir().unwrap();
+    let pa = copy_policies(files.path());
+    let pb = pa.clone();
+    let a = proving_in(tempfile::tempdir().unwrap(), &pa, &solver, None).await;
+    let b = proving_in(
+        tempfile::tempdir().unwrap(),
+        &pb,
+        &solver,
+        Some(a.database_url()),
+    )
+    .await;
+    let shipped = a.gw.pep.current().hash.clone();
+    assert_eq!(b.gw.pep.current().hash, shipped);
+
+    // The same widening candidate, refused by both instances.
+    write(&pa, "deployers.cedar", WIDER);
+    let (status, body) = reload(&a).await;
+    assert_eq!(status, 422, "{body:#}");
+    let candidate = body["attempt"]["hash"].as_str().unwrap().to_string();
+    let (status, body) = reload(&b).await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["attempt"]["hash"], candidate.as_str());
+
+    // A hash no proof refused: 409, nothing accepted, nothing recorded.
+    let (status, body) = accept(&a, &"ab".repeat(32)).await;
+    assert_eq!(status, 409, "{body:#}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("only a refused candidate"),
+        "{body:#}"
+    );
+    assert_eq!(a.gw.pep.current().hash, shipped);
+    assert_eq!(policies(&a).await["acceptedHash"], Value::Null);
+    assert!(events(&a, "policy_set_accepted").await.is_empty());
+
+    // Accepted on A: A activates it, and B's next reload loads it.
+    let (status, body) = accept(&a, &candidate).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(a.gw.pep.current().hash, candidate);
+    assert_eq!(policies(&b).await["acceptedHash"], candidate.as_str());
+    let (status, body) = reload(&b).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["result"], "applied");
+    assert_eq!(b.gw.pep.current().hash, candidate);
+    assert_eq!(events(&b, "policy_set_refused").await.len(), 2);
+
+    // A goes back to the shipped set (narrower: applied), restarts on the
+    // same database, and takes the candidate again without a refusal.
+    std::fs::remove_file(pa.join("deployers.cedar")).unwrap();
+    let (status, body) = reload(&a).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(a.gw.pep.current().hash, shipped);
+    let data = a.stop().await.into_dir();
+    let a = proving_in(data, &pa, &solver, None).await;
+    assert_eq!(a.gw.pep.current().hash, shipped);
+    write(&pa, "deployers.cedar", WIDER);
+    let (status, body) = reload(&a).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["result"], "applied");
+    assert_eq!(a.gw.pep.current().hash, candidate);
+    assert_eq!(
+        policies(&a).await["lastProof"]["outcome"],
+        "widens",
+        "proved again, and let through as accepted"
+    );
+    assert_eq!(events(&a, "policy_set_refused").await.len(), 2);
+    assert_eq!(events(&a, "policy_set_accepted").await.len(), 1);
+}
+
+/// Under `report`, the reload answers before its proof ends (here a proof
+/// that runs to its 3 s limit), and requests keep being decided on the
+/// active set, the candidate just applied, while the proof runs; the proof
+/// is reported after it (unknown) and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_keeps_deciding_on_the_active_set_while_the_proof_runs() {
+    let Some(solver) = solver() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let files = copy_policies(dir.path());
+    let for_config = files.clone();
+    let g = TestGateway::start_with(move |c| {
+        c.policies_dir = for_config;
+        c.lifecycle.watch = false;
+        c.lifecycle.prove = ProveMode::Report;
+        c.prove.solver = Some(solver);
+        c.prove.query_timeout_ms = 2_000;
+        c.prove.run_timeout_secs = 3;
+    })
+    .await;
+    let t = g.tenant("acme").await;
+    write(&files, "cubes.cedar", UNSETTLED);
+    let (status, body) = reload(&g).await;
+    assert_eq!(status, 200, "{body:#}");
+    let applied = body["hash"].as_str().unwrap().to_string();
+    assert_eq!(g.gw.pep.current().hash, applied);
+    let proved = |p: &Value| p["lastProof"]["candidateHash"] == applied.as_str();
+    assert!(
+        !proved(&policies(&g).await),
+        "the reload answered before its proof ended"
+    );
+    let mut asked_during = 0;
+    let mut last = Value::Null;
+    while !proved(&last) {
+        let body = g
+            .call_tool(
+                &t,
+                "af_memory_recall",
+                json!({"query": "x", "workType": "chore"}),
+            )
+            .await;
+        assert!(body.get("result").is_some() || body.get("error").is_some());
+        asked_during += 1;
+        last = policies(&g).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        asked_during >= 5,
+        "only {asked_during} requests while it proved"
+    );
+    let proof = &last["lastProof"];
+    assert_eq!(proof["mode"], "report", "{proof:#}");
+    assert_eq!(proof["outcome"], "unknown", "{proof:#}");
+    assert_eq!(g.gw.pep.current().hash, applied, "a report changes nothing");
+    let decided: Vec<_> = g
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d.record.action.contains("call_tool"))
+        .collect();
+    assert!(decided.len() >= asked_during, "{} decisions", decided.len());
+    assert!(
+        decided.iter().all(|d| d.record.policy_hash == applied),
+        "every call was decided on the active set"
+    );
 }

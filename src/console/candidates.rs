@@ -3,7 +3,9 @@
 //! exactly as a file of the policy directory would be), or a subdirectory
 //! of `console.candidates_dir` on the server (loaded like
 //! `cedargate audit replay --policies DIR`). Only those subdirectories can
-//! be named, never an arbitrary path.
+//! be named, never an arbitrary path. A what-if may also ask a policy set
+//! the trail recorded, by its hash (`source=recorded`): a proof's refused
+//! candidate is recorded there, so an auditor can ask it a counterexample.
 //!
 //! A form that names a decision application (`application`) asks for a
 //! candidate of that application instead: `live` is its active set, pasted
@@ -27,9 +29,12 @@ pub const PASTED_FILE: &str = "console-candidate.cedar";
 /// Which set a form asks for.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct CandidateForm {
-    /// `live`, `text` or `dir`.
+    /// `live`, `text`, `dir` or `recorded`.
     #[serde(default)]
     pub source: String,
+    /// The hash of a policy set the trail recorded (`source=recorded`).
+    #[serde(default)]
+    pub policy_hash: String,
     /// The pasted policies (`source=text`).
     #[serde(default)]
     pub policy_text: String,
@@ -146,10 +151,25 @@ pub async fn load(
             .map_err(|_| ConsoleError::Render)?;
             loaded(bundle, format!("directory {name}"))
         }
+        "recorded" => recorded(gw, form.policy_hash.trim()).await,
         other => Err(ConsoleError::BadRequest(format!(
-            "`source` must be `live`, `text` or `dir`, not `{other}`"
+            "`source` must be `live`, `text`, `dir` or `recorded`, not `{other}`"
         ))),
     }
+}
+
+/// The policy set the trail recorded under `hash`, exactly as it loaded.
+async fn recorded(gw: &Gateway, hash: &str) -> Result<(Arc<PolicyBundle>, String), ConsoleError> {
+    if gw.pep.current().hash == hash {
+        return Ok((gw.pep.current(), "the active set".into()));
+    }
+    let h = hash.to_string();
+    let bundle = gw
+        .store
+        .read(move |c| crate::replay::recorded_bundle(c, &h))
+        .await?
+        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+    Ok((Arc::new(bundle), "a policy set the trail recorded".into()))
 }
 
 /// A candidate of the decision application `app` (rules in the module

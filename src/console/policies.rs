@@ -2,7 +2,8 @@
 //! hash every live instance on the database runs, the last reload and the
 //! last rejected one, the last proof of a reload (`[lifecycle] prove`: its
 //! outcome, the environments that are not equivalent, each counterexample
-//! with its entities and both sets' decisions), the policy tests of the
+//! with its entities and both sets' decisions, and a link that opens it in
+//! the what-if form against the proof's candidate), the policy tests of the
 //! policy directory run against the active set, and shadow mode (its
 //! counters and newest divergences); then the decision applications, as
 //! `GET /admin/pdp/apps` lists them (each linking to its decisions and to a

@@ -40,6 +40,11 @@ pub struct FormQuery {
     /// decisions only); the template's application when it has one.
     #[serde(default)]
     application: String,
+    /// A counterexample of the last proof (its index on the Policy set
+    /// page) to prefill the what-if form with, against the proof's
+    /// candidate.
+    #[serde(default)]
+    counterexample: Option<usize>,
 }
 
 /// `datetime-local` text of a time.
@@ -56,6 +61,10 @@ pub async fn form(
 ) -> Result<Html<String>, ConsoleError> {
     let now = OffsetDateTime::now_utc();
     let template = super::whatif::template(&gw, q.template.trim()).await?;
+    let counterexample = q
+        .counterexample
+        .map(|i| counterexample(&gw, i))
+        .transpose()?;
     let application = template
         .as_ref()
         .and_then(|t| t.application.clone())
@@ -86,9 +95,37 @@ pub async fn form(
             max_records => c.replay_max_records,
             max_hours => c.replay_max_window_hours,
             template,
+            counterexample,
             jobs,
         },
     )
+}
+
+/// The last proof's counterexample `index` as the what-if form takes it
+/// (the request in Cedar's terms, its entities, the proof's candidate).
+fn counterexample(gw: &Gateway, index: usize) -> Result<minijinja::Value, ConsoleError> {
+    let proof = gw.lifecycle.last_proof();
+    let c = proof
+        .as_deref()
+        .and_then(|p| p.counterexamples.get(index).map(|c| (p, c)));
+    let Some((proof, c)) = c else {
+        return Err(ConsoleError::NotFound(format!(
+            "the last proof has no counterexample {index}"
+        )));
+    };
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    Ok(minijinja::context! {
+        index,
+        env => c.env,
+        direction => c.direction,
+        principal => c.witness.principal,
+        action => c.witness.action,
+        resource => c.witness.resource,
+        context => pretty(&c.witness.context),
+        entities => pretty(&c.witness.entities),
+        candidate_hash => proof.candidate_hash,
+        live_hash => proof.live_hash,
+    })
 }
 
 fn state_name(s: &JobState) -> &'static str {

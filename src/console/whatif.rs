@@ -10,6 +10,13 @@
 //! entity data with what its request added, the action named as in the
 //! application (`write`, or as recorded, `authzen:records:write`) and the
 //! context as the Cedar context its schema declares.
+//!
+//! Without a template, the form may carry the entities themselves (Cedar
+//! JSON) and the request in Cedar's terms (uids, the context as Cedar
+//! JSON): a proof's counterexample, which the Policy set page opens here
+//! prefilled (`GET /console/replay?counterexample=N`) against the proof's
+//! candidate. Asked against any set but the active one, the page also
+//! shows what the active set decides, so the flip is one page.
 
 use std::sync::Arc;
 
@@ -24,6 +31,7 @@ use super::overview::viewer_ctx;
 use crate::gateway::Gateway;
 use crate::policy::application::load::with_data;
 use crate::policy::application::recorded::RecordedEvaluation;
+use crate::policy::cedar_request::CedarAsk;
 use crate::policy::recorded::RecordedRequest;
 use crate::store::decisions::{self, AUTHZEN_ACTION_PREFIX, StoredDecision};
 
@@ -94,6 +102,9 @@ pub struct WhatIfForm {
     resource: String,
     #[serde(default)]
     context: String,
+    /// The entities as Cedar JSON, when no template gives them.
+    #[serde(default)]
+    entities: String,
 }
 
 /// `POST /console/whatif`.
@@ -102,8 +113,13 @@ pub async fn run(
     posted: Posted<WhatIfForm>,
 ) -> Result<Html<String>, ConsoleError> {
     let form = posted.form;
+    if form.template.trim().is_empty() && !form.entities.trim().is_empty() {
+        return run_cedar(&gw, &posted.viewer, form).await;
+    }
     let template = template(&gw, form.template.trim()).await?.ok_or_else(|| {
-        ConsoleError::BadRequest("pick a recorded decision to take entity data from".into())
+        ConsoleError::BadRequest(
+            "pick a recorded decision to take entity data from, or give the entities".into(),
+        )
     })?;
     if let Some(app) = template.application.clone() {
         return run_app(&gw, &posted.viewer, form, template, app).await;
@@ -192,6 +208,59 @@ async fn run_app(
             hash => bundle.hash,
             asked => minijinja::context! { principal => form.principal, action => form.action, resource => form.resource, context => form.context },
             decision => if verdict.allowed { "allow" } else { "deny" },
+            deciding,
+            errors => verdict.errors,
+        },
+    )
+}
+
+/// A question in Cedar's terms with its own entities (rules in the module
+/// doc): decided by the set the form names and by the active set.
+async fn run_cedar(
+    gw: &Arc<Gateway>,
+    viewer: &super::auth::Viewer,
+    form: WhatIfForm,
+) -> Result<Html<String>, ConsoleError> {
+    let json = |what: &str, text: &str| {
+        let text = if text.trim().is_empty() { "{}" } else { text };
+        serde_json::from_str::<serde_json::Value>(text)
+            .map_err(|e| ConsoleError::BadRequest(format!("the {what} is not JSON: {e}")))
+    };
+    let (context, entities) = (
+        json("context", &form.context)?,
+        json("entities", &form.entities)?,
+    );
+    let ask = CedarAsk {
+        principal: form.principal.trim(),
+        action: form.action.trim(),
+        resource: form.resource.trim(),
+        context: &context,
+        entities: &entities,
+    };
+    let (bundle, against) = candidates::load(gw, &form.candidate).await?;
+    let verdict = bundle
+        .decide_cedar(&ask)
+        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+    let live = gw.pep.current();
+    let live_decision = (live.hash != bundle.hash).then(|| match live.decide_cedar(&ask) {
+        Ok(v) => minijinja::context! { decision => if v.allowed { "allow" } else { "deny" }, reasons => v.reasons, errors => v.errors },
+        Err(e) => minijinja::context! { decision => "not decided", errors => vec![e.to_string()] },
+    });
+    let deciding: Vec<_> = verdict
+        .reasons
+        .iter()
+        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
+        .collect();
+    super::templates::render(
+        "whatif.html",
+        minijinja::context! {
+            viewer => viewer_ctx(viewer),
+            against,
+            hash => bundle.hash,
+            asked => minijinja::context! { principal => form.principal, action => form.action, resource => form.resource, context => form.context, entities => form.entities },
+            decision => if verdict.allowed { "allow" } else { "deny" },
+            live_decision,
+            live_hash => live.hash,
             deciding,
             errors => verdict.errors,
         },

@@ -20,6 +20,7 @@ use super::shadow::ShadowStatus;
 use crate::error::AppError;
 use crate::gateway::Gateway;
 use crate::store::audit_query::{self, DecisionFilter, Order};
+use crate::store::policy_candidates;
 use crate::store::shadow::Of;
 
 /// Most decisions one page returns.
@@ -66,7 +67,7 @@ async fn active_policies(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
         "lastError": status.last_error,
         "prove": gw.config.lifecycle.prove,
         "lastProof": gw.lifecycle.last_proof().as_deref(),
-        "acceptedHash": gw.lifecycle.accepted(),
+        "acceptedHash": last_accepted(&gw).await,
     }))
 }
 
@@ -98,8 +99,11 @@ struct Accept {
 }
 
 /// `POST /admin/policies/accept {"hash":…}`: accepts the candidate of that
-/// exact hash despite its proof (recorded in the trail), then reloads; the
-/// candidate activates when the policy files still hash to it.
+/// exact hash despite its proof, in the store (so it holds for every
+/// instance on the database and across restarts) with its trail record,
+/// then reloads; the candidate activates when the policy files still hash
+/// to it. Only a candidate a proof refused can be accepted: any other hash
+/// is a 409 that changes nothing.
 async fn accept(
     State(gw): State<Arc<Gateway>>,
     payload: Result<Json<Accept>, JsonRejection>,
@@ -111,19 +115,43 @@ async fn accept(
         ));
     }
     let hash = req.hash.to_ascii_lowercase();
-    gw.lifecycle.accept(&hash);
+    let h = hash.clone();
+    let refused = gw
+        .store
+        .read(move |c| policy_candidates::get(c, &h))
+        .await?;
+    if refused.is_none() {
+        return Err(AppError::Conflict(format!(
+            "no reload proof refused a candidate `{hash}`: only a refused candidate can be accepted (its hash is in the refusal: `POST /admin/policies/reload`'s 422, `lastProof.candidateHash`)"
+        )));
+    }
     let live = gw.pep.current().hash.clone();
     let event = crate::audit::events::policy_set_event(
         crate::audit::events::POLICY_SET_ACCEPTED,
         (&hash, &live),
         &json!({ "candidateHash": hash, "liveHash": live, "by": "admin" }),
     );
+    let at = crate::ids::now_rfc3339();
     gw.store
         .writer()
-        .submit(vec![crate::store::WriteOp::Decision(Box::new(event))])
+        .submit(vec![
+            policy_candidates::accepted_op(&hash, &at, "admin"),
+            crate::store::WriteOp::Decision(Box::new(event)),
+        ])
         .await?;
     tracing::warn!(candidate = %hash, "policy candidate accepted despite its proof");
     Ok(reload_as(&gw, "accept").await)
+}
+
+/// The candidate accepted last (any instance's), for `GET /admin/policies`.
+async fn last_accepted(gw: &Gateway) -> Option<String> {
+    match gw.store.read(policy_candidates::last_accepted).await {
+        Ok(hash) => hash,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the accepted candidate");
+            None
+        }
+    }
 }
 
 async fn reload_as(gw: &Arc<Gateway>, trigger: &str) -> Response {

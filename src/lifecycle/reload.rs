@@ -13,7 +13,7 @@ use crate::config::ProveMode;
 use crate::gateway::Gateway;
 use crate::policy::PolicyBundle;
 use crate::policy::tests_runner::TestReport;
-use crate::store::WriteOp;
+use crate::store::{WriteOp, policy_candidates};
 
 /// Reloads the policy set: load → validate → test → record → swap. The
 /// returned attempt says what happened; on `Err` the active set is
@@ -160,7 +160,7 @@ async fn refuse_widening(
     )
     .await;
     attempt.proof = Some(proof.message.clone());
-    let accepted = gw.lifecycle.is_accepted(&candidate.hash);
+    let accepted = accepted(gw, &candidate.hash).await;
     let passes = proof.passes();
     if !passes && !accepted {
         attempt.result = "refused".into();
@@ -186,6 +186,24 @@ async fn refuse_widening(
     }
 }
 
+/// Whether an admin accepted the candidate `hash` (on any instance of the
+/// database, before any restart). A store that cannot answer accepts
+/// nothing: the candidate stays refused.
+async fn accepted(gw: &Gateway, hash: &str) -> bool {
+    let h = hash.to_string();
+    match gw
+        .store
+        .read(move |c| policy_candidates::is_accepted(c, &h))
+        .await
+    {
+        Ok(accepted) => accepted,
+        Err(e) => {
+            tracing::warn!(error = %e, candidate = %hash, "cannot read whether the candidate was accepted; it is not");
+            false
+        }
+    }
+}
+
 /// What this gateway's proofs run with.
 fn setting(gw: &Gateway) -> gate::Setting {
     gate::Setting {
@@ -196,7 +214,8 @@ fn setting(gw: &Gateway) -> gate::Setting {
 }
 
 /// Records a refusal in the trail with the candidate's text, so an auditor
-/// sees what was refused and why (a failure to record it is logged: the
+/// sees what was refused and why, and in `policy_candidates`, so an admin
+/// can accept it on any instance (a failure to record it is logged: the
 /// refusal stands).
 async fn record_refusal(gw: &Gateway, candidate: &PolicyBundle, proof: &gate::GateProof) {
     let event = events::policy_set_event(
@@ -204,7 +223,12 @@ async fn record_refusal(gw: &Gateway, candidate: &PolicyBundle, proof: &gate::Ga
         (&proof.candidate_hash, &proof.live_hash),
         &gate::refusal_outcome(proof),
     );
-    let ops = vec![policy_set_op(candidate), WriteOp::Decision(Box::new(event))];
+    let refused = policy_candidates::refused_op(&proof.candidate_hash, &proof.live_hash, &proof.at);
+    let ops = vec![
+        policy_set_op(candidate),
+        refused,
+        WriteOp::Decision(Box::new(event)),
+    ];
     if let Err(e) = gw.store.writer().submit(ops).await {
         tracing::error!(error = %e, "cannot record the refused policy set");
     }
