@@ -19,7 +19,8 @@
 //!   refusal is recorded and listed) until their hash is accepted,
 //!   narrowed ones start; an unsettled proof (its limit reached) refuses
 //!   as a reload's does; under `report` the files start and the proof
-//!   follows.
+//!   follows; a last set that no longer loads (its text edited) refuses
+//!   the start.
 
 #![allow(
     clippy::unwrap_used,
@@ -737,4 +738,64 @@ async fn report_starts_on_widened_files_and_reports_their_proof() {
     );
     assert_eq!(policies(&g).await["lastError"], Value::Null);
     assert!(listed_refusals(&g).await.is_empty());
+}
+
+/// When the last active set cannot be loaded again (its recorded text was
+/// edited), nothing proved can start under `refuse-widening`: the start
+/// fails with the reason and the refusal is recorded; a start under
+/// `report` (the documented way out) runs the files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unloadable_last_set_refuses_to_start_on_unproved_files() {
+    let Some(solver) = solver() else { return };
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = proving_in(tempfile::tempdir().unwrap(), &dir, &solver, None).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    let unguard = match g.gw.store.read(|c| Ok(c.backend())).await.unwrap() {
+        cedargate::store::Backend::Sqlite => "DROP TRIGGER policy_sets_no_update;",
+        cedargate::store::Backend::Postgres => {
+            "ALTER TABLE policy_sets DISABLE TRIGGER policy_sets_no_update;"
+        }
+    };
+    let forge = format!(
+        "{unguard} UPDATE policy_sets SET files = replace(files, 'forbid', 'permit') WHERE hash = '{shipped}';"
+    );
+    g.gw.store
+        .read(move |c| c.execute_batch(&forge))
+        .await
+        .unwrap();
+    let data = g.stop().await.into_dir();
+
+    write(&dir, "deployers.cedar", WIDER);
+    let mut config = cedargate::config::Config {
+        data_dir: data.path().join("data"),
+        policies_dir: dir.clone(),
+        schema_file: common::repo().join("schemas/gateway.cedarschema"),
+        demo_tenant: false,
+        ..cedargate::config::Config::default()
+    };
+    config.database.url = common::database_url_for(data.path());
+    config.lifecycle.prove = ProveMode::RefuseWidening;
+    config.prove.solver = Some(solver.clone());
+    let Err(e) = cedargate::server::prepare(config).await else {
+        panic!("started on files proved against nothing")
+    };
+    let e = e.to_string();
+    assert!(e.contains("not proved against the last active set"), "{e}");
+    assert!(e.contains("was altered"), "{e}");
+
+    let report = |c: &mut cedargate::config::Config| c.lifecycle.prove = ProveMode::Report;
+    let g = started_in(data, &dir, &solver, report).await;
+    let files_hash = g.gw.pep.current().hash.clone();
+    assert_ne!(files_hash, shipped);
+    let listed = listed_refusals(&g).await;
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(
+        (
+            listed[0]["candidateHash"].as_str(),
+            listed[0]["trigger"].as_str()
+        ),
+        (Some(files_hash.as_str()), Some("startup"))
+    );
+    assert_eq!(listed[0]["outcome"], "failed");
 }
