@@ -10,14 +10,15 @@
 //! the gateway.
 //!
 //! **Architecture Invariant:** a set becomes active only through
-//! [`reload::reload`] (or start-up), and only after every step passed; any
-//! failure leaves the last good set active and is reported in
-//! [`ReloadStatus`].
+//! [`reload::reload`] (or start-up, [`startup`]), and only after every
+//! step passed; any failure leaves the last good set active and is
+//! reported in [`ReloadStatus`].
 
 pub mod admin;
 pub mod gate;
 pub mod reload;
 pub mod shadow;
+pub mod startup;
 pub mod upstream_types;
 pub mod watch;
 

@@ -76,6 +76,10 @@ pub enum StartError {
     /// `[lifecycle] prove` cannot be honoured.
     #[error("policy proofs: {0}")]
     Prove(String),
+    /// The policy files were refused by their start-up proof and the last
+    /// active set cannot start either (`crate::lifecycle::startup`).
+    #[error("policy proofs: {0}")]
+    StartupProof(#[from] crate::lifecycle::startup::StartupProofError),
     /// The listener could not be bound or served.
     #[error("cannot serve on `{addr}`: {source}")]
     Io {
@@ -110,13 +114,21 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     for w in &bundle.warnings {
         tracing::warn!(warning = %w, "policy validation warning");
     }
-    tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy set active");
+    tracing::info!(hash = %bundle.hash, policies = bundle.policy_ids.len(), tests = tests.outcomes.len(), "policy files loaded");
     let solver = note_solver(&config.prove).await;
     if config.lifecycle.prove == crate::config::ProveMode::RefuseWidening && solver.is_none() {
         return Err(StartError::Prove(
             "`[lifecycle] prove = \"refuse-widening\"` needs the SMT solver (`bash solver/build.sh`, or `[prove] solver`)".into(),
         ));
     }
+    let (bundle, started) = crate::lifecycle::startup::decide(
+        &config,
+        &store,
+        solver.as_ref(),
+        bundle,
+        tests.outcomes.len(),
+    )
+    .await?;
     let gw = Arc::new(Gateway::new(config, store, bundle, catalog)?);
     if let Some(solver) = solver {
         gw.lifecycle.set_solver(solver);
@@ -127,8 +139,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Gateway>, StartError> {
     if gw.store.is_migrated() {
         crate::cluster::membership::beat(&gw).await?;
     }
-    gw.lifecycle
-        .started(&gw.pep.current(), tests.outcomes.len());
+    started.note(&gw);
     // The decision applications load after the gateway's set, each on its
     // own: one that fails is reported, never a reason not to start.
     crate::pdp::lifecycle::reload_all(&gw, "startup").await;

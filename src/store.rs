@@ -20,6 +20,7 @@ pub mod instances;
 pub mod notify;
 pub mod observations;
 pub mod people;
+pub mod policy_active;
 pub mod policy_candidates;
 pub mod rate_limits;
 mod read_here;
@@ -169,6 +170,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         46,
         include_str!("store/migrations/0046_decision_traces.sql"),
     ),
+    (48, include_str!("store/migrations/0048_policy_active.sql")),
 ];
 
 /// The PostgreSQL translation of the same versions.
@@ -259,6 +261,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         46,
         include_str!("store/migrations/postgres/0046_decision_traces.sql"),
+    ),
+    (
+        48,
+        include_str!("store/migrations/postgres/0048_policy_active.sql"),
     ),
 ];
 

@@ -13,7 +13,14 @@
 //! - an acceptance is kept in the store: a second instance on the database
 //!   and the first after a restart load the accepted candidate without a
 //!   refusal; a hash no proof refused cannot be accepted (409);
-//! - `refuse-widening` without a solver refuses to start.
+//! - `refuse-widening` without a solver refuses to start;
+//! - a restart proves the policy files against the set last active on the
+//!   database: widened files are refused (the last set decides, the
+//!   refusal is recorded and listed) until their hash is accepted,
+//!   narrowed ones start; an unsettled proof (its limit reached) refuses
+//!   as a reload's does; under `report` the files start and the proof
+//!   follows; a last set that no longer loads (its text edited) refuses
+//!   the start.
 
 #![allow(
     clippy::unwrap_used,
@@ -346,15 +353,29 @@ async fn proving_in(
     solver: &Path,
     database: Option<String>,
 ) -> TestGateway {
+    started_in(data, policies, solver, move |c| {
+        if database.is_some() {
+            c.database.url = database;
+        }
+    })
+    .await
+}
+
+/// A gateway over `data` on `policies`, proving under `refuse-widening`
+/// unless `tweak` says otherwise.
+async fn started_in(
+    data: tempfile::TempDir,
+    policies: &Path,
+    solver: &Path,
+    tweak: impl FnOnce(&mut cedargate::config::Config),
+) -> TestGateway {
     let (policies, solver) = (policies.to_path_buf(), solver.to_path_buf());
     TestGateway::start_in(data, move |c| {
         c.policies_dir = policies;
         c.lifecycle.watch = false;
         c.lifecycle.prove = ProveMode::RefuseWidening;
         c.prove.solver = Some(solver);
-        if database.is_some() {
-            c.database.url = database;
-        }
+        tweak(c);
     })
     .await
 }
@@ -512,4 +533,269 @@ async fn report_keeps_deciding_on_the_active_set_while_the_proof_runs() {
         decided.iter().all(|d| d.record.policy_hash == applied),
         "every call was decided on the active set"
     );
+}
+
+/// The refused start-ups the trail lists (`GET /admin/decisions`), each
+/// outcome parsed.
+async fn listed_refusals(g: &TestGateway) -> Vec<Value> {
+    let (status, body) = g
+        .admin(Method::GET, "/admin/decisions?limit=1000", None)
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["nextCursor"], Value::Null, "one page holds the trail");
+    body["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["action"] == "policy_set_refused")
+        .map(|d| serde_json::from_str(d["outcome"].as_str().unwrap()).unwrap())
+        .collect()
+}
+
+/// Whether `/readyz` says the active set is not the one on disk.
+async fn stale(g: &TestGateway) -> bool {
+    let (_, body) = g.admin(Method::GET, "/readyz", None).await;
+    body["policySet"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("stale")
+}
+
+/// A restart on widened files, on the same database: the proof against
+/// the set last active there refuses them, the last set decides, the
+/// refusal is recorded (with its counterexample) and listed, and accepting
+/// the files' hash activates them, for this run and the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_widened_files_runs_the_last_active_set_until_they_are_accepted() {
+    let Some(solver) = solver() else { return };
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = proving_in(tempfile::tempdir().unwrap(), &dir, &solver, None).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    let data = g.stop().await.into_dir();
+
+    write(&dir, "deployers.cedar", WIDER);
+    let g = proving_in(data, &dir, &solver, None).await;
+    assert_eq!(
+        g.gw.pep.current().hash,
+        shipped,
+        "the last active set decides"
+    );
+    let status = policies(&g).await;
+    let start = &status["lastError"];
+    assert_eq!(
+        (&start["result"], &start["trigger"]),
+        (&json!("refused"), &json!("startup")),
+        "{status:#}"
+    );
+    let candidate = start["hash"].as_str().unwrap().to_string();
+    assert_ne!(candidate, shipped);
+    assert!(
+        start["message"].as_str().unwrap().contains(&candidate),
+        "{status:#}"
+    );
+    let proof = &status["lastProof"];
+    assert_eq!(proof["outcome"], "widens", "{proof:#}");
+    assert_eq!(proof["trigger"], "startup");
+    assert_eq!(
+        (proof["liveHash"].as_str(), proof["candidateHash"].as_str()),
+        (Some(shipped.as_str()), Some(candidate.as_str()))
+    );
+    let example = &proof["counterexamples"][0];
+    assert_eq!(example["env"], "write_node (Agent → Project)");
+    let decided: Vec<(Value, Value)> = example["witness"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["set"].clone(), d["allows"].clone()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            (json!("live"), json!(false)),
+            (json!("candidate"), json!(true))
+        ]
+    );
+    assert!(stale(&g).await, "/readyz says the files are not active");
+
+    // Recorded and listed like a reload's refusal, the files' text with it.
+    let listed = listed_refusals(&g).await;
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(listed[0]["candidateHash"], candidate.as_str());
+    assert_eq!(listed[0]["liveHash"], shipped.as_str());
+    assert_eq!(listed[0]["trigger"], "startup");
+    assert_eq!(
+        listed[0]["counterexamples"][0]["principal"],
+        example["witness"]["principal"]
+    );
+    let recorded =
+        g.gw.store
+            .read({
+                let c = candidate.clone();
+                move |conn| cedargate::store::audit_query::policy_set(conn, &c)
+            })
+            .await
+            .unwrap();
+    assert!(recorded.is_some(), "the refused files' text is recorded");
+
+    // Accepted: activated at once, and what a restart starts on.
+    let (status, body) = accept(&g, &candidate).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["result"], "applied");
+    assert_eq!(g.gw.pep.current().hash, candidate);
+    assert!(!stale(&g).await);
+    let data = g.stop().await.into_dir();
+    let g = proving_in(data, &dir, &solver, None).await;
+    assert_eq!(g.gw.pep.current().hash, candidate);
+    assert_eq!(policies(&g).await["lastError"], Value::Null);
+    assert_eq!(listed_refusals(&g).await.len(), 1, "no second refusal");
+}
+
+/// A restart on narrowed files starts on them: proved less permissive than
+/// the set last active on the database, nothing refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_narrowed_files_starts_on_them() {
+    let Some(solver) = solver() else { return };
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = proving_in(tempfile::tempdir().unwrap(), &dir, &solver, None).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    let data = g.stop().await.into_dir();
+
+    write(&dir, "people.cedar", NARROWER);
+    let g = proving_in(data, &dir, &solver, None).await;
+    let narrowed = g.gw.pep.current().hash.clone();
+    assert_ne!(narrowed, shipped, "the files decide");
+    let status = policies(&g).await;
+    assert_eq!(status["lastError"], Value::Null, "{status:#}");
+    assert_eq!(status["lastReload"]["result"], "applied");
+    let proof = &status["lastProof"];
+    assert_eq!(proof["outcome"], "narrower", "{proof:#}");
+    assert_eq!(proof["trigger"], "startup");
+    assert_eq!(
+        (proof["liveHash"].as_str(), proof["candidateHash"].as_str()),
+        (Some(shipped.as_str()), Some(narrowed.as_str()))
+    );
+    assert!(!stale(&g).await);
+    assert!(listed_refusals(&g).await.is_empty());
+}
+
+/// A restart whose proof reaches its run limit (3 s) unsettled is refused
+/// as an unsettled reload is: the start-up ends, the last active set
+/// decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_whose_proof_is_unsettled_runs_the_last_active_set() {
+    let Some(solver) = solver() else { return };
+    let limits = |c: &mut cedargate::config::Config| {
+        c.prove.query_timeout_ms = 2_000;
+        c.prove.run_timeout_secs = 3;
+    };
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = started_in(tempfile::tempdir().unwrap(), &dir, &solver, limits).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    let data = g.stop().await.into_dir();
+
+    write(&dir, "cubes.cedar", UNSETTLED);
+    let g = started_in(data, &dir, &solver, limits).await;
+    assert_eq!(g.gw.pep.current().hash, shipped);
+    let status = policies(&g).await;
+    let proof = &status["lastProof"];
+    assert_eq!(proof["outcome"], "unknown", "{proof:#}");
+    assert!(proof["unsettled"].as_u64().unwrap() > 0, "{proof:#}");
+    assert_eq!(status["lastError"]["result"], "refused", "{status:#}");
+    assert_eq!(listed_refusals(&g).await.len(), 1);
+}
+
+/// Under `report`, a restart on widened files starts on them and reports
+/// their proof against the last active set after; nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_starts_on_widened_files_and_reports_their_proof() {
+    let Some(solver) = solver() else { return };
+    let report = |c: &mut cedargate::config::Config| c.lifecycle.prove = ProveMode::Report;
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = started_in(tempfile::tempdir().unwrap(), &dir, &solver, report).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    let data = g.stop().await.into_dir();
+
+    write(&dir, "deployers.cedar", WIDER);
+    let g = started_in(data, &dir, &solver, report).await;
+    let widened = g.gw.pep.current().hash.clone();
+    assert_ne!(widened, shipped, "the files decide");
+    let mut proof = Value::Null;
+    for _ in 0..300 {
+        proof = policies(&g).await["lastProof"].clone();
+        if proof["candidateHash"] == widened.as_str() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(proof["outcome"], "widens", "{proof:#}");
+    assert_eq!(
+        (proof["trigger"].as_str(), proof["liveHash"].as_str()),
+        (Some("startup"), Some(shipped.as_str()))
+    );
+    assert_eq!(policies(&g).await["lastError"], Value::Null);
+    assert!(listed_refusals(&g).await.is_empty());
+}
+
+/// When the last active set cannot be loaded again (its recorded text was
+/// edited), nothing proved can start under `refuse-widening`: the start
+/// fails with the reason and the refusal is recorded; a start under
+/// `report` (the documented way out) runs the files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unloadable_last_set_refuses_to_start_on_unproved_files() {
+    let Some(solver) = solver() else { return };
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = proving_in(tempfile::tempdir().unwrap(), &dir, &solver, None).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    let unguard = match g.gw.store.read(|c| Ok(c.backend())).await.unwrap() {
+        cedargate::store::Backend::Sqlite => "DROP TRIGGER policy_sets_no_update;",
+        cedargate::store::Backend::Postgres => {
+            "ALTER TABLE policy_sets DISABLE TRIGGER policy_sets_no_update;"
+        }
+    };
+    let forge = format!(
+        "{unguard} UPDATE policy_sets SET files = replace(files, 'forbid', 'permit') WHERE hash = '{shipped}';"
+    );
+    g.gw.store
+        .read(move |c| c.execute_batch(&forge))
+        .await
+        .unwrap();
+    let data = g.stop().await.into_dir();
+
+    write(&dir, "deployers.cedar", WIDER);
+    let mut config = cedargate::config::Config {
+        data_dir: data.path().join("data"),
+        policies_dir: dir.clone(),
+        schema_file: common::repo().join("schemas/gateway.cedarschema"),
+        demo_tenant: false,
+        ..cedargate::config::Config::default()
+    };
+    config.database.url = common::database_url_for(data.path());
+    config.lifecycle.prove = ProveMode::RefuseWidening;
+    config.prove.solver = Some(solver.clone());
+    let Err(e) = cedargate::server::prepare(config).await else {
+        panic!("started on files proved against nothing")
+    };
+    let e = e.to_string();
+    assert!(e.contains("not proved against the last active set"), "{e}");
+    assert!(e.contains("was altered"), "{e}");
+
+    let report = |c: &mut cedargate::config::Config| c.lifecycle.prove = ProveMode::Report;
+    let g = started_in(data, &dir, &solver, report).await;
+    let files_hash = g.gw.pep.current().hash.clone();
+    assert_ne!(files_hash, shipped);
+    let listed = listed_refusals(&g).await;
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(
+        (
+            listed[0]["candidateHash"].as_str(),
+            listed[0]["trigger"].as_str()
+        ),
+        (Some(files_hash.as_str()), Some("startup"))
+    );
+    assert_eq!(listed[0]["outcome"], "failed");
 }

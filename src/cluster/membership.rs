@@ -29,7 +29,15 @@ pub async fn beat(gw: &Gateway) -> Result<(), StoreError> {
     if !gw.cluster.is_recorded(&bundle.hash) {
         gw.store
             .writer()
-            .submit(vec![crate::lifecycle::policy_set_op(&bundle)])
+            .submit(vec![
+                crate::lifecycle::policy_set_op(&bundle),
+                crate::store::policy_active::activated_op(
+                    &bundle.hash,
+                    &gw.cluster.instance_id,
+                    "startup",
+                    &crate::ids::now_rfc3339(),
+                ),
+            ])
             .await?;
         gw.cluster.recorded(&bundle.hash);
     }

@@ -186,19 +186,35 @@ fn compare(
         .map_err(|e| e.to_string())
 }
 
-/// The proof of a report (or of why there is none).
-fn summarize(
-    report: Result<DiffReport, String>,
-    (live, candidate): (&PolicyBundle, &PolicyBundle),
+/// The proof that could not be made against the set `live_hash` (it does
+/// not load, say): `failed`, with why.
+pub fn not_made(
+    live_hash: &str,
+    candidate: &PolicyBundle,
+    (mode, trigger): (ProveMode, &str),
+    why: String,
+) -> GateProof {
+    let mut proof = failed(
+        (live_hash, &candidate.hash),
+        (mode, trigger),
+        Instant::now(),
+    );
+    proof.message = why;
+    proof
+}
+
+/// A proof of `candidate` against `live` that concluded nothing yet.
+fn failed(
+    (live, candidate): (&str, &str),
     (mode, trigger): (ProveMode, &str),
     started: Instant,
 ) -> GateProof {
-    let mut proof = GateProof {
+    GateProof {
         at: crate::ids::now_rfc3339(),
         trigger: trigger.to_string(),
         mode,
-        live_hash: live.hash.clone(),
-        candidate_hash: candidate.hash.clone(),
+        live_hash: live.to_string(),
+        candidate_hash: candidate.to_string(),
         outcome: Outcome::Failed,
         message: String::new(),
         widenings: 0,
@@ -207,7 +223,17 @@ fn summarize(
         millis: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         envs: Vec::new(),
         counterexamples: Vec::new(),
-    };
+    }
+}
+
+/// The proof of a report (or of why there is none).
+fn summarize(
+    report: Result<DiffReport, String>,
+    (live, candidate): (&PolicyBundle, &PolicyBundle),
+    (mode, trigger): (ProveMode, &str),
+    started: Instant,
+) -> GateProof {
+    let mut proof = failed((&live.hash, &candidate.hash), (mode, trigger), started);
     let report = match report {
         Ok(r) => r,
         Err(why) => {

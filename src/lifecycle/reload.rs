@@ -13,7 +13,7 @@ use crate::config::ProveMode;
 use crate::gateway::Gateway;
 use crate::policy::PolicyBundle;
 use crate::policy::tests_runner::TestReport;
-use crate::store::{WriteOp, policy_candidates};
+use crate::store::{WriteOp, policy_active, policy_candidates};
 
 /// Reloads the policy set: load → validate → test → record → swap. The
 /// returned attempt says what happened; on `Err` the active set is
@@ -46,7 +46,18 @@ pub async fn reload(gw: &Arc<Gateway>, trigger: &str) -> Result<Attempt, Attempt
     };
     // The set is recorded before it decides anything, so every decision's
     // policy hash can be resolved for replay.
-    if let Err(e) = gw.store.writer().submit(vec![policy_set_op(&bundle)]).await {
+    let activation = policy_active::activated_op(
+        &bundle.hash,
+        &gw.cluster.instance_id,
+        trigger,
+        &crate::ids::now_rfc3339(),
+    );
+    if let Err(e) = gw
+        .store
+        .writer()
+        .submit(vec![policy_set_op(&bundle), activation])
+        .await
+    {
         attempt.message = Some(format!("cannot record the policy set: {e}"));
         lifecycle.record(&attempt);
         return Err(attempt);
@@ -205,7 +216,7 @@ async fn accepted(gw: &Gateway, hash: &str) -> bool {
 }
 
 /// What this gateway's proofs run with.
-fn setting(gw: &Gateway) -> gate::Setting {
+pub(crate) fn setting(gw: &Gateway) -> gate::Setting {
     gate::Setting {
         solver: gw.lifecycle.solver().cloned(),
         run: std::time::Duration::from_secs(gw.config.prove.run_timeout_secs),
@@ -218,25 +229,36 @@ fn setting(gw: &Gateway) -> gate::Setting {
 /// can accept it on any instance (a failure to record it is logged: the
 /// refusal stands).
 async fn record_refusal(gw: &Gateway, candidate: &PolicyBundle, proof: &gate::GateProof) {
+    if let Err(e) = gw
+        .store
+        .writer()
+        .submit(refusal_ops(candidate, proof))
+        .await
+    {
+        tracing::error!(error = %e, "cannot record the refused policy set");
+    }
+}
+
+/// What records a refusal: the candidate's text, its `policy_candidates`
+/// row (so it can be accepted) and its trail event with the proof's first
+/// counterexamples (a reload's, and a start-up's: `super::startup`).
+pub(crate) fn refusal_ops(candidate: &PolicyBundle, proof: &gate::GateProof) -> Vec<WriteOp> {
     let event = events::policy_set_event(
         events::POLICY_SET_REFUSED,
         (&proof.candidate_hash, &proof.live_hash),
         &gate::refusal_outcome(proof),
     );
     let refused = policy_candidates::refused_op(&proof.candidate_hash, &proof.live_hash, &proof.at);
-    let ops = vec![
+    vec![
         policy_set_op(candidate),
         refused,
         WriteOp::Decision(Box::new(event)),
-    ];
-    if let Err(e) = gw.store.writer().submit(ops).await {
-        tracing::error!(error = %e, "cannot record the refused policy set");
-    }
+    ]
 }
 
 /// Under `[lifecycle] prove = "report"`, proves the activated set against
 /// the one it replaced in the background and keeps the proof.
-fn report_in_background(
+pub(crate) fn report_in_background(
     gw: &Arc<Gateway>,
     previous: Arc<PolicyBundle>,
     active: Arc<PolicyBundle>,
