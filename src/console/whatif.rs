@@ -29,6 +29,7 @@ use super::candidates::{self, CandidateForm};
 use super::error::ConsoleError;
 use super::overview::viewer_ctx;
 use crate::gateway::Gateway;
+use crate::policy::PolicyBundle;
 use crate::policy::application::load::with_data;
 use crate::policy::application::recorded::RecordedEvaluation;
 use crate::policy::cedar_request::CedarAsk;
@@ -137,11 +138,7 @@ pub async fn run(
     )
     .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
     let verdict = bundle.decide_recorded(&request, entities.entities());
-    let deciding: Vec<_> = verdict
-        .reasons
-        .iter()
-        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
-        .collect();
+    let deciding = deciding(&bundle, &verdict.reasons);
     super::templates::render(
         "whatif.html",
         minijinja::context! {
@@ -194,11 +191,7 @@ async fn run_app(
     let verdict = set
         .decide_recorded(&asked)
         .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
-    let deciding: Vec<_> = verdict
-        .reasons
-        .iter()
-        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
-        .collect();
+    let deciding = deciding(&bundle, &verdict.reasons);
     super::templates::render(
         "whatif.html",
         minijinja::context! {
@@ -212,6 +205,14 @@ async fn run_app(
             errors => verdict.errors,
         },
     )
+}
+
+/// The determining policies of a verdict, each with its text in `bundle`.
+fn deciding(bundle: &PolicyBundle, reasons: &[String]) -> Vec<minijinja::Value> {
+    reasons
+        .iter()
+        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
+        .collect()
 }
 
 /// A question in Cedar's terms with its own entities (rules in the module
@@ -246,11 +247,7 @@ async fn run_cedar(
         Ok(v) => minijinja::context! { decision => if v.allowed { "allow" } else { "deny" }, reasons => v.reasons, errors => v.errors },
         Err(e) => minijinja::context! { decision => "not decided", errors => vec![e.to_string()] },
     });
-    let deciding: Vec<_> = verdict
-        .reasons
-        .iter()
-        .map(|id| minijinja::context! { id, policy => bundle.describe_policy(id) })
-        .collect();
+    let deciding = deciding(&bundle, &verdict.reasons);
     super::templates::render(
         "whatif.html",
         minijinja::context! {
