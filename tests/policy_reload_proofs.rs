@@ -139,19 +139,7 @@ async fn refuse_widening_refuses_a_widening_reload_until_its_hash_is_accepted() 
     let example = &body["proof"]["counterexamples"][0];
     assert_eq!(example["direction"], "widening");
     assert_eq!(example["env"], "write_node (Agent → Project)");
-    let decided: Vec<(Value, Value)> = example["witness"]["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| (d["set"].clone(), d["allows"].clone()))
-        .collect();
-    assert_eq!(
-        decided,
-        [
-            (json!("live"), json!(false)),
-            (json!("candidate"), json!(true))
-        ]
-    );
+    assert_live_denies_candidate_allows(example);
     assert_eq!(
         g.gw.pep.current().hash,
         narrowed,
@@ -603,19 +591,7 @@ async fn a_restart_on_widened_files_runs_the_last_active_set_until_they_are_acce
     );
     let example = &proof["counterexamples"][0];
     assert_eq!(example["env"], "write_node (Agent → Project)");
-    let decided: Vec<(Value, Value)> = example["witness"]["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| (d["set"].clone(), d["allows"].clone()))
-        .collect();
-    assert_eq!(
-        decided,
-        [
-            (json!("live"), json!(false)),
-            (json!("candidate"), json!(true))
-        ]
-    );
+    assert_live_denies_candidate_allows(example);
     assert!(stale(&g).await, "/readyz says the files are not active");
 
     // Recorded and listed like a reload's refusal, the files' text with it.
@@ -798,4 +774,23 @@ async fn an_unloadable_last_set_refuses_to_start_on_unproved_files() {
         (Some(files_hash.as_str()), Some("startup"))
     );
     assert_eq!(listed[0]["outcome"], "failed");
+}
+
+/// The authorizer's decisions on a counterexample: the live set denies,
+/// the candidate allows.
+fn assert_live_denies_candidate_allows(example: &Value) {
+    let decided: Vec<(Value, Value)> = example["witness"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["set"].clone(), d["allows"].clone()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            (json!("live"), json!(false)),
+            (json!("candidate"), json!(true))
+        ],
+        "{example:#}"
+    );
 }
