@@ -156,11 +156,12 @@ async fn a_policy_on_the_time_is_decided_on_every_request_of_a_session() {
     assert!(access.iter().all(|d| d.decision == "allow"));
 
     // The same millisecond RFC 3339 form as `context.time`. The deadline
-    // leaves the reload (slow on a loaded machine) ample time; each request
-    // after it is judged by the time its own record carries, not by the
-    // test's clock.
+    // leaves the reload (strict validation and policy tests in a debug
+    // build: more than 4 s at a load average of 10) ample time; each
+    // request after it is judged by the time its own record carries, not
+    // by the test's clock.
     let deadline = cedargate::ids::rfc3339(
-        time::OffsetDateTime::now_utc() + time::Duration::milliseconds(5000),
+        time::OffsetDateTime::now_utc() + time::Duration::milliseconds(12_000),
     );
     let deadline_policy = format!(
         "@id(\"sessions-until-deadline\")\nforbid (principal, action == Gateway::Action::\"access_session\", resource)\nwhen {{ context.time >= datetime(\"{deadline}\") }};\n"
