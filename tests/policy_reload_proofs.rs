@@ -349,6 +349,20 @@ async fn proving_in(
     .await
 }
 
+/// A first run on a copy of the shipped policies, stopped: the copy's
+/// keeper and folder, the shipped set's hash, and the run's data directory
+/// for the restart.
+async fn a_stopped_run_on_the_shipped_set(
+    solver: &Path,
+    tweak: impl FnOnce(&mut cedargate::config::Config),
+) -> (tempfile::TempDir, PathBuf, String, tempfile::TempDir) {
+    let files = tempfile::tempdir().unwrap();
+    let dir = copy_policies(files.path());
+    let g = started_in(tempfile::tempdir().unwrap(), &dir, solver, tweak).await;
+    let shipped = g.gw.pep.current().hash.clone();
+    (files, dir, shipped, g.stop().await.into_dir())
+}
+
 /// A gateway over `data` on `policies`, proving under `refuse-widening`
 /// unless `tweak` says otherwise.
 async fn started_in(
@@ -556,11 +570,7 @@ async fn stale(g: &TestGateway) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_on_widened_files_runs_the_last_active_set_until_they_are_accepted() {
     let Some(solver) = solver() else { return };
-    let files = tempfile::tempdir().unwrap();
-    let dir = copy_policies(files.path());
-    let g = proving_in(tempfile::tempdir().unwrap(), &dir, &solver, None).await;
-    let shipped = g.gw.pep.current().hash.clone();
-    let data = g.stop().await.into_dir();
+    let (_files, dir, shipped, data) = a_stopped_run_on_the_shipped_set(&solver, |_| {}).await;
 
     write(&dir, "deployers.cedar", WIDER);
     let g = proving_in(data, &dir, &solver, None).await;
@@ -632,11 +642,7 @@ async fn a_restart_on_widened_files_runs_the_last_active_set_until_they_are_acce
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_on_narrowed_files_starts_on_them() {
     let Some(solver) = solver() else { return };
-    let files = tempfile::tempdir().unwrap();
-    let dir = copy_policies(files.path());
-    let g = proving_in(tempfile::tempdir().unwrap(), &dir, &solver, None).await;
-    let shipped = g.gw.pep.current().hash.clone();
-    let data = g.stop().await.into_dir();
+    let (_files, dir, shipped, data) = a_stopped_run_on_the_shipped_set(&solver, |_| {}).await;
 
     write(&dir, "people.cedar", NARROWER);
     let g = proving_in(data, &dir, &solver, None).await;
@@ -666,11 +672,7 @@ async fn a_restart_whose_proof_is_unsettled_runs_the_last_active_set() {
         c.prove.query_timeout_ms = 2_000;
         c.prove.run_timeout_secs = 3;
     };
-    let files = tempfile::tempdir().unwrap();
-    let dir = copy_policies(files.path());
-    let g = started_in(tempfile::tempdir().unwrap(), &dir, &solver, limits).await;
-    let shipped = g.gw.pep.current().hash.clone();
-    let data = g.stop().await.into_dir();
+    let (_files, dir, shipped, data) = a_stopped_run_on_the_shipped_set(&solver, limits).await;
 
     write(&dir, "cubes.cedar", UNSETTLED);
     let g = started_in(data, &dir, &solver, limits).await;
@@ -689,11 +691,7 @@ async fn a_restart_whose_proof_is_unsettled_runs_the_last_active_set() {
 async fn report_starts_on_widened_files_and_reports_their_proof() {
     let Some(solver) = solver() else { return };
     let report = |c: &mut cedargate::config::Config| c.lifecycle.prove = ProveMode::Report;
-    let files = tempfile::tempdir().unwrap();
-    let dir = copy_policies(files.path());
-    let g = started_in(tempfile::tempdir().unwrap(), &dir, &solver, report).await;
-    let shipped = g.gw.pep.current().hash.clone();
-    let data = g.stop().await.into_dir();
+    let (_files, dir, shipped, data) = a_stopped_run_on_the_shipped_set(&solver, report).await;
 
     write(&dir, "deployers.cedar", WIDER);
     let g = started_in(data, &dir, &solver, report).await;
