@@ -225,23 +225,7 @@ async fn an_applications_candidate_runs_in_shadow() {
         ),
         "{listing}"
     );
-    let mut expected = vec![
-        (
-            lone[0].1.clone(),
-            "authzen:records:read".to_string(),
-            r#"Records::user::"bob""#.to_string(),
-            "allow".to_string(),
-            "deny".to_string(),
-        ),
-        (
-            batch[1].1.clone(),
-            "authzen:records:delete".into(),
-            r#"Records::user::"alice""#.into(),
-            "deny".into(),
-            "allow".into(),
-        ),
-    ];
-    expected.sort();
+    let expected = bob_reads_and_alice_deletes(&lone[0].1, &batch[1].1);
     assert_eq!(divergences(&listing), expected, "{listing}");
     let bob = listing["divergences"]
         .as_array()
@@ -493,24 +477,11 @@ async fn a_candidate_with_another_schema_reads_the_live_request_again() {
         (&json!(second), &json!(4), &json!(1), &json!(1)),
         "{listing}"
     );
-    let mut expected = vec![
-        (
-            decided[2].1.clone(),
-            "authzen:records:read".to_string(),
-            r#"Records::user::"bob""#.to_string(),
-            "allow".to_string(),
-            "deny".to_string(),
-        ),
-        (
-            decided[3].1.clone(),
-            "authzen:records:delete".into(),
-            r#"Records::user::"alice""#.into(),
-            "deny".into(),
-            "allow".into(),
-        ),
-    ];
-    expected.sort();
-    assert_eq!(divergences(&listing), expected, "{listing}");
+    assert_eq!(
+        divergences(&listing),
+        bob_reads_and_alice_deletes(&decided[2].1, &decided[3].1),
+        "{listing}"
+    );
     assert!(
         listing["divergences"]
             .as_array()
@@ -519,4 +490,31 @@ async fn a_candidate_with_another_schema_reads_the_live_request_again() {
             .all(|d| d["candidateErrors"] == json!([])),
         "the live request fits the candidate's schema: {listing}"
     );
+}
+
+/// The two divergences both tests provoke, sorted as `divergences` lists
+/// them: bob's read (live allow, candidate deny, record `read`) and
+/// alice's delete (live deny, candidate allow, record `delete`).
+fn bob_reads_and_alice_deletes(
+    read: &str,
+    delete: &str,
+) -> Vec<(String, String, String, String, String)> {
+    let mut expected = vec![
+        (
+            read.to_string(),
+            "authzen:records:read".to_string(),
+            r#"Records::user::"bob""#.to_string(),
+            "allow".to_string(),
+            "deny".to_string(),
+        ),
+        (
+            delete.to_string(),
+            "authzen:records:delete".into(),
+            r#"Records::user::"alice""#.into(),
+            "deny".into(),
+            "allow".into(),
+        ),
+    ];
+    expected.sort();
+    expected
 }
